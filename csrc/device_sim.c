@@ -1,0 +1,196 @@
+/* The simulated device: a capacity, a fake 64-bit address space with no
+ * memory behind it, simulated streams and events, and fault injection.
+ *
+ * Addresses are handed out by a bump pointer and never reused, so a stale
+ * pointer can never alias a newer segment (tests rely on that to catch
+ * use-after-release). 2^64 bytes of address space outlast any test.
+ *
+ * Events: each stream counts the events recorded on it and how many of them
+ * have completed. An event is (stream slot, sequence number) packed into the
+ * handle, so recording one allocates nothing.
+ */
+#include "vramguard.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+
+#define SIM_BASE ((uintptr_t)1 << 40)
+#define SIM_MAX_STREAMS 4096
+
+typedef struct sim_stream {
+    vg_stream_t stream;
+    uint64_t recorded;
+    uint64_t completed;
+} sim_stream;
+
+typedef struct vg_sim {
+    vg_device base;
+    size_t capacity;
+    size_t used;
+    uintptr_t next_addr;
+    uint64_t reserves;      /* reserve calls so far */
+    uint64_t fail_at;       /* refuse when reserves reaches this; 0 = off */
+    double fail_probability;
+    uint64_t rng;
+    sim_stream *streams;
+    size_t nstreams;
+} vg_sim;
+
+static vg_sim *as_sim(vg_device *dev)
+{
+    return (vg_sim *)dev;
+}
+
+/* splitmix64: small, seedable, good enough for fault injection. */
+static uint64_t next_random(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static bool injected_fault(vg_sim *sim)
+{
+    sim->reserves++;
+    if (sim->fail_at && sim->reserves == sim->fail_at) return true;
+    if (sim->fail_probability > 0.0) {
+        double u = (double)(next_random(&sim->rng) >> 11) / 9007199254740992.0;
+        if (u < sim->fail_probability) return true;
+    }
+    return false;
+}
+
+static int sim_reserve(vg_device *dev, size_t size, uintptr_t *addr)
+{
+    vg_sim *sim = as_sim(dev);
+    if (injected_fault(sim)) return VG_ERR_NOMEM;
+    if (size > sim->capacity - sim->used) return VG_ERR_NOMEM;
+    sim->used += size;
+    *addr = sim->next_addr;
+    sim->next_addr += (size + VG_SEGMENT_GRANULE - 1) & ~(VG_SEGMENT_GRANULE - 1);
+    return VG_OK;
+}
+
+static void sim_release(vg_device *dev, uintptr_t addr, size_t size)
+{
+    (void)addr;
+    as_sim(dev)->used -= size;
+}
+
+static int sim_mem_info(vg_device *dev, size_t *free_bytes, size_t *total_bytes)
+{
+    vg_sim *sim = as_sim(dev);
+    *free_bytes = sim->capacity - sim->used;
+    *total_bytes = sim->capacity;
+    return VG_OK;
+}
+
+static void sim_synchronize(vg_device *dev)
+{
+    vg_sim *sim = as_sim(dev);
+    for (size_t i = 0; i < sim->nstreams; i++) sim->streams[i].completed = sim->streams[i].recorded;
+}
+
+static sim_stream *find_stream(vg_sim *sim, vg_stream_t stream, bool create)
+{
+    for (size_t i = 0; i < sim->nstreams; i++)
+        if (sim->streams[i].stream == stream) return &sim->streams[i];
+    if (!create || sim->nstreams == SIM_MAX_STREAMS) return NULL;
+    if (!sim->streams) {
+        sim->streams = calloc(SIM_MAX_STREAMS, sizeof *sim->streams);
+        if (!sim->streams) return NULL;
+    }
+    sim_stream *s = &sim->streams[sim->nstreams++];
+    s->stream = stream;
+    return s;
+}
+
+#define SEQ_BITS 40
+
+static int sim_event_record(vg_device *dev, vg_stream_t stream, vg_event_t *ev)
+{
+    vg_sim *sim = as_sim(dev);
+    sim_stream *s = find_stream(sim, stream, true);
+    if (!s) return VG_ERR_NOMEM;
+    uint64_t slot = (uint64_t)(s - sim->streams);
+    *ev = (vg_event_t)((slot << SEQ_BITS) | ++s->recorded);
+    return VG_OK;
+}
+
+static int sim_event_query(vg_device *dev, vg_event_t ev)
+{
+    vg_sim *sim = as_sim(dev);
+    const sim_stream *s = &sim->streams[(uint64_t)ev >> SEQ_BITS];
+    return s->completed >= ((uint64_t)ev & (((uint64_t)1 << SEQ_BITS) - 1));
+}
+
+static void sim_event_release(vg_device *dev, vg_event_t ev)
+{
+    (void)dev;
+    (void)ev;
+}
+
+static void sim_destroy(vg_device *dev)
+{
+    vg_sim *sim = as_sim(dev);
+    free(sim->streams);
+    free(sim);
+}
+
+static const vg_device_ops sim_ops = {
+    .name = "sim",
+    .reserve = sim_reserve,
+    .release = sim_release,
+    .mem_info = sim_mem_info,
+    .synchronize = sim_synchronize,
+    .event_record = sim_event_record,
+    .event_query = sim_event_query,
+    .event_release = sim_event_release,
+    .destroy = sim_destroy,
+};
+
+vg_device *vg_sim_create(size_t capacity)
+{
+    vg_sim *sim = calloc(1, sizeof *sim);
+    if (!sim) return NULL;
+    sim->base.ops = &sim_ops;
+    sim->capacity = capacity;
+    sim->next_addr = SIM_BASE;
+    return &sim->base;
+}
+
+/* The public sim_* calls accept any device and ignore those that are not
+ * simulated, so a caller's mistake cannot corrupt a real provider. */
+static vg_sim *sim_of(const vg_device *dev)
+{
+    return dev && dev->ops == &sim_ops ? (vg_sim *)(uintptr_t)dev : NULL;
+}
+
+void vg_sim_fail_nth(vg_device *dev, uint64_t nth)
+{
+    vg_sim *sim = sim_of(dev);
+    if (!sim) return;
+    sim->fail_at = nth ? sim->reserves + nth : 0;
+}
+
+void vg_sim_fail_random(vg_device *dev, double probability, uint64_t seed)
+{
+    vg_sim *sim = sim_of(dev);
+    if (!sim) return;
+    sim->fail_probability = probability;
+    sim->rng = seed;
+}
+
+void vg_sim_complete_stream(vg_device *dev, vg_stream_t stream)
+{
+    vg_sim *sim = sim_of(dev);
+    sim_stream *s = sim ? find_stream(sim, stream, false) : NULL;
+    if (s) s->completed = s->recorded;
+}
+
+size_t vg_sim_used(const vg_device *dev)
+{
+    const vg_sim *sim = sim_of(dev);
+    return sim ? sim->used : 0;
+}

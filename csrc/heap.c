@@ -1,0 +1,626 @@
+/* The heap: segments split into blocks, free blocks cached per stream,
+ * split on allocation and coalesced on free.
+ *
+ * Invariants (checked by vg_heap_check in check.c):
+ * - a segment's blocks tile it exactly, in address order;
+ * - no two free blocks are neighbours (free coalesces both ways);
+ * - a free block is in exactly one bin list: its segment owner's, for its
+ *   segment's pool; a live block is in the live-address map; a pending
+ *   block (freed, waiting for other streams) is in the pending list;
+ * - a segment is on the idle list iff its only block is free.
+ */
+#include "heap_internal.h"
+#include "trace.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ */
+/* Record free lists                                                   */
+/* ------------------------------------------------------------------ */
+
+/* Metadata records come from slabs and go back to free lists, so the hot
+ * path never calls malloc. Slabs are freed with the heap. */
+static void *new_slab(vg_heap *h, size_t item_size)
+{
+    size_t header = (sizeof(vg_slab) + 15) & ~(size_t)15;
+    vg_slab *slab = malloc(header + item_size * VG_BLOCK_SLAB);
+    if (!slab) return NULL;
+    slab->next = h->slabs;
+    h->slabs = slab;
+    return (char *)slab + header;
+}
+
+static vg_block *new_block(vg_heap *h)
+{
+    if (!h->spare_blocks) {
+        vg_block *items = new_slab(h, sizeof(vg_block));
+        if (!items) return NULL;
+        for (size_t i = 0; i < VG_BLOCK_SLAB; i++) {
+            items[i].link_next = h->spare_blocks;
+            h->spare_blocks = &items[i];
+        }
+    }
+    vg_block *blk = h->spare_blocks;
+    h->spare_blocks = blk->link_next;
+    memset(blk, 0, sizeof *blk);
+    return blk;
+}
+
+static void recycle_block(vg_heap *h, vg_block *blk)
+{
+    blk->link_next = h->spare_blocks;
+    h->spare_blocks = blk;
+}
+
+static vg_stream_use *new_use(vg_heap *h)
+{
+    if (!h->spare_uses) {
+        vg_stream_use *items = new_slab(h, sizeof(vg_stream_use));
+        if (!items) return NULL;
+        for (size_t i = 0; i < VG_BLOCK_SLAB; i++) {
+            items[i].next = h->spare_uses;
+            h->spare_uses = &items[i];
+        }
+    }
+    vg_stream_use *use = h->spare_uses;
+    h->spare_uses = use->next;
+    memset(use, 0, sizeof *use);
+    return use;
+}
+
+static void recycle_uses(vg_heap *h, vg_block *blk)
+{
+    while (blk->uses) {
+        vg_stream_use *use = blk->uses;
+        blk->uses = use->next;
+        if (use->has_event) h->dev->ops->event_release(h->dev, use->event);
+        use->next = h->spare_uses;
+        h->spare_uses = use;
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Streams                                                             */
+/* ------------------------------------------------------------------ */
+
+static vg_stream_bins *stream_bins(vg_heap *h, vg_stream_t stream)
+{
+    if (h->last_stream && h->last_stream->stream == stream) return h->last_stream;
+    for (size_t i = 0; i < h->nstreams; i++) {
+        if (h->streams[i]->stream == stream) return h->last_stream = h->streams[i];
+    }
+    if (h->nstreams == h->streams_cap) {
+        size_t cap = h->streams_cap ? h->streams_cap * 2 : 4;
+        vg_stream_bins **grown = realloc(h->streams, cap * sizeof *grown);
+        if (!grown) return NULL;
+        h->streams = grown;
+        h->streams_cap = cap;
+    }
+    vg_stream_bins *sb = calloc(1, sizeof *sb);
+    if (!sb) return NULL;
+    sb->stream = stream;
+    h->streams[h->nstreams++] = sb;
+    return h->last_stream = sb;
+}
+
+/* ------------------------------------------------------------------ */
+/* Idle segments                                                       */
+/* ------------------------------------------------------------------ */
+
+static void idle_append(vg_heap *h, vg_segment *seg)
+{
+    seg->idle = true;
+    seg->idle_next = NULL;
+    seg->idle_prev = h->idle_tail;
+    if (h->idle_tail) h->idle_tail->idle_next = seg;
+    else h->idle_head = seg;
+    h->idle_tail = seg;
+}
+
+static void idle_remove(vg_heap *h, vg_segment *seg)
+{
+    if (seg->idle_prev) seg->idle_prev->idle_next = seg->idle_next;
+    else h->idle_head = seg->idle_next;
+    if (seg->idle_next) seg->idle_next->idle_prev = seg->idle_prev;
+    else h->idle_tail = seg->idle_prev;
+    seg->idle = false;
+    seg->idle_prev = seg->idle_next = NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Free blocks                                                         */
+/* ------------------------------------------------------------------ */
+
+static inline vg_bins *bins_of(vg_segment *seg)
+{
+    return &seg->owner->pool[seg->pool];
+}
+
+static inline void bin_add(vg_heap *h, vg_block *blk)
+{
+    vg__bins_insert(bins_of(blk->seg), blk);
+    h->free_blocks++;
+}
+
+static inline void bin_drop(vg_heap *h, vg_block *blk)
+{
+    vg__bins_remove(bins_of(blk->seg), blk);
+    h->free_blocks--;
+}
+
+/* Fold `right` into `left`; both are address neighbours. */
+static void absorb(vg_heap *h, vg_block *left, vg_block *right)
+{
+    left->size += right->size;
+    left->next = right->next;
+    if (right->next) right->next->prev = left;
+    recycle_block(h, right);
+    h->stats.num_merges++;
+}
+
+/* A block nobody uses any more becomes free: coalesce, bin, and mark its
+ * segment idle when it is whole again. */
+static void make_free(vg_heap *h, vg_block *blk)
+{
+    int pool = blk->seg->pool;
+    vg__stat_sub2(h->stats.active, pool, 1);
+    vg__stat_sub2(h->stats.active_bytes, pool, (int64_t)blk->size);
+    blk->state = VG_BLOCK_FREE;
+    blk->requested = 0;
+    if (blk->prev && blk->prev->state == VG_BLOCK_FREE) {
+        vg_block *left = blk->prev;
+        bin_drop(h, left);
+        absorb(h, left, blk);
+        blk = left;
+    }
+    if (blk->next && blk->next->state == VG_BLOCK_FREE) {
+        bin_drop(h, blk->next);
+        absorb(h, blk, blk->next);
+    }
+    bin_add(h, blk);
+    if (!blk->prev && !blk->next) idle_append(h, blk->seg);
+}
+
+/* ------------------------------------------------------------------ */
+/* Segments                                                            */
+/* ------------------------------------------------------------------ */
+
+size_t vg__reserved(const vg_heap *h)
+{
+    return (size_t)h->stats.reserved_bytes[VG_STAT_ALL].current;
+}
+
+bool vg__within_budget(const vg_heap *h, size_t bytes)
+{
+    if (!h->budget) return true;
+    size_t reserved = vg__reserved(h);
+    return bytes <= h->budget && reserved <= h->budget - bytes;
+}
+
+vg_segment *vg__segment_create(vg_heap *h, vg_stream_bins *sb, int pool, size_t size)
+{
+    vg_segment *seg = calloc(1, sizeof *seg);
+    vg_block *blk = seg ? new_block(h) : NULL;
+    uintptr_t addr = 0;
+    if (!blk || h->dev->ops->reserve(h->dev, size, &addr) != VG_OK) {
+        if (blk) {
+            recycle_block(h, blk);
+            h->stats.num_device_alloc_failed++;
+        }
+        free(seg);
+        return NULL;
+    }
+    seg->addr = addr;
+    seg->size = size;
+    seg->owner = sb;
+    seg->pool = pool;
+    seg->head = blk;
+    seg->next = h->segments;
+    if (h->segments) h->segments->prev = seg;
+    h->segments = seg;
+
+    blk->addr = addr;
+    blk->size = size;
+    blk->seg = seg;
+    blk->state = VG_BLOCK_FREE;
+    bin_add(h, blk);
+    idle_append(h, seg);
+
+    h->stats.num_device_alloc++;
+    vg__stat_add2(h->stats.reserved_bytes, pool, (int64_t)size);
+    vg__stat_add2(h->stats.segment, pool, 1);
+    VG_TRACE(h, VG_EV_RESERVE, addr, size, 0, sb->stream);
+    return seg;
+}
+
+void vg__segment_release(vg_heap *h, vg_segment *seg)
+{
+    bin_drop(h, seg->head);
+    recycle_block(h, seg->head);
+    idle_remove(h, seg);
+    if (seg->prev) seg->prev->next = seg->next;
+    else h->segments = seg->next;
+    if (seg->next) seg->next->prev = seg->prev;
+
+    h->dev->ops->release(h->dev, seg->addr, seg->size);
+    h->stats.num_device_free++;
+    vg__stat_sub2(h->stats.reserved_bytes, seg->pool, (int64_t)seg->size);
+    vg__stat_sub2(h->stats.segment, seg->pool, 1);
+    VG_TRACE(h, VG_EV_RELEASE, seg->addr, seg->size, 0, seg->owner->stream);
+    free(seg);
+}
+
+size_t vg__release_idle(vg_heap *h, const vg_stream_bins *only, size_t target,
+                        uint64_t *counter)
+{
+    size_t released = 0;
+    vg_segment *seg = h->idle_head;
+    while (seg && released < target) {
+        vg_segment *next = seg->idle_next;
+        if (!only || seg->owner == only) {
+            released += seg->size;
+            vg__segment_release(h, seg);
+            if (counter) (*counter)++;
+        }
+        seg = next;
+    }
+    return released;
+}
+
+/* ------------------------------------------------------------------ */
+/* Deferred frees (record_stream)                                      */
+/* ------------------------------------------------------------------ */
+
+static void pending_remove(vg_heap *h, vg_block *blk)
+{
+    if (blk->link_prev) blk->link_prev->link_next = blk->link_next;
+    else h->pending = blk->link_next;
+    if (blk->link_next) blk->link_next->link_prev = blk->link_prev;
+    blk->link_prev = blk->link_next = NULL;
+}
+
+static bool uses_finished(vg_heap *h, const vg_block *blk)
+{
+    for (const vg_stream_use *use = blk->uses; use; use = use->next)
+        if (use->has_event && !h->dev->ops->event_query(h->dev, use->event)) return false;
+    return true;
+}
+
+void vg__process_pending(vg_heap *h)
+{
+    vg_block *blk = h->pending;
+    while (blk) {
+        vg_block *next = blk->link_next;
+        if (uses_finished(h, blk)) {
+            pending_remove(h, blk);
+            recycle_uses(h, blk);
+            make_free(h, blk);
+        }
+        blk = next;
+    }
+}
+
+void vg__synchronize(vg_heap *h)
+{
+    h->dev->ops->synchronize(h->dev);
+    vg__process_pending(h);
+}
+
+/* Record an event on every other stream that used the block. If one cannot
+ * be recorded, waiting for the whole device is the safe answer. */
+static void defer_free(vg_heap *h, vg_block *blk)
+{
+    bool recorded = true;
+    for (vg_stream_use *use = blk->uses; use; use = use->next) {
+        if (h->dev->ops->event_record(h->dev, use->stream, &use->event) == VG_OK) use->has_event = true;
+        else recorded = false;
+    }
+    blk->state = VG_BLOCK_PENDING;
+    blk->link_prev = NULL;
+    blk->link_next = h->pending;
+    if (h->pending) h->pending->link_prev = blk;
+    h->pending = blk;
+    h->stats.num_deferred_frees++;
+    if (!recorded) vg__synchronize(h);
+}
+
+/* ------------------------------------------------------------------ */
+/* Create and destroy                                                  */
+/* ------------------------------------------------------------------ */
+
+vg_heap *vg_heap_create(vg_device *dev, const vg_heap_config *cfg)
+{
+    if (!dev || !dev->ops) return NULL;
+    if (cfg && (cfg->gc_threshold < 0.0 || cfg->gc_threshold > 1.0)) return NULL;
+    vg_heap *h = calloc(1, sizeof *h);
+    if (!h) return NULL;
+    if (vg__map_init(&h->live, 1024) != VG_OK) {
+        free(h);
+        return NULL;
+    }
+    vg_lock_init(&h->lock);
+    h->dev = dev;
+    h->policy = cfg && cfg->policy ? cfg->policy : &vg_policy_default;
+    h->budget = cfg ? cfg->budget : 0;
+    h->gc_threshold = cfg ? cfg->gc_threshold : 0.0;
+    size_t free_bytes = 0, total = 0;
+    if (dev->ops->mem_info(dev, &free_bytes, &total) == VG_OK) h->device_total = total;
+    return h;
+}
+
+void vg_heap_destroy(vg_heap *h)
+{
+    if (!h) return;
+    for (vg_block *blk = h->pending; blk; blk = blk->link_next) recycle_uses(h, blk);
+    while (h->segments) {
+        vg_segment *seg = h->segments;
+        h->segments = seg->next;
+        for (vg_block *blk = seg->head; blk; blk = blk->next) recycle_uses(h, blk);
+        h->dev->ops->release(h->dev, seg->addr, seg->size);
+        free(seg);
+    }
+    while (h->slabs) {
+        vg_slab *slab = h->slabs;
+        h->slabs = slab->next;
+        free(slab);
+    }
+    for (size_t i = 0; i < h->nstreams; i++) free(h->streams[i]);
+    free(h->streams);
+    vg__map_free(&h->live);
+    vg__trace_destroy(h->trace);
+    free(h);
+}
+
+/* ------------------------------------------------------------------ */
+/* Allocation                                                          */
+/* ------------------------------------------------------------------ */
+
+/* Split when the remainder is worth keeping (the policy says how much). */
+static int split(vg_heap *h, vg_block *blk, size_t size)
+{
+    vg_block *rest = new_block(h);
+    if (!rest) return VG_ERR_NOMEM;
+    rest->addr = blk->addr + size;
+    rest->size = blk->size - size;
+    rest->seg = blk->seg;
+    rest->state = VG_BLOCK_FREE;
+    rest->prev = blk;
+    rest->next = blk->next;
+    if (blk->next) blk->next->prev = rest;
+    blk->next = rest;
+    blk->size = size;
+    bin_add(h, rest);
+    h->stats.num_splits++;
+    return VG_OK;
+}
+
+static vg_block *take(vg_heap *h, vg_block *blk, size_t rounded, size_t requested)
+{
+    /* First the only step that can fail, so failing leaves nothing to undo.
+     * The block keeps its address through the split below. */
+    if (vg__map_put(&h->live, blk->addr, blk) != VG_OK) return NULL;
+    vg_segment *seg = blk->seg;
+    int pool = seg->pool;
+    bin_drop(h, blk);
+    if (seg->idle) idle_remove(h, seg);
+    /* A failed split (no memory for a record) only costs the remainder. */
+    if (blk->size - rounded >= h->policy->split_min[pool]) split(h, blk, rounded);
+    blk->state = VG_BLOCK_LIVE;
+    blk->requested = requested;
+    blk->bin = vg__bin_of_size(blk->size);
+    h->live_per_bin[blk->bin]++;
+    vg_stats *st = &h->stats;
+    vg__stat_add2(st->requested_bytes, pool, (int64_t)requested);
+    vg__stat_add2(st->allocated_bytes, pool, (int64_t)blk->size);
+    vg__stat_add2(st->allocation, pool, 1);
+    vg__stat_add2(st->active, pool, 1);
+    vg__stat_add2(st->active_bytes, pool, (int64_t)blk->size);
+    return blk;
+}
+
+static void fill_oom(vg_heap *h, size_t size, size_t rounded, bool budget_refused,
+                     vg_oom_info *oom)
+{
+    h->stats.num_ooms++;
+    VG_TRACE(h, VG_EV_OOM, 0, rounded, size, 0);
+    if (!oom) return;
+    vg_fragmentation frag;
+    memset(oom, 0, sizeof *oom);
+    vg__fragmentation_locked(h, &frag);
+    oom->requested = size;
+    oom->rounded = rounded;
+    oom->budget = h->budget;
+    oom->device = h->dev->index;
+    size_t free_bytes = 0, total = 0;
+    if (h->dev->ops->mem_info(h->dev, &free_bytes, &total) == VG_OK) {
+        oom->device_total = total;
+        oom->device_free = free_bytes;
+    }
+    oom->allocated = (size_t)h->stats.allocated_bytes[VG_STAT_ALL].current;
+    oom->reserved = vg__reserved(h);
+    oom->largest_free_block = frag.largest_free_block;
+    oom->free_blocks = frag.free_blocks;
+    oom->free_bytes = frag.free_bytes;
+    oom->budget_refused = budget_refused;
+}
+
+void *vg_heap_alloc(vg_heap *h, size_t size, vg_stream_t stream, vg_oom_info *oom)
+{
+    vg_lock_acquire(&h->lock);
+    if (size == 0) {
+        h->stats.num_zero_allocs++;
+        vg_lock_release(&h->lock);
+        return NULL;
+    }
+    if (h->pending) vg__process_pending(h);
+    size_t rounded = vg_round_size(size);
+    vg_stream_bins *sb = rounded ? stream_bins(h, stream) : NULL;
+    vg_block *blk = NULL;
+    bool budget_refused = false;
+    if (sb) {
+        int pool = rounded <= VG_SMALL_REQUEST ? VG_POOL_SMALL : VG_POOL_LARGE;
+        blk = vg__bins_best_fit(&sb->pool[pool], rounded, h->policy->scan_limit);
+        if (blk) {
+            h->stats.num_cache_hits++;
+        } else {
+            h->stats.num_cache_misses++;
+            blk = h->policy->grow(h, sb, pool, rounded, &budget_refused);
+        }
+        if (blk) blk = take(h, blk, rounded, size);
+    }
+    if (!blk) {
+        fill_oom(h, size, rounded, budget_refused, oom);
+        vg_lock_release(&h->lock);
+        return NULL;
+    }
+    VG_TRACE(h, VG_EV_ALLOC, blk->addr, blk->size, size, stream);
+    vg_lock_release(&h->lock);
+    return (void *)blk->addr;
+}
+
+int vg_heap_free(vg_heap *h, void *ptr)
+{
+    if (!ptr) return VG_OK;
+    vg_lock_acquire(&h->lock);
+    vg_block *blk = vg__map_take(&h->live, (uintptr_t)ptr);
+    if (!blk) {
+        h->stats.num_invalid_frees++;
+        vg_lock_release(&h->lock);
+        return VG_ERR_INVALID;
+    }
+    int pool = blk->seg->pool;
+    vg_stats *st = &h->stats;
+    h->live_per_bin[blk->bin]--;
+    vg__stat_sub2(st->requested_bytes, pool, (int64_t)blk->requested);
+    vg__stat_sub2(st->allocated_bytes, pool, (int64_t)blk->size);
+    vg__stat_sub2(st->allocation, pool, 1);
+    VG_TRACE(h, VG_EV_FREE, blk->addr, blk->size, blk->requested, blk->seg->owner->stream);
+    if (blk->uses) defer_free(h, blk);
+    else make_free(h, blk);
+    vg_lock_release(&h->lock);
+    return VG_OK;
+}
+
+int vg_heap_record_stream(vg_heap *h, void *ptr, vg_stream_t stream)
+{
+    vg_lock_acquire(&h->lock);
+    int rc = VG_OK;
+    vg_block *blk = vg__map_get(&h->live, (uintptr_t)ptr);
+    if (!blk) {
+        rc = VG_ERR_INVALID;
+    } else if (stream != blk->seg->owner->stream) {
+        vg_stream_use *use = blk->uses;
+        while (use && use->stream != stream) use = use->next;
+        if (!use) {
+            use = new_use(h);
+            if (!use) {
+                rc = VG_ERR_NOMEM;
+            } else {
+                use->stream = stream;
+                use->next = blk->uses;
+                blk->uses = use;
+                h->stats.num_record_stream++;
+                VG_TRACE(h, VG_EV_RECORD_STREAM, blk->addr, blk->size, 0, stream);
+            }
+        }
+    }
+    vg_lock_release(&h->lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Cache control and settings                                          */
+/* ------------------------------------------------------------------ */
+
+size_t vg_heap_empty_cache(vg_heap *h)
+{
+    vg_lock_acquire(&h->lock);
+    /* Deferred frees would otherwise keep their segments until later. */
+    if (h->pending) vg__synchronize(h);
+    h->stats.num_empty_cache++;
+    size_t released = vg__release_idle(h, NULL, SIZE_MAX, &h->stats.num_empty_cache_releases);
+    VG_TRACE(h, VG_EV_EMPTY_CACHE, 0, released, 0, 0);
+    vg_lock_release(&h->lock);
+    return released;
+}
+
+void vg_heap_synchronize(vg_heap *h)
+{
+    vg_lock_acquire(&h->lock);
+    vg__synchronize(h);
+    vg_lock_release(&h->lock);
+}
+
+int vg_heap_set_budget(vg_heap *h, size_t budget)
+{
+    vg_lock_acquire(&h->lock);
+    h->budget = budget;
+    size_t reserved = vg__reserved(h);
+    if (budget && reserved > budget)
+        vg__release_idle(h, NULL, reserved - budget, &h->stats.num_budget_releases);
+    vg_lock_release(&h->lock);
+    return VG_OK;
+}
+
+size_t vg_heap_budget(const vg_heap *h)
+{
+    return h->budget;
+}
+
+int vg_heap_set_gc_threshold(vg_heap *h, double fraction)
+{
+    if (!(fraction >= 0.0 && fraction <= 1.0)) return VG_ERR_ARG;
+    vg_lock_acquire(&h->lock);
+    h->gc_threshold = fraction;
+    vg_lock_release(&h->lock);
+    return VG_OK;
+}
+
+double vg_heap_gc_threshold(const vg_heap *h)
+{
+    return h->gc_threshold;
+}
+
+size_t vg_heap_block_size(vg_heap *h, void *ptr)
+{
+    vg_lock_acquire(&h->lock);
+    vg_block *blk = vg__map_get(&h->live, (uintptr_t)ptr);
+    size_t size = blk ? blk->size : 0;
+    vg_lock_release(&h->lock);
+    return size;
+}
+
+vg_device *vg_heap_device(const vg_heap *h)
+{
+    return h->dev;
+}
+
+const char *vg_heap_policy_name(const vg_heap *h)
+{
+    return h->policy->name;
+}
+
+/* ------------------------------------------------------------------ */
+/* Visiting                                                            */
+/* ------------------------------------------------------------------ */
+
+int vg_heap_visit(vg_heap *h, vg_segment_visitor on_segment, vg_block_visitor on_block, void *arg)
+{
+    int rc = 0;
+    vg_lock_acquire(&h->lock);
+    for (vg_segment *seg = h->segments; seg && !rc; seg = seg->next) {
+        vg_segment_info si = {seg->addr, seg->size, seg->owner->stream, seg->pool, 0, 0};
+        for (vg_block *blk = seg->head; blk; blk = blk->next) {
+            si.blocks++;
+            if (blk->state == VG_BLOCK_LIVE) si.allocated += blk->size;
+        }
+        if (on_segment) rc = on_segment(arg, &si);
+        for (vg_block *blk = seg->head; blk && on_block && !rc; blk = blk->next) {
+            vg_block_info bi = {blk->addr, blk->size, blk->requested, blk->state};
+            rc = on_block(arg, &bi);
+        }
+    }
+    vg_lock_release(&h->lock);
+    return rc;
+}

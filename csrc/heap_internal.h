@@ -1,0 +1,215 @@
+/* Internal structures shared by the heap's files. Not installed. */
+#ifndef VG_HEAP_INTERNAL_H
+#define VG_HEAP_INTERNAL_H
+
+#include "vramguard.h"
+#include "lock.h"
+
+#include <stdbool.h>
+
+/* ------------------------------------------------------------------ */
+/* Size classes (bins.c)                                               */
+/* ------------------------------------------------------------------ */
+
+/* Two levels: sizes (in VG_ALIGN units) below 2^VG_SUB_BITS map one to one
+ * (linear classes); above, each power of two is split into 2^VG_SUB_BITS
+ * linear sub-steps. */
+#define VG_SUB_BITS 5
+#define VG_SUBS (1u << VG_SUB_BITS)
+#define VG_LEVELS 40 /* enough for VG_MAX_REQUEST in VG_ALIGN units */
+#define VG_NBINS (VG_LEVELS * VG_SUBS)
+
+typedef struct vg_block vg_block;
+typedef struct vg_segment vg_segment;
+typedef struct vg_stream_use vg_stream_use;
+
+typedef struct vg_bins {
+    uint64_t level_map;            /* bit L: some bin of level L is non-empty */
+    uint32_t sub_map[VG_LEVELS];   /* bit S: bin L*VG_SUBS+S is non-empty */
+    vg_block *head[VG_NBINS];
+} vg_bins;
+
+uint32_t vg__bin_of_size(size_t size);
+size_t vg__bin_lower_bound(uint32_t bin);
+void vg__bins_insert(vg_bins *b, vg_block *blk);
+void vg__bins_remove(vg_bins *b, vg_block *blk);
+/* Smallest free block of at least `size`, looking at no more than
+ * `scan_limit` blocks per bin (0 = all of them). */
+vg_block *vg__bins_best_fit(const vg_bins *b, size_t size, unsigned scan_limit);
+/* Largest free block in the bins, NULL when empty. */
+vg_block *vg__bins_largest(const vg_bins *b);
+
+/* ------------------------------------------------------------------ */
+/* Blocks and segments                                                 */
+/* ------------------------------------------------------------------ */
+
+/* A stream that used a block besides its own (record_stream); after the
+ * block's free, the event recorded on that stream. */
+struct vg_stream_use {
+    vg_stream_t stream;
+    vg_event_t event;
+    bool has_event;
+    vg_stream_use *next;
+};
+
+struct vg_block {
+    uintptr_t addr;
+    size_t size;
+    size_t requested;           /* while live */
+    vg_block *prev, *next;      /* address neighbours in the segment */
+    vg_block *link_prev, *link_next; /* bin list, or the pending list */
+    vg_segment *seg;
+    vg_stream_use *uses;
+    uint32_t bin;               /* size class, kept for the histogram */
+    uint8_t state;              /* enum vg_block_state */
+};
+
+typedef struct vg_stream_bins vg_stream_bins;
+
+struct vg_segment {
+    uintptr_t addr;
+    size_t size;
+    vg_stream_bins *owner;          /* the stream whose bins hold its blocks */
+    int pool;
+    vg_block *head;                 /* lowest-address block */
+    vg_segment *prev, *next;        /* every segment of the heap */
+    vg_segment *idle_prev, *idle_next; /* wholly free segments, oldest first */
+    bool idle;
+};
+
+struct vg_stream_bins {
+    vg_stream_t stream;
+    vg_bins pool[VG_POOL_COUNT];
+};
+
+/* ------------------------------------------------------------------ */
+/* Live-address map (addr_map.c): open addressing, linear probing      */
+/* ------------------------------------------------------------------ */
+
+typedef struct vg_addr_map {
+    uintptr_t *keys;   /* 0 = empty slot */
+    vg_block **vals;
+    size_t mask;       /* capacity - 1 */
+    size_t count;
+} vg_addr_map;
+
+int vg__map_init(vg_addr_map *m, size_t capacity);
+void vg__map_free(vg_addr_map *m);
+/* VG_OK, or VG_ERR_NOMEM when it had to grow and could not. */
+int vg__map_put(vg_addr_map *m, uintptr_t key, vg_block *val);
+vg_block *vg__map_get(const vg_addr_map *m, uintptr_t key);
+vg_block *vg__map_take(vg_addr_map *m, uintptr_t key);
+
+/* ------------------------------------------------------------------ */
+/* Policy                                                              */
+/* ------------------------------------------------------------------ */
+
+struct vg_policy {
+    const char *name;
+    /* Split a free block only when the remainder is at least this. */
+    size_t split_min[VG_POOL_COUNT];
+    /* How many blocks best fit may look at in one bin (0 = all). */
+    unsigned scan_limit;
+    /* Bytes to reserve for a new segment that must hold `rounded`. */
+    size_t (*segment_size)(const vg_heap *h, int pool, size_t rounded);
+    /* Called when no cached block fits: grow, release, retry. Returns a
+     * free block of at least `rounded` in the stream's bins, or NULL. */
+    vg_block *(*grow)(vg_heap *h, vg_stream_bins *sb, int pool, size_t rounded,
+                      bool *budget_refused);
+};
+
+/* ------------------------------------------------------------------ */
+/* Heap                                                                */
+/* ------------------------------------------------------------------ */
+
+typedef struct vg_trace vg_trace;
+
+#define VG_BLOCK_SLAB 256
+
+typedef struct vg_slab {
+    struct vg_slab *next;
+} vg_slab;
+
+struct vg_heap {
+    vg_lock lock;
+    vg_device *dev;
+    const vg_policy *policy;
+    size_t budget;         /* 0 = none */
+    double gc_threshold;   /* 0 = off */
+    size_t device_total;
+
+    vg_stream_bins **streams;
+    size_t nstreams, streams_cap;
+    vg_stream_bins *last_stream; /* the stream of the previous call */
+
+    vg_addr_map live;
+    vg_block *spare_blocks;      /* free list of block records */
+    vg_stream_use *spare_uses;
+    vg_slab *slabs;              /* everything the free lists were cut from */
+
+    vg_segment *segments;
+    vg_segment *idle_head, *idle_tail;
+    vg_block *pending;           /* freed blocks waiting for other streams */
+    size_t free_blocks;
+
+    vg_stats stats;
+    uint64_t live_per_bin[VG_NBINS];
+    vg_trace *trace;
+};
+
+/* heap.c: the operations the policies build on. */
+vg_segment *vg__segment_create(vg_heap *h, vg_stream_bins *sb, int pool, size_t size);
+void vg__segment_release(vg_heap *h, vg_segment *seg);
+/* Release wholly free segments, oldest first, until `target` bytes are
+ * released (SIZE_MAX = all); only those of `only` when it is not NULL.
+ * Returns the bytes released. */
+size_t vg__release_idle(vg_heap *h, const vg_stream_bins *only, size_t target,
+                        uint64_t *counter);
+/* Finish deferred frees whose events have completed. */
+void vg__process_pending(vg_heap *h);
+/* Wait for the device and finish every deferred free. */
+void vg__synchronize(vg_heap *h);
+/* Can `bytes` more be reserved without passing the budget or the device? */
+bool vg__within_budget(const vg_heap *h, size_t bytes);
+size_t vg__reserved(const vg_heap *h);
+
+/* policy.c: pieces both policies use. */
+size_t vg__round_to_granule(size_t bytes);
+/* gc threshold: release idle segments, oldest first, so that growing by
+ * `growth` stays under the threshold. */
+void vg__collect_before_growth(vg_heap *h, size_t growth);
+
+/* stats.c, with the heap locked. */
+void vg__fragmentation_locked(vg_heap *h, vg_fragmentation *out);
+
+/* ------------------------------------------------------------------ */
+/* Stats helpers (hot path, so inline)                                 */
+/* ------------------------------------------------------------------ */
+
+static inline void vg__stat_add(vg_stat *s, int64_t v)
+{
+    s->current += v;
+    s->allocated += v;
+    if (s->current > s->peak) s->peak = s->current;
+}
+
+static inline void vg__stat_sub(vg_stat *s, int64_t v)
+{
+    s->current -= v;
+    s->freed += v;
+}
+
+/* Add to the all-pools entry and the pool's own. */
+static inline void vg__stat_add2(vg_stat *s, int pool, int64_t v)
+{
+    vg__stat_add(&s[VG_STAT_ALL], v);
+    vg__stat_add(&s[1 + pool], v);
+}
+
+static inline void vg__stat_sub2(vg_stat *s, int pool, int64_t v)
+{
+    vg__stat_sub(&s[VG_STAT_ALL], v);
+    vg__stat_sub(&s[1 + pool], v);
+}
+
+#endif

@@ -1,0 +1,79 @@
+/* Reading the heap's numbers. Counters are kept current by heap.c and the
+ * policies as they act, so reading them is a copy; fragmentation and the
+ * histogram are computed on demand because they are read rarely and
+ * keeping them current would tax every allocation. */
+#include "heap_internal.h"
+
+#include <string.h>
+
+void vg_heap_stats(vg_heap *h, vg_stats *out)
+{
+    vg_lock_acquire(&h->lock);
+    *out = h->stats;
+    vg_lock_release(&h->lock);
+}
+
+static void reset_peak(vg_stat *s)
+{
+    for (int i = 0; i < VG_STAT_TYPES; i++) s[i].peak = s[i].current;
+}
+
+void vg_heap_reset_peaks(vg_heap *h)
+{
+    vg_lock_acquire(&h->lock);
+    vg_stats *st = &h->stats;
+    reset_peak(st->requested_bytes);
+    reset_peak(st->allocated_bytes);
+    reset_peak(st->allocation);
+    reset_peak(st->active);
+    reset_peak(st->active_bytes);
+    reset_peak(st->reserved_bytes);
+    reset_peak(st->segment);
+    vg_lock_release(&h->lock);
+}
+
+void vg__fragmentation_locked(vg_heap *h, vg_fragmentation *out)
+{
+    memset(out, 0, sizeof *out);
+    const vg_stats *st = &h->stats;
+    out->reserved_bytes = (uint64_t)st->reserved_bytes[VG_STAT_ALL].current;
+    out->allocated_bytes = (uint64_t)st->allocated_bytes[VG_STAT_ALL].current;
+    /* Pending blocks are not free yet: count only what can be handed out. */
+    out->free_bytes = out->reserved_bytes - (uint64_t)st->active_bytes[VG_STAT_ALL].current;
+    out->free_blocks = h->free_blocks;
+    out->pending_blocks = (uint64_t)(st->active[VG_STAT_ALL].current -
+                                     st->allocation[VG_STAT_ALL].current);
+    for (size_t i = 0; i < h->nstreams; i++) {
+        for (int pool = 0; pool < VG_POOL_COUNT; pool++) {
+            const vg_block *blk = vg__bins_largest(&h->streams[i]->pool[pool]);
+            if (blk && blk->size > out->largest_free_block) out->largest_free_block = blk->size;
+        }
+    }
+    if (out->free_bytes)
+        out->external = 1.0 - (double)out->largest_free_block / (double)out->free_bytes;
+    if (out->reserved_bytes)
+        out->unused = 1.0 - (double)out->allocated_bytes / (double)out->reserved_bytes;
+}
+
+void vg_heap_fragmentation(vg_heap *h, vg_fragmentation *out)
+{
+    vg_lock_acquire(&h->lock);
+    vg__fragmentation_locked(h, out);
+    vg_lock_release(&h->lock);
+}
+
+size_t vg_heap_histogram(vg_heap *h, uint64_t *lower_bounds, uint64_t *counts, size_t n)
+{
+    size_t found = 0;
+    vg_lock_acquire(&h->lock);
+    for (uint32_t bin = 0; bin < VG_NBINS; bin++) {
+        if (!h->live_per_bin[bin]) continue;
+        if (found < n) {
+            lower_bounds[found] = vg__bin_lower_bound(bin);
+            counts[found] = h->live_per_bin[bin];
+        }
+        found++;
+    }
+    vg_lock_release(&h->lock);
+    return found;
+}

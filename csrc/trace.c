@@ -1,0 +1,105 @@
+/* The event ring: a fixed array written round and round, so recording costs
+ * no allocation per event. When full, the oldest event is overwritten and
+ * counted, so a reader knows the trace is incomplete. */
+#include "heap_internal.h"
+#include "trace.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+struct vg_trace {
+    vg_trace_event *ring;
+    size_t capacity;
+    size_t start;     /* index of the oldest event */
+    size_t count;
+    uint64_t dropped;
+    int recording;
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void vg__trace_event(vg_trace *t, uint32_t kind, uintptr_t addr, size_t size,
+                     size_t requested, vg_stream_t stream)
+{
+    if (!t->recording) return;
+    size_t slot;
+    if (t->count < t->capacity) {
+        slot = (t->start + t->count++) % t->capacity;
+    } else {
+        slot = t->start;
+        t->start = (t->start + 1) % t->capacity;
+        t->dropped++;
+    }
+    vg_trace_event *ev = &t->ring[slot];
+    ev->time_ns = now_ns();
+    ev->addr = addr;
+    ev->size = size;
+    ev->requested = requested;
+    ev->stream = stream;
+    ev->kind = kind;
+    ev->reserved_ = 0;
+}
+
+void vg__trace_destroy(vg_trace *t)
+{
+    if (!t) return;
+    free(t->ring);
+    free(t);
+}
+
+int vg_heap_trace_start(vg_heap *h, size_t capacity)
+{
+    if (capacity == 0 || capacity > ((size_t)1 << 32)) return VG_ERR_ARG;
+    vg_trace *t = calloc(1, sizeof *t);
+    if (!t) return VG_ERR_NOMEM;
+    t->ring = calloc(capacity, sizeof *t->ring);
+    if (!t->ring) {
+        free(t);
+        return VG_ERR_NOMEM;
+    }
+    t->capacity = capacity;
+    t->recording = 1;
+    vg_lock_acquire(&h->lock);
+    vg_trace *old = h->trace;
+    h->trace = t;
+    vg_lock_release(&h->lock);
+    vg__trace_destroy(old);
+    return VG_OK;
+}
+
+void vg_heap_trace_stop(vg_heap *h)
+{
+    vg_lock_acquire(&h->lock);
+    if (h->trace) h->trace->recording = 0;
+    vg_lock_release(&h->lock);
+}
+
+int vg_heap_trace_active(vg_heap *h)
+{
+    vg_lock_acquire(&h->lock);
+    int active = h->trace && h->trace->recording;
+    vg_lock_release(&h->lock);
+    return active;
+}
+
+size_t vg_heap_trace_take(vg_heap *h, vg_trace_event *out, size_t max, uint64_t *dropped)
+{
+    vg_lock_acquire(&h->lock);
+    vg_trace *t = h->trace;
+    size_t n = 0;
+    if (t) {
+        for (; n < max && t->count; n++) {
+            out[n] = t->ring[t->start];
+            t->start = (t->start + 1) % t->capacity;
+            t->count--;
+        }
+    }
+    if (dropped) *dropped = t ? t->dropped : 0;
+    vg_lock_release(&h->lock);
+    return n;
+}

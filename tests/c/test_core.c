@@ -1,0 +1,724 @@
+/* Tests of the allocator core on the simulated device: exact byte counts
+ * after known sequences, each policy step with its counter, bad input, and
+ * invariants after long seeded random sequences, single and multi-threaded. */
+#include "harness.h"
+#include "heap_internal.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+#define GiB ((size_t)1 << 30)
+
+typedef struct fixture {
+    vg_device *dev;
+    vg_heap *heap;
+} fixture;
+
+static fixture make(size_t capacity, size_t budget, double gc, const vg_policy *policy)
+{
+    fixture f;
+    f.dev = vg_sim_create(capacity);
+    vg_heap_config cfg = {policy, budget, gc};
+    f.heap = vg_heap_create(f.dev, &cfg);
+    return f;
+}
+
+static void destroy(fixture f)
+{
+    vg_heap_destroy(f.heap);
+    f.dev->ops->destroy(f.dev);
+}
+
+static vg_stats stats_of(vg_heap *h)
+{
+    vg_stats st;
+    vg_heap_stats(h, &st);
+    return st;
+}
+
+/* ------------------------------------------------------------------ */
+/* Size classes                                                        */
+/* ------------------------------------------------------------------ */
+
+static void test_round_size(void)
+{
+    CHECK_EQ(vg_round_size(0), 0);
+    CHECK_EQ(vg_round_size(1), 512);
+    CHECK_EQ(vg_round_size(512), 512);
+    CHECK_EQ(vg_round_size(513), 1024);
+    CHECK_EQ(vg_round_size(VG_MAX_REQUEST), VG_MAX_REQUEST);
+    CHECK_EQ(vg_round_size(VG_MAX_REQUEST + 1), 0);
+    CHECK_EQ(vg_round_size(SIZE_MAX), 0);
+    CHECK_EQ(vg_round_size(SIZE_MAX - 100), 0);
+}
+
+static void test_bin_classes(void)
+{
+    /* Every size lies inside its class, and classes grow with size. */
+    uint32_t last = 0;
+    for (size_t units = 1; units < 200000; units += 1 + units / 64) {
+        size_t size = units * VG_ALIGN;
+        uint32_t bin = vg__bin_of_size(size);
+        CHECK(bin < VG_NBINS);
+        CHECK(bin >= last);
+        CHECK(vg__bin_lower_bound(bin) <= size);
+        CHECK(vg__bin_lower_bound(bin + 1) > size);
+        last = bin;
+    }
+    CHECK(vg__bin_of_size(VG_MAX_REQUEST) < VG_NBINS);
+    CHECK_EQ(vg__bin_of_size(31 * 512), 31);
+    CHECK_EQ(vg__bin_of_size(32 * 512), 32);
+    CHECK_EQ(vg__bin_lower_bound(vg__bin_of_size(MiB)), MiB);
+    /* A class is at most 1/32 wider than its lower bound. */
+    for (uint32_t bin = 33; bin < VG_NBINS - 1; bin += 7) {
+        size_t lo = vg__bin_lower_bound(bin), hi = vg__bin_lower_bound(bin + 1);
+        CHECK(hi - lo <= lo / 32);
+    }
+}
+
+static void test_addr_map(void)
+{
+    vg_addr_map m;
+    CHECK_EQ(vg__map_init(&m, 16), VG_OK);
+    enum { N = 20000 };
+    static uintptr_t keys[N];
+    static int present[N];
+    uint64_t rng = 42;
+    for (int i = 0; i < N; i++) keys[i] = ((uintptr_t)i + 1) * 512 * 3;
+    for (int round = 0; round < 200000; round++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        int i = (int)((rng >> 33) % N);
+        if (present[i]) {
+            CHECK(vg__map_take(&m, keys[i]) == (vg_block *)&keys[i]);
+            present[i] = 0;
+        } else {
+            CHECK(vg__map_get(&m, keys[i]) == NULL);
+            CHECK_EQ(vg__map_put(&m, keys[i], (vg_block *)&keys[i]), VG_OK);
+            present[i] = 1;
+        }
+    }
+    size_t count = 0;
+    for (int i = 0; i < N; i++) {
+        CHECK((vg__map_get(&m, keys[i]) != NULL) == (present[i] != 0));
+        count += (size_t)present[i];
+    }
+    CHECK_EQ(m.count, count);
+    vg__map_free(&m);
+}
+
+/* ------------------------------------------------------------------ */
+/* Exact byte counts                                                   */
+/* ------------------------------------------------------------------ */
+
+static void test_small_alloc_split_coalesce(void)
+{
+    fixture f = make(GiB, 0, 0, NULL);
+    void *a = vg_heap_alloc(f.heap, 1000, 0, NULL);
+    CHECK(a != NULL);
+    vg_stats st = stats_of(f.heap);
+    CHECK_EQ(st.requested_bytes[VG_STAT_ALL].current, 1000);
+    CHECK_EQ(st.allocated_bytes[VG_STAT_SMALL].current, 1024);
+    CHECK_EQ(st.reserved_bytes[VG_STAT_SMALL].current, 2 * MiB);
+    CHECK_EQ(st.reserved_bytes[VG_STAT_LARGE].current, 0);
+    CHECK_EQ(st.num_splits, 1);
+    CHECK_EQ(vg_heap_block_size(f.heap, a), 1024);
+
+    void *b = vg_heap_alloc(f.heap, 1024, 0, NULL);
+    void *c = vg_heap_alloc(f.heap, 4096, 0, NULL);
+    CHECK((uintptr_t)b == (uintptr_t)a + 1024);
+    CHECK((uintptr_t)c == (uintptr_t)b + 1024);
+    CHECK_HEAP(f.heap);
+
+    /* Free the middle: a hole of 1024 between two live blocks. */
+    CHECK_EQ(vg_heap_free(f.heap, b), VG_OK);
+    vg_fragmentation fr;
+    vg_heap_fragmentation(f.heap, &fr);
+    CHECK_EQ(fr.free_bytes, 2 * MiB - 1024 - 4096);
+    CHECK_EQ(fr.free_blocks, 2);
+    CHECK_EQ(fr.largest_free_block, 2 * MiB - 1024 * 2 - 4096);
+    CHECK_HEAP(f.heap);
+
+    /* A 1024 request takes the hole (best fit), not the tail. */
+    void *d = vg_heap_alloc(f.heap, 700, 0, NULL);
+    CHECK(d == b);
+    CHECK_EQ(vg_heap_free(f.heap, d), VG_OK);
+
+    /* Freeing a and c coalesces everything back into one idle segment. */
+    CHECK_EQ(vg_heap_free(f.heap, a), VG_OK);
+    CHECK_EQ(vg_heap_free(f.heap, c), VG_OK);
+    st = stats_of(f.heap);
+    CHECK_EQ(st.allocated_bytes[VG_STAT_ALL].current, 0);
+    CHECK_EQ(st.reserved_bytes[VG_STAT_ALL].current, 2 * MiB);
+    CHECK_EQ(st.num_merges, st.num_splits);
+    vg_heap_fragmentation(f.heap, &fr);
+    CHECK_EQ(fr.free_blocks, 1);
+    CHECK_EQ(fr.largest_free_block, 2 * MiB);
+    CHECK_HEAP(f.heap);
+
+    CHECK_EQ(vg_heap_empty_cache(f.heap), 2 * MiB);
+    st = stats_of(f.heap);
+    CHECK_EQ(st.reserved_bytes[VG_STAT_ALL].current, 0);
+    CHECK_EQ(st.reserved_bytes[VG_STAT_ALL].peak, 2 * MiB);
+    CHECK_EQ(st.num_empty_cache, 1);
+    CHECK_EQ(st.num_empty_cache_releases, 1);
+    CHECK_EQ(vg_sim_used(f.dev), 0);
+    CHECK_HEAP(f.heap);
+    destroy(f);
+}
+
+static void test_large_segments(void)
+{
+    fixture f = make(GiB, 0, 0, NULL);
+    /* 3 MiB: a shared 20 MiB segment, split. */
+    void *a = vg_heap_alloc(f.heap, 3 * MiB, 0, NULL);
+    vg_stats st = stats_of(f.heap);
+    CHECK_EQ(st.reserved_bytes[VG_STAT_LARGE].current, 20 * MiB);
+    CHECK_EQ(st.allocated_bytes[VG_STAT_LARGE].current, 3 * MiB);
+    /* A second 3 MiB tensor fits in the same segment. */
+    void *b = vg_heap_alloc(f.heap, 3 * MiB, 0, NULL);
+    CHECK((uintptr_t)b == (uintptr_t)a + 3 * MiB);
+    st = stats_of(f.heap);
+    CHECK_EQ(st.num_device_alloc, 1);
+    /* 15 MiB + 1 does not fit in the 14 MiB left: its own segment, rounded
+     * to 2 MiB. */
+    void *c = vg_heap_alloc(f.heap, 15 * MiB + 1, 0, NULL);
+    st = stats_of(f.heap);
+    CHECK_EQ(st.reserved_bytes[VG_STAT_LARGE].current, 20 * MiB + 16 * MiB);
+    CHECK_EQ(st.allocated_bytes[VG_STAT_LARGE].current, 6 * MiB + 15 * MiB + 512);
+    CHECK_EQ(st.requested_bytes[VG_STAT_LARGE].current, 6 * MiB + 15 * MiB + 1);
+    CHECK_EQ(st.segment[VG_STAT_LARGE].current, 2);
+    CHECK_HEAP(f.heap);
+    vg_heap_free(f.heap, a);
+    vg_heap_free(f.heap, b);
+    vg_heap_free(f.heap, c);
+    CHECK_EQ(vg_heap_empty_cache(f.heap), 36 * MiB);
+    CHECK_HEAP(f.heap);
+    destroy(f);
+}
+
+static void test_torch_policy_split_rule(void)
+{
+    /* 19.5 MiB in a 20 MiB segment leaves 0.5 MiB: PyTorch keeps it in the
+     * block (no split under 1 MiB); vramguard splits it off. */
+    fixture t = make(GiB, 0, 0, &vg_policy_torch);
+    fixture v = make(GiB, 0, 0, &vg_policy_default);
+    CHECK(vg_heap_alloc(t.heap, 19 * MiB + 512 * KiB, 0, NULL) != NULL);
+    CHECK(vg_heap_alloc(v.heap, 19 * MiB + 512 * KiB, 0, NULL) != NULL);
+    CHECK_EQ(stats_of(t.heap).allocated_bytes[VG_STAT_ALL].current, 20 * MiB);
+    CHECK_EQ(stats_of(v.heap).allocated_bytes[VG_STAT_ALL].current, 19 * MiB + 512 * KiB);
+    CHECK_EQ(stats_of(t.heap).num_splits, 0);
+    CHECK_EQ(stats_of(v.heap).num_splits, 1);
+    CHECK_HEAP(t.heap);
+    CHECK_HEAP(v.heap);
+    CHECK(strcmp(vg_heap_policy_name(t.heap), "torch") == 0);
+    destroy(t);
+    destroy(v);
+}
+
+/* ------------------------------------------------------------------ */
+/* Streams                                                             */
+/* ------------------------------------------------------------------ */
+
+static void test_reuse_only_on_same_stream(void)
+{
+    fixture f = make(GiB, 0, 0, NULL);
+    void *a = vg_heap_alloc(f.heap, 64 * MiB, 1, NULL);
+    vg_heap_free(f.heap, a);
+    void *b = vg_heap_alloc(f.heap, 64 * MiB, 2, NULL);
+    CHECK(b != a);
+    CHECK_EQ(stats_of(f.heap).num_device_alloc, 2);
+    void *c = vg_heap_alloc(f.heap, 64 * MiB, 1, NULL);
+    CHECK(c == a);
+    vg_stats st = stats_of(f.heap);
+    CHECK_EQ(st.num_cache_hits, 1);
+    CHECK_EQ(st.num_cache_misses, 2);
+    CHECK_HEAP(f.heap);
+    destroy(f);
+}
+
+static void test_record_stream_defers_reuse(void)
+{
+    fixture f = make(GiB, 0, 0, NULL);
+    void *a = vg_heap_alloc(f.heap, 64 * MiB, 1, NULL);
+    CHECK_EQ(vg_heap_record_stream(f.heap, a, 7), VG_OK);
+    CHECK_EQ(vg_heap_record_stream(f.heap, a, 7), VG_OK); /* once is enough */
+    CHECK_EQ(vg_heap_record_stream(f.heap, a, 1), VG_OK); /* its own stream: no-op */
+    CHECK_EQ(stats_of(f.heap).num_record_stream, 1);
+    CHECK_EQ(vg_heap_free(f.heap, a), VG_OK);
+    vg_stats st = stats_of(f.heap);
+    CHECK_EQ(st.allocated_bytes[VG_STAT_ALL].current, 0);
+    CHECK_EQ(st.active_bytes[VG_STAT_ALL].current, 64 * MiB);
+    CHECK_EQ(st.num_deferred_frees, 1);
+    CHECK_HEAP(f.heap);
+    /* Stream 7 has not finished: stream 1 must not get the block back. */
+    void *b = vg_heap_alloc(f.heap, 64 * MiB, 1, NULL);
+    CHECK(b != a);
+    vg_heap_free(f.heap, b);
+    /* A double free of the deferred block is caught too. */
+    CHECK_EQ(vg_heap_free(f.heap, a), VG_ERR_INVALID);
+    vg_sim_complete_stream(f.dev, 7);
+    void *c = vg_heap_alloc(f.heap, 128 * MiB, 1, NULL);
+    st = stats_of(f.heap);
+    CHECK_EQ(st.active_bytes[VG_STAT_ALL].current, 128 * MiB);
+    vg_heap_free(f.heap, c);
+    /* Both 64 MiB blocks are cached now; the next 64 MiB is a hit. */
+    uint64_t hits = st.num_cache_hits;
+    void *d = vg_heap_alloc(f.heap, 64 * MiB, 1, NULL);
+    CHECK(d == a || d == b);
+    CHECK_EQ(stats_of(f.heap).num_cache_hits, hits + 1);
+    vg_heap_free(f.heap, d);
+    CHECK_HEAP(f.heap);
+    destroy(f);
+}
+
+static void test_empty_cache_waits_for_deferred_frees(void)
+{
+    fixture f = make(GiB, 0, 0, NULL);
+    void *a = vg_heap_alloc(f.heap, 32 * MiB, 1, NULL);
+    vg_heap_record_stream(f.heap, a, 2);
+    vg_heap_free(f.heap, a);
+    CHECK_EQ(vg_heap_empty_cache(f.heap), 32 * MiB);
+    CHECK_EQ(stats_of(f.heap).reserved_bytes[VG_STAT_ALL].current, 0);
+    CHECK_HEAP(f.heap);
+    destroy(f);
+}
+
+/* ------------------------------------------------------------------ */
+/* Policy steps                                                        */
+/* ------------------------------------------------------------------ */
+
+static void test_budget_shrinks_then_refuses(void)
+{
+    fixture f = make(GiB, 4 * MiB, 0, NULL);
+    vg_oom_info oom;
+    void *a = vg_heap_alloc(f.heap, 3 * MiB, 0, &oom);
+    CHECK(a != NULL);
+    vg_stats st = stats_of(f.heap);
+    CHECK_EQ(st.reserved_bytes[VG_STAT_ALL].current, 4 * MiB); /* not 20 MiB */
+    CHECK_EQ(st.num_shrunk_segments, 1);
+    CHECK_EQ(st.num_budget_refusals, 1);
+    void *b = vg_heap_alloc(f.heap, 3 * MiB, 0, &oom);
+    CHECK(b == NULL);
+    st = stats_of(f.heap);
+    CHECK_EQ(st.num_ooms, 1);
+    CHECK_EQ(oom.requested, 3 * MiB);
+    CHECK_EQ(oom.rounded, 3 * MiB);
+    CHECK_EQ(oom.budget, 4 * MiB);
+    CHECK_EQ(oom.reserved, 4 * MiB);
+    CHECK_EQ(oom.allocated, 3 * MiB);
+    CHECK_EQ(oom.largest_free_block, 1 * MiB);
+    CHECK_EQ(oom.free_blocks, 1);
+    CHECK_EQ(oom.device_total, GiB);
+    CHECK_EQ(oom.device_free, GiB - 4 * MiB);
+    CHECK(oom.budget_refused);
+    CHECK(st.reserved_bytes[VG_STAT_ALL].peak <= 4 * (int64_t)MiB);
+    CHECK_HEAP(f.heap);
+    /* The heap still works after an OOM. */
+    vg_heap_free(f.heap, a);
+    CHECK(vg_heap_alloc(f.heap, 3 * MiB, 0, &oom) == a);
+    destroy(f);
+}
+
+static void test_release_same_stream_then_retry(void)
+{
+    fixture f = make(GiB, 40 * MiB, 0, NULL);
+    void *a = vg_heap_alloc(f.heap, 12 * MiB, 1, NULL); /* own 12 MiB segment */
+    vg_heap_free(f.heap, a);
+    void *b = vg_heap_alloc(f.heap, 30 * MiB, 1, NULL); /* 12 + 30 > 40 */
+    CHECK(b != NULL);
+    vg_stats st = stats_of(f.heap);
+    CHECK_EQ(st.num_stream_releases, 1);
+    CHECK_EQ(st.num_alloc_retries, 1);
+    CHECK_EQ(st.num_sync_all_streams, 0);
+    CHECK_EQ(st.reserved_bytes[VG_STAT_ALL].current, 30 * MiB);
+    CHECK_HEAP(f.heap);
+    destroy(f);
+}
+
+static void test_sync_release_all_then_retry(void)
+{
+    fixture f = make(GiB, 40 * MiB, 0, NULL);
+    void *a = vg_heap_alloc(f.heap, 30 * MiB, 1, NULL);
+    vg_heap_free(f.heap, a);
+    /* Another stream: its own idle segments are none, so step 3 acts. */
+    void *b = vg_heap_alloc(f.heap, 30 * MiB, 2, NULL);
+    CHECK(b != NULL);
+    vg_stats st = stats_of(f.heap);
+    CHECK_EQ(st.num_stream_releases, 0);
+    CHECK_EQ(st.num_sync_all_streams, 1);
+    CHECK_EQ(st.num_sync_releases, 1);
+    CHECK_EQ(st.num_alloc_retries, 1);
+    CHECK_EQ(st.num_device_free, 1);
+    CHECK_EQ(st.reserved_bytes[VG_STAT_ALL].current, 30 * MiB);
+    CHECK_HEAP(f.heap);
+    destroy(f);
+}
+
+static void test_sync_finishes_deferred_free_and_reuses_it(void)
+{
+    fixture f = make(GiB, 40 * MiB, 0, NULL);
+    void *a = vg_heap_alloc(f.heap, 30 * MiB, 1, NULL);
+    vg_heap_record_stream(f.heap, a, 9);
+    vg_heap_free(f.heap, a);
+    void *b = vg_heap_alloc(f.heap, 30 * MiB, 1, NULL);
+    CHECK(b == a); /* after the synchronize, the cached block fits */
+    vg_stats st = stats_of(f.heap);
+    CHECK_EQ(st.num_sync_all_streams, 1);
+    CHECK_EQ(st.num_device_alloc, 1);
+    CHECK_HEAP(f.heap);
+    destroy(f);
+}
+
+static void test_gc_threshold_releases_oldest(void)
+{
+    fixture f = make(GiB, 100 * MiB, 0.5, NULL);
+    void *a = vg_heap_alloc(f.heap, 20 * MiB, 1, NULL);
+    void *b = vg_heap_alloc(f.heap, 20 * MiB, 2, NULL);
+    vg_heap_free(f.heap, a); /* idle first: the oldest */
+    vg_heap_free(f.heap, b);
+    void *c = vg_heap_alloc(f.heap, 20 * MiB, 3, NULL); /* 60 > 50: gc */
+    CHECK(c != NULL);
+    vg_stats st = stats_of(f.heap);
+    CHECK_EQ(st.num_gc_releases, 1);
+    CHECK_EQ(st.reserved_bytes[VG_STAT_ALL].current, 40 * MiB);
+    /* The one released was a's: b's segment is still cached for stream 2. */
+    CHECK(vg_heap_alloc(f.heap, 20 * MiB, 2, NULL) == b);
+    CHECK_HEAP(f.heap);
+    destroy(f);
+}
+
+static void test_device_refusal_and_fault_injection(void)
+{
+    fixture f = make(64 * MiB, 0, 0, NULL);
+    void *a = vg_heap_alloc(f.heap, 40 * MiB, 0, NULL);
+    vg_heap_free(f.heap, a);
+    vg_oom_info oom;
+    /* The device is full of our own cache: release it and retry. */
+    void *b = vg_heap_alloc(f.heap, 50 * MiB, 0, &oom);
+    CHECK(b != NULL);
+    vg_stats st = stats_of(f.heap);
+    CHECK_EQ(st.num_device_alloc_failed, 1);
+    CHECK_EQ(st.num_stream_releases, 1);
+    /* An injected failure of the next reserve is ridden over by the retry. */
+    vg_sim_fail_nth(f.dev, 1);
+    void *c = vg_heap_alloc(f.heap, 2 * MiB, 0, &oom);
+    CHECK(c != NULL);
+    st = stats_of(f.heap);
+    CHECK_EQ(st.num_device_alloc_failed, 2);
+    CHECK_EQ(st.num_ooms, 0);
+    /* Too big for the device: an OOM, not from the budget. */
+    CHECK(vg_heap_alloc(f.heap, 100 * MiB, 0, &oom) == NULL);
+    CHECK(!oom.budget_refused);
+    CHECK_EQ(oom.budget, 0);
+    CHECK_HEAP(f.heap);
+    destroy(f);
+}
+
+static void test_lowering_budget_releases_idle(void)
+{
+    fixture f = make(GiB, 0, 0, NULL);
+    void *a = vg_heap_alloc(f.heap, 30 * MiB, 0, NULL);
+    void *b = vg_heap_alloc(f.heap, 30 * MiB, 0, NULL);
+    vg_heap_free(f.heap, a);
+    CHECK_EQ(vg_heap_set_budget(f.heap, 40 * MiB), VG_OK);
+    vg_stats st = stats_of(f.heap);
+    CHECK_EQ(st.reserved_bytes[VG_STAT_ALL].current, 30 * MiB);
+    CHECK_EQ(st.num_budget_releases, 1);
+    CHECK_EQ(vg_heap_budget(f.heap), 40 * MiB);
+    vg_heap_free(f.heap, b);
+    CHECK_EQ(vg_heap_set_gc_threshold(f.heap, 1.5), VG_ERR_ARG);
+    CHECK_EQ(vg_heap_set_gc_threshold(f.heap, 0.25), VG_OK);
+    CHECK_HEAP(f.heap);
+    destroy(f);
+}
+
+/* ------------------------------------------------------------------ */
+/* Bad input                                                           */
+/* ------------------------------------------------------------------ */
+
+static void test_bad_input(void)
+{
+    fixture f = make(GiB, 0, 0, NULL);
+    void *a = vg_heap_alloc(f.heap, 4096, 0, NULL);
+    CHECK_EQ(vg_heap_free(f.heap, NULL), VG_OK);
+    CHECK_EQ(vg_heap_free(f.heap, (char *)a + 512), VG_ERR_INVALID); /* interior */
+    CHECK_EQ(vg_heap_free(f.heap, (void *)(uintptr_t)0xdeadbeef000), VG_ERR_INVALID);
+    CHECK_EQ(vg_heap_free(f.heap, a), VG_OK);
+    CHECK_EQ(vg_heap_free(f.heap, a), VG_ERR_INVALID); /* double free */
+    CHECK_EQ(vg_heap_record_stream(f.heap, a, 3), VG_ERR_INVALID);
+    vg_stats st = stats_of(f.heap);
+    CHECK_EQ(st.num_invalid_frees, 3);
+    CHECK_HEAP(f.heap);
+
+    vg_oom_info oom;
+    CHECK(vg_heap_alloc(f.heap, 0, 0, &oom) == NULL);
+    CHECK_EQ(stats_of(f.heap).num_zero_allocs, 1);
+    CHECK_EQ(stats_of(f.heap).num_ooms, 0);
+    CHECK(vg_heap_alloc(f.heap, SIZE_MAX, 0, &oom) == NULL);
+    CHECK_EQ(oom.requested, SIZE_MAX);
+    CHECK_EQ(oom.rounded, 0);
+    CHECK(vg_heap_alloc(f.heap, SIZE_MAX - 511, 0, &oom) == NULL);
+    CHECK(vg_heap_alloc(f.heap, VG_MAX_REQUEST, 0, &oom) == NULL);
+    CHECK(vg_heap_alloc(f.heap, 2 * GiB, 0, &oom) == NULL);
+    CHECK_EQ(stats_of(f.heap).num_ooms, 4);
+    CHECK_HEAP(f.heap);
+
+    vg_heap_config bad = {NULL, 0, 2.0};
+    CHECK(vg_heap_create(f.dev, &bad) == NULL);
+    CHECK(vg_heap_create(NULL, NULL) == NULL);
+    /* Sim controls ignore devices that are not simulated. */
+    vg_device not_sim = {NULL, 0};
+    vg_sim_fail_nth(&not_sim, 1);
+    CHECK_EQ(vg_sim_used(&not_sim), 0);
+    destroy(f);
+}
+
+/* ------------------------------------------------------------------ */
+/* Visiting, histogram, trace                                          */
+/* ------------------------------------------------------------------ */
+
+typedef struct visit_tally {
+    size_t segments, blocks, live, bytes;
+} visit_tally;
+
+static int on_segment(void *arg, const vg_segment_info *seg)
+{
+    visit_tally *t = arg;
+    t->segments++;
+    t->bytes += seg->size;
+    return 0;
+}
+
+static int on_block(void *arg, const vg_block_info *blk)
+{
+    visit_tally *t = arg;
+    t->blocks++;
+    t->live += blk->state == VG_BLOCK_LIVE;
+    return 0;
+}
+
+static void test_visit_and_histogram(void)
+{
+    fixture f = make(GiB, 0, 0, NULL);
+    void *p[5];
+    for (int i = 0; i < 4; i++) p[i] = vg_heap_alloc(f.heap, 1000, 0, NULL);
+    p[4] = vg_heap_alloc(f.heap, 30 * MiB, 0, NULL);
+    visit_tally t = {0, 0, 0, 0};
+    CHECK_EQ(vg_heap_visit(f.heap, on_segment, on_block, &t), 0);
+    CHECK_EQ(t.segments, 2);
+    CHECK_EQ(t.blocks, 6); /* 4 small + tail, 1 large */
+    CHECK_EQ(t.live, 5);
+    CHECK_EQ(t.bytes, 32 * MiB);
+    uint64_t lo[8], n[8];
+    CHECK_EQ(vg_heap_histogram(f.heap, lo, n, 8), 2);
+    CHECK_EQ(lo[0], 1024);
+    CHECK_EQ(n[0], 4);
+    CHECK(lo[1] <= 30 * MiB);
+    CHECK_EQ(n[1], 1);
+    for (int i = 0; i < 5; i++) vg_heap_free(f.heap, p[i]);
+    CHECK_EQ(vg_heap_histogram(f.heap, lo, n, 8), 0);
+    destroy(f);
+}
+
+static void test_trace_ring(void)
+{
+    fixture f = make(GiB, 0, 0, NULL);
+    CHECK_EQ(vg_heap_trace_start(f.heap, 0), VG_ERR_ARG);
+    CHECK_EQ(vg_heap_trace_start(f.heap, 4), VG_OK);
+    void *a = vg_heap_alloc(f.heap, 1000, 5, NULL);
+    vg_heap_free(f.heap, a);
+    vg_heap_empty_cache(f.heap);
+    vg_trace_event ev[8];
+    uint64_t dropped = 0;
+    /* reserve, alloc, free, release, empty_cache: 5 events in a ring of 4 */
+    size_t n = vg_heap_trace_take(f.heap, ev, 8, &dropped);
+    CHECK_EQ(n, 4);
+    CHECK_EQ(dropped, 1);
+    CHECK_EQ(ev[0].kind, VG_EV_ALLOC);
+    CHECK_EQ(ev[0].requested, 1000);
+    CHECK_EQ(ev[0].size, 1024);
+    CHECK_EQ(ev[0].stream, 5);
+    CHECK_EQ(ev[1].kind, VG_EV_FREE);
+    CHECK_EQ(ev[2].kind, VG_EV_RELEASE);
+    CHECK_EQ(ev[3].kind, VG_EV_EMPTY_CACHE);
+    CHECK(ev[0].time_ns <= ev[3].time_ns);
+    vg_heap_trace_stop(f.heap);
+    CHECK(!vg_heap_trace_active(f.heap));
+    vg_heap_alloc(f.heap, 1000, 5, NULL);
+    CHECK_EQ(vg_heap_trace_take(f.heap, ev, 8, NULL), 0);
+    destroy(f);
+}
+
+/* ------------------------------------------------------------------ */
+/* Random sequences                                                    */
+/* ------------------------------------------------------------------ */
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* Sizes as in a training step: mostly small, some mid, a few large. */
+static size_t random_size(uint64_t *rng)
+{
+    uint64_t r = rng_next(rng);
+    switch (r % 10) {
+    case 0: case 1: case 2: case 3: case 4: return 1 + (size_t)(r >> 8) % (64 * KiB);
+    case 5: case 6: return 1 + (size_t)(r >> 8) % MiB;
+    case 7: case 8: return MiB + (size_t)(r >> 8) % (16 * MiB);
+    default: return 16 * MiB + (size_t)(r >> 8) % (128 * MiB);
+    }
+}
+
+static void run_random(const vg_policy *policy, size_t budget, double gc, uint64_t seed, int ops)
+{
+    enum { SLOTS = 512 };
+    fixture f = make(4 * GiB, budget, gc, policy);
+    void *live[SLOTS] = {0};
+    uint64_t rng = seed;
+    int64_t ooms = 0;
+    for (int i = 0; i < ops; i++) {
+        uint64_t r = rng_next(&rng);
+        int slot = (int)(r % SLOTS);
+        if (live[slot]) {
+            if ((r >> 20) % 8 == 0) vg_heap_record_stream(f.heap, live[slot], 10 + (r >> 24) % 3);
+            CHECK_EQ(vg_heap_free(f.heap, live[slot]), VG_OK);
+            live[slot] = NULL;
+        } else {
+            live[slot] = vg_heap_alloc(f.heap, random_size(&rng), (r >> 32) % 3, NULL);
+            ooms += live[slot] == NULL;
+        }
+        if ((r >> 40) % 97 == 0) vg_sim_complete_stream(f.dev, 10 + (r >> 44) % 3);
+        if ((r >> 48) % 5000 == 0) vg_heap_empty_cache(f.heap);
+        if (i % 2000 == 0) CHECK_HEAP(f.heap);
+    }
+    CHECK_EQ(stats_of(f.heap).num_ooms, (uint64_t)ooms);
+    for (int s = 0; s < SLOTS; s++) CHECK_EQ(vg_heap_free(f.heap, live[s]), VG_OK);
+    vg_heap_synchronize(f.heap);
+    vg_heap_empty_cache(f.heap);
+    vg_stats st = stats_of(f.heap);
+    CHECK_EQ(st.reserved_bytes[VG_STAT_ALL].current, 0);
+    CHECK_EQ(st.allocated_bytes[VG_STAT_ALL].current, 0);
+    CHECK_EQ(st.active[VG_STAT_ALL].current, 0);
+    CHECK_EQ(vg_sim_used(f.dev), 0);
+    if (budget) CHECK(st.reserved_bytes[VG_STAT_ALL].peak <= (int64_t)budget);
+    CHECK_HEAP(f.heap);
+    destroy(f);
+}
+
+static void test_random_default(void) { run_random(&vg_policy_default, 0, 0, 1, 200000); }
+static void test_random_budget(void) { run_random(&vg_policy_default, 3 * GiB, 0, 2, 200000); }
+static void test_random_budget_gc(void) { run_random(&vg_policy_default, 2 * GiB, 0.7, 3, 200000); }
+static void test_random_torch(void) { run_random(&vg_policy_torch, 2 * GiB, 0, 4, 200000); }
+
+static void test_random_fault_injection(void)
+{
+    fixture f = make(4 * GiB, 0, 0, NULL);
+    vg_sim_fail_random(f.dev, 0.3, 99);
+    void *live[256] = {0};
+    uint64_t rng = 7;
+    for (int i = 0; i < 50000; i++) {
+        int slot = (int)(rng_next(&rng) % 256);
+        if (live[slot]) {
+            CHECK_EQ(vg_heap_free(f.heap, live[slot]), VG_OK);
+            live[slot] = NULL;
+        } else {
+            live[slot] = vg_heap_alloc(f.heap, random_size(&rng), 0, NULL);
+        }
+        if (i % 5000 == 0) CHECK_HEAP(f.heap);
+    }
+    vg_stats st = stats_of(f.heap);
+    CHECK(st.num_device_alloc_failed > 0);
+    CHECK(st.num_alloc_retries > 0);
+    CHECK_HEAP(f.heap);
+    destroy(f);
+}
+
+/* ------------------------------------------------------------------ */
+/* Threads: autograd frees from other threads                          */
+/* ------------------------------------------------------------------ */
+
+typedef struct thread_job {
+    vg_heap *heap;
+    uint64_t seed;
+    int errors;
+} thread_job;
+
+static void *thread_main(void *arg)
+{
+    thread_job *job = arg;
+    enum { SLOTS = 64 };
+    void *live[SLOTS] = {0};
+    uint64_t rng = job->seed;
+    for (int i = 0; i < 100000; i++) {
+        int slot = (int)(rng_next(&rng) % SLOTS);
+        if (live[slot]) {
+            job->errors += vg_heap_free(job->heap, live[slot]) != VG_OK;
+            live[slot] = NULL;
+        } else {
+            live[slot] = vg_heap_alloc(job->heap, 1 + (size_t)(rng_next(&rng) % (4 * MiB)), 0, NULL);
+            job->errors += live[slot] == NULL;
+        }
+    }
+    for (int s = 0; s < SLOTS; s++) job->errors += vg_heap_free(job->heap, live[s]) != VG_OK;
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    enum { THREADS = 4 };
+    fixture f = make(64 * GiB, 0, 0, NULL);
+    pthread_t tid[THREADS];
+    thread_job jobs[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        jobs[i] = (thread_job){f.heap, 1000 + (uint64_t)i, 0};
+        CHECK_EQ(pthread_create(&tid[i], NULL, thread_main, &jobs[i]), 0);
+    }
+    for (int i = 0; i < THREADS; i++) pthread_join(tid[i], NULL);
+    for (int i = 0; i < THREADS; i++) CHECK_EQ(jobs[i].errors, 0);
+    vg_stats st = stats_of(f.heap);
+    CHECK_EQ(st.allocated_bytes[VG_STAT_ALL].current, 0);
+    CHECK_EQ(st.allocation[VG_STAT_ALL].allocated, st.allocation[VG_STAT_ALL].freed);
+    CHECK_HEAP(f.heap);
+    destroy(f);
+}
+
+#define T(fn) {#fn, fn}
+static const harness_test tests[] = {
+    T(test_round_size),
+    T(test_bin_classes),
+    T(test_addr_map),
+    T(test_small_alloc_split_coalesce),
+    T(test_large_segments),
+    T(test_torch_policy_split_rule),
+    T(test_reuse_only_on_same_stream),
+    T(test_record_stream_defers_reuse),
+    T(test_empty_cache_waits_for_deferred_frees),
+    T(test_budget_shrinks_then_refuses),
+    T(test_release_same_stream_then_retry),
+    T(test_sync_release_all_then_retry),
+    T(test_sync_finishes_deferred_free_and_reuses_it),
+    T(test_gc_threshold_releases_oldest),
+    T(test_device_refusal_and_fault_injection),
+    T(test_lowering_budget_releases_idle),
+    T(test_bad_input),
+    T(test_visit_and_histogram),
+    T(test_trace_ring),
+    T(test_random_default),
+    T(test_random_budget),
+    T(test_random_budget_gc),
+    T(test_random_torch),
+    T(test_random_fault_injection),
+    T(test_threads),
+};
+
+int main(int argc, char **argv)
+{
+    return harness_run(tests, sizeof tests / sizeof tests[0], argc > 1 ? argv[1] : NULL);
+}
