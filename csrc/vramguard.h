@@ -294,6 +294,16 @@ size_t vg_heap_trace_take(vg_heap *h, vg_trace_event *out, size_t max, uint64_t 
  * 0 when the request is 0 or above VG_MAX_REQUEST. */
 size_t vg_round_size(size_t size);
 
+/* ------------------------------------------------------------------ */
+/* Messages (oom_message.c)                                            */
+/* ------------------------------------------------------------------ */
+
+/* "512 bytes", "1.50 KiB", "20.00 MiB", "14.75 GiB", as PyTorch writes them. */
+void vg_format_size(uint64_t bytes, char *buf, size_t n);
+/* PyTorch's OOM wording ("<device_kind> out of memory. Tried to allocate
+ * ..."), then a line naming the most likely cause. Returns the length. */
+size_t vg_format_oom(const vg_oom_info *oom, const char *device_kind, char *buf, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,92 @@
+/* The OOM message: PyTorch's own wording first, so that tools that parse
+ * it (batch-size finders in accelerate, Lightning, HF Trainer) recognise
+ * it, then one line with the most likely cause vramguard can see. */
+#include "vramguard.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+/* As PyTorch formats sizes: bytes, then KiB / MiB / GiB with two decimals. */
+void vg_format_size(uint64_t bytes, char *buf, size_t n)
+{
+    if (bytes <= 1024) snprintf(buf, n, "%llu bytes", (unsigned long long)bytes);
+    else if (bytes <= ((uint64_t)1 << 20)) snprintf(buf, n, "%.2f KiB", (double)bytes / 1024.0);
+    else if (bytes <= ((uint64_t)1 << 30)) snprintf(buf, n, "%.2f MiB", (double)bytes / 1048576.0);
+    else snprintf(buf, n, "%.2f GiB", (double)bytes / 1073741824.0);
+}
+
+typedef struct writer {
+    char *buf;
+    size_t n, used;
+} writer;
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void put(writer *w, const char *fmt, ...)
+{
+    if (w->used >= w->n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(w->buf + w->used, w->n - w->used, fmt, ap);
+    va_end(ap);
+    if (k > 0) w->used += (size_t)k < w->n - w->used ? (size_t)k : w->n - w->used - 1;
+}
+
+#define SZ(name, value)                                                          \
+    char name[32];                                                               \
+    vg_format_size((uint64_t)(value), name, sizeof name)
+
+/* The cause, from what the record shows, most specific first. */
+static void put_cause(writer *w, const vg_oom_info *o)
+{
+    size_t ceiling = o->budget ? o->budget : o->device_total;
+    size_t unallocated = o->reserved - o->allocated;
+    SZ(req, o->rounded ? o->rounded : o->requested);
+    SZ(cap, ceiling);
+    SZ(live, o->allocated);
+    SZ(largest, o->largest_free_block);
+    SZ(unalloc, unallocated);
+    put(w, "\nvramguard: ");
+    if (o->rounded == 0) {
+        put(w, "the request is larger than any device can hold; check the tensor's shape.");
+    } else if (o->rounded > ceiling) {
+        put(w, "this one tensor (%s) is larger than the whole %s (%s); check its shape or "
+               "lower the batch size.", req, o->budget ? "budget" : "device", cap);
+    } else if (o->free_bytes >= o->rounded && o->largest_free_block < o->rounded) {
+        put(w, "fragmentation: %s is cached but unallocated, yet its largest free block is "
+               "%s. Freeing tensors that sit between cached blocks, or a smaller batch, "
+               "helps; vramguard.summary() shows the segments.", unalloc, largest);
+    } else if (o->budget_refused && o->budget && o->device_free > o->rounded) {
+        SZ(dev_free, o->device_free);
+        put(w, "the budget (%s) is the limit, not the device (%s still free on it). Raise "
+               "the budget or lower the batch size.", cap, dev_free);
+    } else if (o->reserved > o->allocated + o->rounded) {
+        put(w, "%s is held in the cache but could not be used for this request.", unalloc);
+    } else {
+        put(w, "live tensors hold %s of %s; the cache held nothing to release. Lower the "
+               "batch size, free tensors you no longer need (del x), or use gradient "
+               "checkpointing.", live, cap);
+    }
+}
+
+size_t vg_format_oom(const vg_oom_info *o, const char *device_kind, char *buf, size_t n)
+{
+    writer w = {buf, n, 0};
+    if (n) buf[0] = '\0';
+    SZ(req, o->requested);
+    SZ(total, o->device_total);
+    SZ(free_b, o->device_free);
+    SZ(alloc, o->allocated);
+    SZ(unalloc, o->reserved - o->allocated);
+    put(&w, "%s out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of "
+            "which %s is free. Of the allocated memory %s is allocated by PyTorch, and %s "
+            "is reserved by PyTorch but unallocated.",
+        device_kind, req, o->device, total, free_b, alloc, unalloc);
+    if (o->budget) {
+        SZ(budget, o->budget);
+        put(&w, " vramguard's budget is %s.", budget);
+    }
+    put_cause(&w, o);
+    return w.used;
+}

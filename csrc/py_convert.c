@@ -1,0 +1,261 @@
+/* Conversions between the core's structs and Python objects. */
+#include "py_internal.h"
+
+#include <string.h>
+
+/* ------------------------------------------------------------------ */
+/* Arguments                                                           */
+/* ------------------------------------------------------------------ */
+
+int vgpy_as_u64(PyObject *obj, const char *what, uint64_t *out)
+{
+    if (!PyLong_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int, not %R", what, (PyObject *)Py_TYPE(obj));
+        return -1;
+    }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (overflow < 0 || (!overflow && v < 0)) {
+        PyErr_Format(PyExc_ValueError, "%s must not be negative", what);
+        return -1;
+    }
+    if (overflow > 0) {
+        unsigned long long u = PyLong_AsUnsignedLongLong(obj);
+        if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "%s is too large (more than 64 bits)", what);
+            return -1;
+        }
+        *out = u;
+        return 0;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+int vgpy_as_budget(PyObject *obj, uint64_t *out)
+{
+    *out = 0;
+    if (!obj || obj == Py_None) return 0;
+    if (vgpy_as_u64(obj, "budget", out) < 0) return -1;
+    if (*out == 0) {
+        PyErr_SetString(PyExc_ValueError, "budget must be positive (None means no budget)");
+        return -1;
+    }
+    return 0;
+}
+
+int vgpy_as_fraction(PyObject *obj, const char *what, double *out)
+{
+    *out = 0.0;
+    if (!obj || obj == Py_None) return 0;
+    double v = PyFloat_AsDouble(obj);
+    if (v == -1.0 && PyErr_Occurred()) return -1;
+    if (!(v > 0.0 && v <= 1.0)) {
+        PyErr_Format(PyExc_ValueError, "%s must be a fraction in (0, 1], got %R", what, obj);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Stats                                                               */
+/* ------------------------------------------------------------------ */
+
+static int set_item(PyObject *d, const char *key, PyObject *value)
+{
+    if (!value) return -1;
+    int rc = PyDict_SetItemString(d, key, value);
+    Py_DECREF(value);
+    return rc;
+}
+
+static int set_u64(PyObject *d, const char *key, uint64_t v)
+{
+    return set_item(d, key, PyLong_FromUnsignedLongLong(v));
+}
+
+static int set_stat(PyObject *d, const char *name, const vg_stat *s)
+{
+    static const char *const pools[VG_STAT_TYPES] = {"all", "small_pool", "large_pool"};
+    static const char *const parts[4] = {"current", "peak", "allocated", "freed"};
+    char key[96];
+    for (int p = 0; p < VG_STAT_TYPES; p++) {
+        const int64_t values[4] = {s[p].current, s[p].peak, s[p].allocated, s[p].freed};
+        for (int k = 0; k < 4; k++) {
+            snprintf(key, sizeof key, "%s.%s.%s", name, pools[p], parts[k]);
+            if (set_item(d, key, PyLong_FromLongLong(values[k])) < 0) return -1;
+        }
+    }
+    return 0;
+}
+
+typedef struct counter_name {
+    const char *key;
+    size_t offset;
+} counter_name;
+
+#define COUNTER(field) {#field, offsetof(vg_stats, field)}
+
+static const counter_name counters[] = {
+    COUNTER(num_device_alloc), COUNTER(num_device_free), COUNTER(num_device_alloc_failed),
+    COUNTER(num_cache_hits), COUNTER(num_cache_misses), COUNTER(num_splits),
+    COUNTER(num_merges), COUNTER(num_alloc_retries), COUNTER(num_ooms),
+    COUNTER(num_budget_refusals), COUNTER(num_gc_releases), COUNTER(num_stream_releases),
+    COUNTER(num_sync_all_streams), COUNTER(num_sync_releases), COUNTER(num_empty_cache),
+    COUNTER(num_empty_cache_releases), COUNTER(num_shrunk_segments),
+    COUNTER(num_budget_releases), COUNTER(num_invalid_frees), COUNTER(num_record_stream),
+    COUNTER(num_deferred_frees), COUNTER(num_zero_allocs),
+};
+
+static int set_fragmentation(PyObject *d, vg_heap *h)
+{
+    vg_fragmentation fr;
+    vg_heap_fragmentation(h, &fr);
+    if (set_u64(d, "fragmentation.free_bytes", fr.free_bytes) < 0) return -1;
+    if (set_u64(d, "fragmentation.largest_free_block", fr.largest_free_block) < 0) return -1;
+    if (set_u64(d, "fragmentation.free_blocks", fr.free_blocks) < 0) return -1;
+    if (set_u64(d, "fragmentation.pending_blocks", fr.pending_blocks) < 0) return -1;
+    if (set_item(d, "fragmentation.external", PyFloat_FromDouble(fr.external)) < 0) return -1;
+    if (set_item(d, "fragmentation.unused", PyFloat_FromDouble(fr.unused)) < 0) return -1;
+    return 0;
+}
+
+PyObject *vgpy_stats_dict(vg_heap *h)
+{
+    vg_stats st;
+    vg_heap_stats(h, &st);
+    PyObject *d = PyDict_New();
+    if (!d) return NULL;
+    int rc = set_stat(d, "requested_bytes", st.requested_bytes);
+    if (!rc) rc = set_stat(d, "allocated_bytes", st.allocated_bytes);
+    if (!rc) rc = set_stat(d, "allocation", st.allocation);
+    if (!rc) rc = set_stat(d, "active", st.active);
+    if (!rc) rc = set_stat(d, "active_bytes", st.active_bytes);
+    if (!rc) rc = set_stat(d, "reserved_bytes", st.reserved_bytes);
+    if (!rc) rc = set_stat(d, "segment", st.segment);
+    for (size_t i = 0; !rc && i < sizeof counters / sizeof counters[0]; i++) {
+        uint64_t v;
+        memcpy(&v, (const char *)&st + counters[i].offset, sizeof v);
+        rc = set_u64(d, counters[i].key, v);
+    }
+    if (!rc) rc = set_fragmentation(d, h);
+    if (!rc) rc = set_u64(d, "budget_bytes", vg_heap_budget(h));
+    if (!rc) rc = set_item(d, "gc_threshold", PyFloat_FromDouble(vg_heap_gc_threshold(h)));
+    if (rc) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* ------------------------------------------------------------------ */
+/* Segments and histogram                                              */
+/* ------------------------------------------------------------------ */
+
+typedef struct segments_walk {
+    PyObject *list;
+    PyObject *blocks; /* of the current segment */
+} segments_walk;
+
+static const char *const state_names[] = {"free", "live", "pending"};
+
+static int on_segment(void *arg, const vg_segment_info *si)
+{
+    segments_walk *w = arg;
+    w->blocks = PyList_New(0);
+    if (!w->blocks) return -1;
+    PyObject *seg = Py_BuildValue("{s:K,s:K,s:K,s:s,s:K,s:O}", "address",
+                                  (unsigned long long)si->addr, "size", (unsigned long long)si->size,
+                                  "stream", (unsigned long long)si->stream, "pool",
+                                  si->pool == VG_POOL_SMALL ? "small" : "large", "allocated",
+                                  (unsigned long long)si->allocated, "blocks", w->blocks);
+    Py_DECREF(w->blocks); /* the dict holds it; on_block appends to it */
+    if (!seg) return -1;
+    int rc = PyList_Append(w->list, seg);
+    Py_DECREF(seg);
+    return rc;
+}
+
+static int on_block(void *arg, const vg_block_info *bi)
+{
+    segments_walk *w = arg;
+    PyObject *blk = Py_BuildValue("{s:K,s:K,s:K,s:s}", "address", (unsigned long long)bi->addr,
+                                  "size", (unsigned long long)bi->size, "requested",
+                                  (unsigned long long)bi->requested, "state",
+                                  state_names[bi->state]);
+    if (!blk) return -1;
+    int rc = PyList_Append(w->blocks, blk);
+    Py_DECREF(blk);
+    return rc;
+}
+
+PyObject *vgpy_segments_list(vg_heap *h)
+{
+    segments_walk w = {PyList_New(0), NULL};
+    if (!w.list) return NULL;
+    /* The walk runs under the heap's lock; building Python objects there is
+     * safe because nothing it calls re-enters the heap. */
+    if (vg_heap_visit(h, on_segment, on_block, &w)) {
+        Py_DECREF(w.list);
+        return NULL;
+    }
+    return w.list;
+}
+
+PyObject *vgpy_histogram_list(vg_heap *h)
+{
+    size_t n = vg_heap_histogram(h, NULL, NULL, 0);
+    uint64_t *lower = PyMem_Malloc((n ? n : 1) * sizeof *lower);
+    uint64_t *count = PyMem_Malloc((n ? n : 1) * sizeof *count);
+    PyObject *list = lower && count ? PyList_New(0) : PyErr_NoMemory();
+    if (list) {
+        n = vg_heap_histogram(h, lower, count, n);
+        for (size_t i = 0; i < n; i++) {
+            PyObject *pair = Py_BuildValue("(KK)", (unsigned long long)lower[i], (unsigned long long)count[i]);
+            if (!pair || PyList_Append(list, pair) < 0) {
+                Py_XDECREF(pair);
+                Py_CLEAR(list);
+                break;
+            }
+            Py_DECREF(pair);
+        }
+    }
+    PyMem_Free(lower);
+    PyMem_Free(count);
+    return list;
+}
+
+/* ------------------------------------------------------------------ */
+/* OOM                                                                 */
+/* ------------------------------------------------------------------ */
+
+void vgpy_raise_oom(const vg_oom_info *oom, const char *device_kind)
+{
+    char msg[1024];
+    vg_format_oom(oom, device_kind, msg, sizeof msg);
+    PyObject *exc = PyObject_CallFunction(PyExc_MemoryError, "s", msg);
+    if (!exc) return;
+    PyObject *attrs = Py_BuildValue(
+        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:i,s:O}", "requested_bytes",
+        (unsigned long long)oom->requested, "rounded_bytes", (unsigned long long)oom->rounded,
+        "budget_bytes", (unsigned long long)oom->budget, "device_total",
+        (unsigned long long)oom->device_total, "device_free", (unsigned long long)oom->device_free,
+        "allocated_bytes", (unsigned long long)oom->allocated, "reserved_bytes",
+        (unsigned long long)oom->reserved, "largest_free_block",
+        (unsigned long long)oom->largest_free_block, "free_blocks",
+        (unsigned long long)oom->free_blocks, "free_bytes", (unsigned long long)oom->free_bytes,
+        "device", oom->device, "budget_refused", oom->budget_refused ? Py_True : Py_False);
+    if (attrs) {
+        PyObject *key, *value;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(attrs, &pos, &key, &value)) {
+            if (PyObject_SetAttr(exc, key, value) < 0) break;
+        }
+        Py_DECREF(attrs);
+    }
+    if (!PyErr_Occurred()) PyErr_SetObject(PyExc_MemoryError, exc);
+    Py_DECREF(exc);
+}

@@ -1,0 +1,351 @@
+/* vramguard._core.Heap: a heap over a simulated device, for tests, replays
+ * and anyone without a GPU. */
+#include "py_internal.h"
+
+#include <string.h>
+
+typedef struct {
+    PyObject_HEAD
+    vg_device *dev;
+    vg_heap *heap;
+    uint64_t capacity;
+} HeapObject;
+
+static const vg_policy *policy_named(const char *name)
+{
+    if (!strcmp(name, "vramguard")) return &vg_policy_default;
+    if (!strcmp(name, "torch")) return &vg_policy_torch;
+    PyErr_Format(PyExc_ValueError, "unknown policy '%s': use 'vramguard' or 'torch'", name);
+    return NULL;
+}
+
+static int Heap_init(HeapObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"capacity", "budget", "gc_threshold", "policy", NULL};
+    PyObject *capacity_obj, *budget_obj = Py_None, *gc_obj = Py_None;
+    const char *policy_name = "vramguard";
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OOs", kwlist, &capacity_obj, &budget_obj,
+                                     &gc_obj, &policy_name))
+        return -1;
+    if (self->heap) {
+        PyErr_SetString(PyExc_RuntimeError, "Heap is already initialised");
+        return -1;
+    }
+    uint64_t capacity, budget;
+    double gc;
+    if (vgpy_as_u64(capacity_obj, "capacity", &capacity) < 0) return -1;
+    if (capacity == 0 || capacity > ((uint64_t)1 << 56)) {
+        PyErr_SetString(PyExc_ValueError, "capacity must be between 1 byte and 64 PiB");
+        return -1;
+    }
+    if (vgpy_as_budget(budget_obj, &budget) < 0) return -1;
+    if (vgpy_as_fraction(gc_obj, "gc_threshold", &gc) < 0) return -1;
+    const vg_policy *policy = policy_named(policy_name);
+    if (!policy) return -1;
+    self->dev = vg_sim_create((size_t)capacity);
+    vg_heap_config cfg = {policy, (size_t)budget, gc};
+    self->heap = self->dev ? vg_heap_create(self->dev, &cfg) : NULL;
+    if (!self->heap) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->capacity = capacity;
+    return 0;
+}
+
+static void Heap_dealloc(HeapObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    vg_heap_destroy(self->heap);
+    if (self->dev) self->dev->ops->destroy(self->dev);
+    freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    tp_free(self);
+    Py_DECREF(tp);
+}
+
+static int ready(HeapObject *self)
+{
+    if (self->heap) return 1;
+    PyErr_SetString(PyExc_RuntimeError, "Heap.__init__ was not called");
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Allocation                                                          */
+/* ------------------------------------------------------------------ */
+
+static PyObject *Heap_malloc(HeapObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"size", "stream", NULL};
+    PyObject *size_obj, *stream_obj = NULL;
+    if (!ready(self) ||
+        !PyArg_ParseTupleAndKeywords(args, kwargs, "O|O", kwlist, &size_obj, &stream_obj))
+        return NULL;
+    uint64_t size, stream = 0;
+    if (vgpy_as_u64(size_obj, "size", &size) < 0) return NULL;
+    if (stream_obj && vgpy_as_u64(stream_obj, "stream", &stream) < 0) return NULL;
+    if (size == 0) {
+        vg_heap_alloc(self->heap, 0, (vg_stream_t)stream, NULL); /* counted */
+        return PyLong_FromLong(0);
+    }
+    vg_oom_info oom;
+    void *p = vg_heap_alloc(self->heap, (size_t)size, (vg_stream_t)stream, &oom);
+    if (!p) {
+        vgpy_raise_oom(&oom, "Simulated device");
+        return NULL;
+    }
+    return PyLong_FromUnsignedLongLong((uintptr_t)p);
+}
+
+static PyObject *Heap_free(HeapObject *self, PyObject *addr_obj)
+{
+    uint64_t addr;
+    if (!ready(self) || vgpy_as_u64(addr_obj, "address", &addr) < 0) return NULL;
+    if (vg_heap_free(self->heap, (void *)(uintptr_t)addr) != VG_OK) {
+        PyErr_Format(PyExc_ValueError,
+                     "free(0x%llx): not a live block of this heap (never allocated, "
+                     "already freed, or not the start of a block)",
+                     (unsigned long long)addr);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Heap_record_stream(HeapObject *self, PyObject *args)
+{
+    PyObject *addr_obj, *stream_obj;
+    uint64_t addr, stream;
+    if (!ready(self) || !PyArg_ParseTuple(args, "OO", &addr_obj, &stream_obj)) return NULL;
+    if (vgpy_as_u64(addr_obj, "address", &addr) < 0) return NULL;
+    if (vgpy_as_u64(stream_obj, "stream", &stream) < 0) return NULL;
+    int rc = vg_heap_record_stream(self->heap, (void *)(uintptr_t)addr, (vg_stream_t)stream);
+    if (rc == VG_ERR_INVALID) {
+        PyErr_Format(PyExc_ValueError, "record_stream(0x%llx): not a live block of this heap",
+                     (unsigned long long)addr);
+        return NULL;
+    }
+    if (rc != VG_OK) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyObject *Heap_block_size(HeapObject *self, PyObject *addr_obj)
+{
+    uint64_t addr;
+    if (!ready(self) || vgpy_as_u64(addr_obj, "address", &addr) < 0) return NULL;
+    return PyLong_FromSize_t(vg_heap_block_size(self->heap, (void *)(uintptr_t)addr));
+}
+
+/* ------------------------------------------------------------------ */
+/* Cache control and the simulated device                              */
+/* ------------------------------------------------------------------ */
+
+static PyObject *Heap_empty_cache(HeapObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (!ready(self)) return NULL;
+    return PyLong_FromSize_t(vg_heap_empty_cache(self->heap));
+}
+
+static PyObject *Heap_synchronize(HeapObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (!ready(self)) return NULL;
+    vg_heap_synchronize(self->heap);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Heap_reset_peaks(HeapObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (!ready(self)) return NULL;
+    vg_heap_reset_peaks(self->heap);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Heap_complete_stream(HeapObject *self, PyObject *stream_obj)
+{
+    uint64_t stream;
+    if (!ready(self) || vgpy_as_u64(stream_obj, "stream", &stream) < 0) return NULL;
+    vg_sim_complete_stream(self->dev, (vg_stream_t)stream);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Heap_fail_nth(HeapObject *self, PyObject *n_obj)
+{
+    uint64_t n;
+    if (!ready(self) || vgpy_as_u64(n_obj, "n", &n) < 0) return NULL;
+    vg_sim_fail_nth(self->dev, n);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Heap_fail_random(HeapObject *self, PyObject *args)
+{
+    double p;
+    unsigned long long seed = 0;
+    if (!ready(self) || !PyArg_ParseTuple(args, "d|K", &p, &seed)) return NULL;
+    if (!(p >= 0.0 && p <= 1.0)) {
+        PyErr_SetString(PyExc_ValueError, "probability must be in [0, 1]");
+        return NULL;
+    }
+    vg_sim_fail_random(self->dev, p, seed);
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ */
+/* Reading                                                             */
+/* ------------------------------------------------------------------ */
+
+static PyObject *Heap_stats(HeapObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (!ready(self)) return NULL;
+    PyObject *d = vgpy_stats_dict(self->heap);
+    if (d) {
+        size_t free_bytes = 0, total = 0;
+        self->dev->ops->mem_info(self->dev, &free_bytes, &total);
+        PyObject *v = PyLong_FromSize_t(total);
+        if (!v || PyDict_SetItemString(d, "device_total_bytes", v) < 0) Py_CLEAR(d);
+        Py_XDECREF(v);
+    }
+    return d;
+}
+
+static PyObject *Heap_segments(HeapObject *self, PyObject *unused)
+{
+    (void)unused;
+    return ready(self) ? vgpy_segments_list(self->heap) : NULL;
+}
+
+static PyObject *Heap_histogram(HeapObject *self, PyObject *unused)
+{
+    (void)unused;
+    return ready(self) ? vgpy_histogram_list(self->heap) : NULL;
+}
+
+static PyObject *Heap_check(HeapObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (!ready(self)) return NULL;
+    const char *err = vg_heap_check(self->heap);
+    if (err) {
+        PyErr_Format(PyExc_AssertionError, "heap invariant broken: %s", err);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ */
+/* Settings                                                            */
+/* ------------------------------------------------------------------ */
+
+static PyObject *Heap_get_budget(HeapObject *self, void *closure)
+{
+    (void)closure;
+    if (!ready(self)) return NULL;
+    size_t b = vg_heap_budget(self->heap);
+    if (!b) Py_RETURN_NONE;
+    return PyLong_FromSize_t(b);
+}
+
+static int Heap_set_budget(HeapObject *self, PyObject *value, void *closure)
+{
+    (void)closure;
+    uint64_t budget;
+    if (!ready(self) || vgpy_as_budget(value, &budget) < 0) return -1;
+    return vg_heap_set_budget(self->heap, (size_t)budget) == VG_OK ? 0 : -1;
+}
+
+static PyObject *Heap_get_gc(HeapObject *self, void *closure)
+{
+    (void)closure;
+    if (!ready(self)) return NULL;
+    double g = vg_heap_gc_threshold(self->heap);
+    if (g == 0.0) Py_RETURN_NONE;
+    return PyFloat_FromDouble(g);
+}
+
+static int Heap_set_gc(HeapObject *self, PyObject *value, void *closure)
+{
+    (void)closure;
+    double g;
+    if (!ready(self) || vgpy_as_fraction(value, "gc_threshold", &g) < 0) return -1;
+    return vg_heap_set_gc_threshold(self->heap, g) == VG_OK ? 0 : -1;
+}
+
+static PyObject *Heap_get_capacity(HeapObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromUnsignedLongLong(self->capacity);
+}
+
+static PyObject *Heap_get_policy(HeapObject *self, void *closure)
+{
+    (void)closure;
+    if (!ready(self)) return NULL;
+    return PyUnicode_FromString(vg_heap_policy_name(self->heap));
+}
+
+static PyMethodDef Heap_methods[] = {
+    {"malloc", (PyCFunction)(void (*)(void))Heap_malloc, METH_VARARGS | METH_KEYWORDS,
+     "malloc(size, stream=0) -> int\n\nAllocate `size` bytes on `stream` and return the "
+     "address. Size 0 returns 0. Raises MemoryError when the policy cannot serve it."},
+    {"free", (PyCFunction)Heap_free, METH_O,
+     "free(address)\n\nFree a block. 0 is a no-op; anything else that is not a live block "
+     "raises ValueError and leaves the heap as it was."},
+    {"record_stream", (PyCFunction)Heap_record_stream, METH_VARARGS,
+     "record_stream(address, stream)\n\nThe block is also used by `stream`: once freed it is "
+     "reused only after that stream's work queued by then has finished."},
+    {"block_size", (PyCFunction)Heap_block_size, METH_O,
+     "block_size(address) -> int\n\nThe rounded size of a live block, 0 if none."},
+    {"empty_cache", (PyCFunction)Heap_empty_cache, METH_NOARGS,
+     "empty_cache() -> int\n\nRelease every wholly free segment; returns the bytes released."},
+    {"synchronize", (PyCFunction)Heap_synchronize, METH_NOARGS,
+     "synchronize()\n\nWait for the (simulated) device and finish deferred frees."},
+    {"reset_peaks", (PyCFunction)Heap_reset_peaks, METH_NOARGS,
+     "reset_peaks()\n\nSet every peak to its current value."},
+    {"complete_stream", (PyCFunction)Heap_complete_stream, METH_O,
+     "complete_stream(stream)\n\nSimulated device: all work queued on `stream` has finished."},
+    {"fail_nth", (PyCFunction)Heap_fail_nth, METH_O,
+     "fail_nth(n)\n\nSimulated device: refuse the n-th segment reservation from now (0: off)."},
+    {"fail_random", (PyCFunction)Heap_fail_random, METH_VARARGS,
+     "fail_random(probability, seed=0)\n\nSimulated device: refuse reservations at random."},
+    {"stats", (PyCFunction)Heap_stats, METH_NOARGS,
+     "stats() -> dict\n\nFlat counters, with torch.cuda.memory_stats() key names where the "
+     "quantity is the same."},
+    {"segments", (PyCFunction)Heap_segments, METH_NOARGS,
+     "segments() -> list\n\nEvery segment with its blocks and their state."},
+    {"histogram", (PyCFunction)Heap_histogram, METH_NOARGS,
+     "histogram() -> list of (class lower bound, live blocks)"},
+    {"check", (PyCFunction)Heap_check, METH_NOARGS,
+     "check()\n\nVerify every invariant; raises AssertionError naming the first broken one."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Heap_getset[] = {
+    {"budget", (getter)Heap_get_budget, (setter)Heap_set_budget,
+     "Bytes reserved memory may not exceed (None: the device's capacity).", NULL},
+    {"gc_threshold", (getter)Heap_get_gc, (setter)Heap_set_gc,
+     "Fraction of the budget past which idle segments are released before growing.", NULL},
+    {"capacity", (getter)Heap_get_capacity, NULL, "The simulated device's capacity.", NULL},
+    {"policy", (getter)Heap_get_policy, NULL, "'vramguard' or 'torch'.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot Heap_slots[] = {
+    {Py_tp_doc, (void *)"Heap(capacity, budget=None, gc_threshold=None, policy='vramguard')\n\n"
+                        "A caching allocator over a simulated device of `capacity` bytes."},
+    {Py_tp_new, (void *)PyType_GenericNew},
+    {Py_tp_init, (void *)Heap_init},
+    {Py_tp_dealloc, (void *)Heap_dealloc},
+    {Py_tp_methods, Heap_methods},
+    {Py_tp_getset, Heap_getset},
+    {0, NULL},
+};
+
+PyType_Spec vgpy_heap_spec = {
+    .name = "vramguard._core.Heap",
+    .basicsize = sizeof(HeapObject),
+    .itemsize = 0,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .slots = Heap_slots,
+};

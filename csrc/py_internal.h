@@ -1,0 +1,29 @@
+/* Shared by the extension's files: conversions between the core's structs
+ * and Python objects, with the stable ABI only. */
+#ifndef VG_PY_INTERNAL_H
+#define VG_PY_INTERNAL_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "vramguard.h"
+
+/* A non-negative int that fits in 64 bits; sets an exception and returns
+ * -1 otherwise. `what` names the argument in the message. */
+int vgpy_as_u64(PyObject *obj, const char *what, uint64_t *out);
+/* None -> 0, else a positive int of bytes. */
+int vgpy_as_budget(PyObject *obj, uint64_t *out);
+/* None -> 0.0, else a number in (0, 1]. */
+int vgpy_as_fraction(PyObject *obj, const char *what, double *out);
+
+/* The flat stats dict: PyTorch's key names where the quantity is the same. */
+PyObject *vgpy_stats_dict(vg_heap *h);
+PyObject *vgpy_segments_list(vg_heap *h);
+PyObject *vgpy_histogram_list(vg_heap *h);
+/* Raise MemoryError with the OOM message and the record as attributes. */
+void vgpy_raise_oom(const vg_oom_info *oom, const char *device_kind);
+
+/* py_heap.c */
+extern PyType_Spec vgpy_heap_spec;
+
+#endif

@@ -1,0 +1,64 @@
+/* vramguard._core: the extension module (plain C API, stable ABI,
+ * multi-phase init). */
+#include "py_internal.h"
+
+static PyObject *core_round_size(PyObject *module, PyObject *size_obj)
+{
+    (void)module;
+    uint64_t size;
+    if (vgpy_as_u64(size_obj, "size", &size) < 0) return NULL;
+    return PyLong_FromSize_t(vg_round_size((size_t)size));
+}
+
+static PyObject *core_format_size(PyObject *module, PyObject *size_obj)
+{
+    (void)module;
+    uint64_t size;
+    char buf[32];
+    if (vgpy_as_u64(size_obj, "size", &size) < 0) return NULL;
+    vg_format_size(size, buf, sizeof buf);
+    return PyUnicode_FromString(buf);
+}
+
+static PyMethodDef core_methods[] = {
+    {"round_size", (PyCFunction)core_round_size, METH_O,
+     "round_size(size) -> int\n\nThe block size a request of `size` bytes gets (0 for 0 or "
+     "for more than any heap will serve)."},
+    {"format_size", (PyCFunction)core_format_size, METH_O,
+     "format_size(bytes) -> str\n\nAs PyTorch writes sizes in its messages."},
+    {NULL, NULL, 0, NULL},
+};
+
+static int core_exec(PyObject *module)
+{
+    PyObject *heap_type = PyType_FromSpec(&vgpy_heap_spec);
+    if (!heap_type) return -1;
+    if (PyModule_AddObject(module, "Heap", heap_type) < 0) {
+        Py_DECREF(heap_type);
+        return -1;
+    }
+    if (PyModule_AddIntConstant(module, "ALIGN", (long)VG_ALIGN) < 0) return -1;
+    if (PyModule_AddIntConstant(module, "SMALL_REQUEST", (long)VG_SMALL_REQUEST) < 0) return -1;
+    if (PyModule_AddIntConstant(module, "SEGMENT_GRANULE", (long)VG_SEGMENT_GRANULE) < 0) return -1;
+    return 0;
+}
+
+static PyModuleDef_Slot core_slots[] = {
+    {Py_mod_exec, (void *)core_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "vramguard._core",
+    .m_doc = "vramguard's allocator core: heaps, the simulated device, and (with CUDA) the "
+             "entry points PyTorch's pluggable allocator calls.",
+    .m_size = 0,
+    .m_methods = core_methods,
+    .m_slots = core_slots,
+};
+
+PyMODINIT_FUNC PyInit__core(void)
+{
+    return PyModuleDef_Init(&core_module);
+}

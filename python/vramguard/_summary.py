@@ -1,0 +1,107 @@
+"""The text table people print in a notebook cell, in the spirit of
+torch.cuda.memory_summary(), read from a stats dict (Heap.stats(),
+vramguard.stats())."""
+from ._core import format_size
+
+_WIDTH = 81
+
+_ROWS = [
+    ("Allocated memory", "allocated_bytes", True),
+    ("Requested memory", "requested_bytes", True),
+    ("Active memory", "active_bytes", True),
+    ("Reserved memory", "reserved_bytes", True),
+    ("Allocations", "allocation", False),
+    ("Active allocations", "active", False),
+    ("Segments", "segment", False),
+]
+
+_POLICY = [
+    ("cache hits", "num_cache_hits"),
+    ("cache misses", "num_cache_misses"),
+    ("splits", "num_splits"),
+    ("merges", "num_merges"),
+    ("device allocs", "num_device_alloc"),
+    ("device frees", "num_device_free"),
+    ("device refusals", "num_device_alloc_failed"),
+    ("alloc retries", "num_alloc_retries"),
+    ("OOMs", "num_ooms"),
+    ("budget refusals", "num_budget_refusals"),
+    ("shrunk segments", "num_shrunk_segments"),
+    ("gc releases", "num_gc_releases"),
+    ("stream releases", "num_stream_releases"),
+    ("sync releases", "num_sync_releases"),
+    ("empty_cache calls", "num_empty_cache"),
+    ("deferred frees", "num_deferred_frees"),
+    ("invalid frees", "num_invalid_frees"),
+]
+
+
+def _line(text=""):
+    return "| " + text.ljust(_WIDTH - 4) + " |"
+
+
+def _rule(char="-"):
+    return "|" + char * (_WIDTH - 2) + "|"
+
+
+def _cell(value, is_bytes):
+    return format_size(max(value, 0)) if is_bytes else str(value)
+
+
+def _metric_rows(stats):
+    out = []
+    header = f"{'Metric':<26}|{'Cur Usage':>11} |{'Peak Usage':>11} |{'Tot Alloc':>11} |{'Tot Freed':>11}"
+    out.append(_line(header))
+    out.append(_rule())
+    for label, key, is_bytes in _ROWS:
+        for pool, name in (("all", label), ("large_pool", "      from large pool"), ("small_pool", "      from small pool")):
+            values = [stats.get(f"{key}.{pool}.{part}", 0) for part in ("current", "peak", "allocated", "freed")]
+            cells = "".join(f"{_cell(v, is_bytes):>11} |" for v in values)
+            out.append(_line(f"{name:<26}|{cells[:-2]}"))
+        out.append(_rule())
+    return out
+
+
+def _fragmentation_rows(stats):
+    free = stats.get("fragmentation.free_bytes", 0)
+    largest = stats.get("fragmentation.largest_free_block", 0)
+    return [
+        _line(
+            f"Free in cache: {format_size(free)} in {stats.get('fragmentation.free_blocks', 0)} blocks, "
+            f"largest {format_size(largest)}"
+        ),
+        _line(f"External fragmentation (1 - largest free / free):  {stats.get('fragmentation.external', 0.0):6.1%}"),
+        _line(f"Unused reserve (1 - allocated / reserved):          {stats.get('fragmentation.unused', 0.0):6.1%}"),
+    ]
+
+
+def _policy_rows(stats):
+    items = [f"{label} {stats[key]}" for label, key in _POLICY if key in stats]
+    rows, current = [], ""
+    for item in items:
+        candidate = f"{current}, {item}" if current else item
+        if len(candidate) + 1 > _WIDTH - 4:  # room for the trailing comma
+            rows.append(_line(current + ","))
+            current = item
+        else:
+            current = candidate
+    if current:
+        rows.append(_line(current))
+    return rows
+
+
+def format_summary(stats, title="vramguard memory summary"):
+    """A text table of current, peak, total allocated and total freed for each
+    quantity (all, large pool, small pool), then fragmentation and every
+    policy counter. `stats` is a dict as returned by Heap.stats()."""
+    budget = stats.get("budget_bytes", 0)
+    subtitle = f"budget {format_size(budget)}" if budget else "no budget"
+    if stats.get("gc_threshold"):
+        subtitle += f", gc threshold {stats['gc_threshold']:.0%}"
+    out = [_rule("="), _line(f"{title} ({subtitle})".center(_WIDTH - 4)), _rule()]
+    out += _metric_rows(stats)
+    out += _fragmentation_rows(stats)
+    out.append(_rule())
+    out += _policy_rows(stats)
+    out.append(_rule("="))
+    return "\n".join(out)

@@ -1,0 +1,72 @@
+"""The Python façade: sizes, the summary table, the demo command."""
+import subprocess
+import sys
+
+import pytest
+
+import vramguard
+from vramguard import Heap, format_summary, parse_size
+
+MiB, GiB = 1 << 20, 1 << 30
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("15GiB", 15 * GiB), ("12.5GB", 12_500_000_000), ("512 MiB", 512 * MiB),
+        ("1024", 1024), ("2kb", 2000), ("1TiB", 1 << 40), (4096, 4096), ("1e3", 1000),
+    ],
+)
+def test_parse_size(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["", "GiB", "15 GiBs", "-1GiB", "fifteen", "1.2.3GB"])
+def test_parse_size_rejects_with_a_clear_message(bad):
+    with pytest.raises(ValueError, match="cannot read"):
+        parse_size(bad)
+
+
+@pytest.mark.parametrize("bad, error", [(-1, ValueError), (True, TypeError), ([1], TypeError), (float("nan"), ValueError)])
+def test_parse_size_rejects_bad_types(bad, error):
+    with pytest.raises(error):
+        parse_size(bad)
+
+
+def test_format_size_matches_torch():
+    assert vramguard.format_size(512) == "512 bytes"
+    assert vramguard.format_size(1536) == "1.50 KiB"
+    assert vramguard.format_size(20 * MiB) == "20.00 MiB"
+    assert vramguard.format_size(15 * GiB) == "15.00 GiB"
+
+
+def test_summary_shows_current_peak_totals_and_counters():
+    heap = Heap(GiB, budget=512 * MiB)
+    a = heap.malloc(100 * MiB)
+    b = heap.malloc(1000)
+    heap.free(a)
+    text = format_summary(heap.stats())
+    lines = text.splitlines()
+    assert all(len(line) == len(lines[0]) for line in lines), "every row is as wide as the table"
+    assert "budget 512.00 MiB" in text
+    row = next(line for line in lines if line.startswith("| Allocated memory"))
+    assert row.split("|")[2:6] == [" 1024 bytes ", " 100.00 MiB ", " 100.00 MiB ", " 100.00 MiB "]
+    assert "Reserved memory" in text and "from small pool" in text
+    assert "External fragmentation" in text and "cache hits 0" in text
+    heap.free(b)
+
+
+def test_demo_command_prints_the_summary():
+    out = subprocess.run(
+        [sys.executable, "-m", "vramguard", "demo", "--steps", "2"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "vramguard memory summary" in out
+    assert "Peak reserved" in out
+
+
+def test_cli_rejects_a_bad_size():
+    proc = subprocess.run(
+        [sys.executable, "-m", "vramguard", "demo", "--capacity", "lots"], capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert "cannot read 'lots' as a size" in proc.stderr
