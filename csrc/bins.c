@@ -8,6 +8,7 @@
  * level) make "the first non-empty class at or above c" a pair of bit scans.
  */
 #include "heap_internal.h"
+#include "bins.h"
 
 /* ------------------------------------------------------------------ */
 /* Rounding and classes                                                */
@@ -20,67 +21,12 @@ size_t vg_round_size(size_t size)
     return (size + VG_ALIGN - 1) & ~(VG_ALIGN - 1);
 }
 
-static inline unsigned floor_log2(uint64_t v)
-{
-    return 63u - (unsigned)__builtin_clzll(v);
-}
-
-uint32_t vg__bin_of_size(size_t size)
-{
-    uint64_t units = size / VG_ALIGN;
-    if (units < VG_SUBS) return (uint32_t)units;
-    unsigned fl = floor_log2(units);
-    uint32_t step = (uint32_t)(units >> (fl - VG_SUB_BITS)) - VG_SUBS;
-    uint32_t level = fl - VG_SUB_BITS + 1;
-    return level * VG_SUBS + step;
-}
-
 size_t vg__bin_lower_bound(uint32_t bin)
 {
     uint32_t level = bin / VG_SUBS, step = bin % VG_SUBS;
     if (level == 0) return (size_t)step * VG_ALIGN;
     unsigned fl = level + VG_SUB_BITS - 1;
     return (size_t)(VG_SUBS + step) << (fl - VG_SUB_BITS) << 9;
-}
-
-/* ------------------------------------------------------------------ */
-/* Bin lists                                                           */
-/* ------------------------------------------------------------------ */
-
-static inline void mark_non_empty(vg_bins *b, uint32_t bin)
-{
-    b->sub_map[bin / VG_SUBS] |= 1u << (bin % VG_SUBS);
-    b->level_map |= 1ull << (bin / VG_SUBS);
-}
-
-static inline void mark_empty(vg_bins *b, uint32_t bin)
-{
-    uint32_t level = bin / VG_SUBS;
-    b->sub_map[level] &= ~(1u << (bin % VG_SUBS));
-    if (!b->sub_map[level]) b->level_map &= ~(1ull << level);
-}
-
-/* Newest first: a size freed and asked for again in a loop is found at the
- * head of its list, which keeps the common training-step pattern O(1). */
-void vg__bins_insert(vg_bins *b, vg_block *blk)
-{
-    uint32_t bin = vg__bin_of_size(blk->size);
-    vg_block *head = b->head[bin];
-    blk->link_prev = NULL;
-    blk->link_next = head;
-    if (head) head->link_prev = blk;
-    else mark_non_empty(b, bin);
-    b->head[bin] = blk;
-}
-
-void vg__bins_remove(vg_bins *b, vg_block *blk)
-{
-    uint32_t bin = vg__bin_of_size(blk->size);
-    if (blk->link_prev) blk->link_prev->link_next = blk->link_next;
-    else b->head[bin] = blk->link_next;
-    if (blk->link_next) blk->link_next->link_prev = blk->link_prev;
-    if (!b->head[bin]) mark_empty(b, bin);
-    blk->link_prev = blk->link_next = NULL;
 }
 
 /* First non-empty bin strictly above `bin`, or VG_NBINS. */
@@ -128,8 +74,8 @@ vg_block *vg__bins_best_fit(const vg_bins *b, size_t size, unsigned scan_limit)
 vg_block *vg__bins_largest(const vg_bins *b)
 {
     if (!b->level_map) return NULL;
-    uint32_t level = floor_log2(b->level_map);
-    uint32_t bin = level * VG_SUBS + floor_log2(b->sub_map[level]);
+    uint32_t level = vg__floor_log2(b->level_map);
+    uint32_t bin = level * VG_SUBS + vg__floor_log2(b->sub_map[level]);
     vg_block *best = b->head[bin];
     for (vg_block *blk = best; blk; blk = blk->link_next)
         if (blk->size > best->size) best = blk;

@@ -2,6 +2,7 @@
  * the first invariant that does not hold. O(everything): for tests and
  * debugging, never for the hot path. */
 #include "heap_internal.h"
+#include "bins.h"
 
 #include <string.h>
 
@@ -86,7 +87,7 @@ static const char *check_bins(vg_heap *h, size_t *binned)
                 if (marked != (b->head[bin] != NULL)) return "bin bitmap disagrees with its list";
                 for (const vg_block *blk = b->head[bin]; blk; blk = blk->link_next) {
                     if (blk->state != VG_BLOCK_FREE) return "non-free block in a bin";
-                    if (vg__bin_of_size(blk->size) != bin) return "block in the wrong size class";
+                    if (vg__bin_of_size(blk->size) != bin || blk->bin != bin) return "block in the wrong size class";
                     if (blk->seg->owner != sb || blk->seg->pool != pool) return "block in another stream's or pool's bins";
                     if (blk->link_next && blk->link_next->link_prev != blk) return "bin list links disagree";
                     (*binned)++;

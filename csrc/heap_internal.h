@@ -29,10 +29,8 @@ typedef struct vg_bins {
     vg_block *head[VG_NBINS];
 } vg_bins;
 
-uint32_t vg__bin_of_size(size_t size);
+/* vg__bin_of_size, vg__bins_insert and vg__bins_remove are inline, in bins.h. */
 size_t vg__bin_lower_bound(uint32_t bin);
-void vg__bins_insert(vg_bins *b, vg_block *blk);
-void vg__bins_remove(vg_bins *b, vg_block *blk);
 /* Smallest free block of at least `size`, looking at no more than
  * `scan_limit` blocks per bin (0 = all of them). */
 vg_block *vg__bins_best_fit(const vg_bins *b, size_t size, unsigned scan_limit);
@@ -60,7 +58,8 @@ struct vg_block {
     vg_block *link_prev, *link_next; /* bin list, or the pending list */
     vg_segment *seg;
     vg_stream_use *uses;
-    uint32_t bin;               /* size class, kept for the histogram */
+    uint32_t bin;               /* size class: of its bin when free, for the
+                                   histogram when live */
     uint8_t state;              /* enum vg_block_state */
 };
 

@@ -3,6 +3,7 @@
  * histogram are computed on demand because they are read rarely and
  * keeping them current would tax every allocation. */
 #include "heap_internal.h"
+#include "bins.h"
 
 #include <string.h>
 
