@@ -4,7 +4,7 @@ CC ?= cc
 CFLAGS ?= -O2 -g
 WARN = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 CORE = csrc/bins.c csrc/addr_map.c csrc/heap.c csrc/policy.c csrc/policy_torch.c \
-       csrc/stats.c csrc/check.c csrc/trace.c csrc/device_sim.c csrc/oom_message.c
+       csrc/stats.c csrc/check.c csrc/trace.c csrc/device_sim.c csrc/oom_message.c csrc/replay.c
 HDRS = $(wildcard csrc/*.h) tests/c/harness.h
 SAN = -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 BUILD = build/c

@@ -10,9 +10,9 @@ from setuptools import Extension, setup
 
 CORE = [
     "bins.c", "addr_map.c", "heap.c", "policy.c", "policy_torch.c", "stats.c",
-    "check.c", "trace.c", "device_sim.c", "oom_message.c",
+    "check.c", "trace.c", "device_sim.c", "oom_message.c", "replay.c",
 ]
-PYTHON = ["pymodule.c", "py_heap.c", "py_convert.c"]
+PYTHON = ["pymodule.c", "py_heap.c", "py_convert.c", "py_replay.c"]
 
 warnings = ["-Wall", "-Wextra"]
 if os.environ.get("VRAMGUARD_WERROR") == "1":

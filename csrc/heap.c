@@ -461,12 +461,19 @@ void *vg_heap_alloc(vg_heap *h, size_t size, vg_stream_t stream, vg_oom_info *oo
     bool budget_refused = false;
     if (sb) {
         int pool = rounded <= VG_SMALL_REQUEST ? VG_POOL_SMALL : VG_POOL_LARGE;
-        blk = vg__bins_best_fit(&sb->pool[pool], rounded, h->policy->scan_limit);
+        const vg_policy *policy = h->policy;
+        blk = vg__bins_best_fit(&sb->pool[pool], rounded, policy->scan_limit);
+        vg_block *oversize = NULL;
+        if (blk && blk->size - rounded >= policy->oversize_remainder &&
+            policy->keep_whole(h, blk, rounded)) {
+            oversize = blk;
+            blk = NULL;
+        }
         if (blk) {
             h->stats.num_cache_hits++;
         } else {
-            h->stats.num_cache_misses++;
-            blk = h->policy->grow(h, sb, pool, rounded, &budget_refused);
+            h->stats.num_cache_misses += !oversize;
+            blk = policy->grow(h, sb, pool, rounded, oversize, &budget_refused);
         }
         if (blk) blk = take(h, blk, rounded, size);
     }

@@ -111,10 +111,16 @@ struct vg_policy {
     unsigned scan_limit;
     /* Bytes to reserve for a new segment that must hold `rounded`. */
     size_t (*segment_size)(const vg_heap *h, int pool, size_t rounded);
-    /* Called when no cached block fits: grow, release, retry. Returns a
+    /* A cached block whose split would leave at least this much is asked
+     * about with keep_whole before it is used (SIZE_MAX: never). */
+    size_t oversize_remainder;
+    /* Should `blk` stay whole rather than serve `rounded`? */
+    bool (*keep_whole)(const vg_heap *h, const vg_block *blk, size_t rounded);
+    /* Called when no cached block fits, or when the only one that fits is
+     * `oversize` (kept whole if possible): grow, release, retry. Returns a
      * free block of at least `rounded` in the stream's bins, or NULL. */
     vg_block *(*grow)(vg_heap *h, vg_stream_bins *sb, int pool, size_t rounded,
-                      bool *budget_refused);
+                      vg_block *oversize, bool *budget_refused);
 };
 
 /* ------------------------------------------------------------------ */

@@ -1,6 +1,16 @@
 /* vramguard's policy: how big a new segment is, when a block is split, and
  * what to do when no cached block fits.
  *
+ * Keeping big blocks whole (with a budget only): when the best cached fit
+ * is a whole idle segment at least 4 MiB bigger than the segment this
+ * request would get, a right-sized segment is reserved
+ * instead (num_kept_whole), because the remainder of a split is stranded
+ * until its neighbour is freed, and the big request that needs it comes
+ * before that. If the budget refuses, and the big block is a whole idle
+ * segment, it is released for a right-sized one (num_oversize_releases);
+ * otherwise it is split after all (num_oversize_splits). Without a budget
+ * splitting wins: fresh segments would only grow the footprint.
+ *
  * The ladder, each step counted in vg_stats:
  *   0. gc threshold: before reserved memory grows past the threshold,
  *      release wholly free segments, least recently freed first
@@ -21,10 +31,8 @@
 /* Segment sizes                                                       */
 /* ------------------------------------------------------------------ */
 
-/* Requests below this share large segments of VG_LARGE_SHARED bytes, so
- * that 1-10 MiB tensors do not each pay up to 2 MiB of rounding. */
-#define VG_LARGE_SHARED_BELOW ((size_t)10 << 20)
-#define VG_LARGE_SHARED ((size_t)20 << 20)
+/* Large requests below this share segments with others of their size. */
+#define VG_SHARED_BELOW ((size_t)20 << 20)
 
 size_t vg__round_to_granule(size_t bytes)
 {
@@ -37,11 +45,32 @@ static size_t minimal_segment(int pool, size_t rounded)
     return pool == VG_POOL_SMALL ? VG_SMALL_SEGMENT : vg__round_to_granule(rounded);
 }
 
+/* A segment for k blocks of `rounded` bytes, k chosen so that the granule
+ * rounding wastes least. Tensors of one size come in groups (one per layer),
+ * so the k slots fill up: 8 x 2.25 MiB = 18 MiB wastes nothing where a fixed
+ * 20 MiB segment strands 2 MiB, and 9 x 1.1 MiB = 10 MiB wastes 1% where a
+ * segment of its own would waste 45%. Ties go to the fewest slots. */
+static size_t packed_segment(size_t rounded)
+{
+    size_t best = vg__round_to_granule(rounded);
+    size_t best_waste = best - rounded;
+    for (size_t k = 2; k * rounded <= VG_SHARED_BELOW && best_waste; k++) {
+        size_t seg = vg__round_to_granule(k * rounded);
+        size_t waste = seg - k * rounded;
+        /* compare waste per byte held: waste/seg < best_waste/best */
+        if ((unsigned __int128)waste * best < (unsigned __int128)best_waste * seg) {
+            best = seg;
+            best_waste = waste;
+        }
+    }
+    return best;
+}
+
 static size_t default_segment_size(const vg_heap *h, int pool, size_t rounded)
 {
     (void)h;
     if (pool == VG_POOL_SMALL) return VG_SMALL_SEGMENT;
-    if (rounded < VG_LARGE_SHARED_BELOW) return VG_LARGE_SHARED;
+    if (rounded < VG_SHARED_BELOW) return packed_segment(rounded);
     return vg__round_to_granule(rounded);
 }
 
@@ -96,10 +125,51 @@ static size_t shortfall(const vg_heap *h, int pool, size_t rounded, bool budget_
     return reserved + need > h->budget ? reserved + need - h->budget : 0;
 }
 
+#define VG_OVERSIZE_REMAINDER ((size_t)4 << 20)
+
+/* Only a whole idle segment bigger than the one this request would get
+ * counts: a partly used segment is being shared as it was meant to be. */
+#ifndef VG_KEEP_WHOLE_PRESSURE
+#define VG_KEEP_WHOLE_PRESSURE 0.5
+#endif
+
+static bool default_keep_whole(const vg_heap *h, const vg_block *blk, size_t rounded)
+{
+    if (!h->budget || !blk->seg->idle) return false;
+    size_t own = default_segment_size(h, blk->seg->pool, rounded);
+    if (blk->size < own + VG_OVERSIZE_REMAINDER) return false;
+    return (double)(vg__reserved(h) + own) > VG_KEEP_WHOLE_PRESSURE * (double)h->budget;
+}
+
+/* A big cached block fits but should stay whole. The gc step is skipped
+ * here: it could release the very segment that is the fallback. */
+static vg_block *grow_beside_oversize(vg_heap *h, vg_stream_bins *sb, int pool, size_t rounded,
+                                      vg_block *oversize, bool *budget_refused)
+{
+    vg_block *fresh = reserve(h, sb, pool, rounded, budget_refused);
+    if (fresh) {
+        h->stats.num_kept_whole++;
+        return fresh;
+    }
+    vg_segment *seg = oversize->seg;
+    size_t need = minimal_segment(pool, rounded);
+    if (seg->idle && vg__reserved(h) - seg->size + need <= h->budget) {
+        vg__segment_release(h, seg);
+        h->stats.num_oversize_releases++;
+        return reserve(h, sb, pool, rounded, budget_refused);
+    }
+    h->stats.num_oversize_splits++;
+    return oversize;
+}
+
 static vg_block *default_grow(vg_heap *h, vg_stream_bins *sb, int pool, size_t rounded,
-                              bool *budget_refused)
+                              vg_block *oversize, bool *budget_refused)
 {
     vg_stats *st = &h->stats;
+    if (oversize) {
+        vg_block *blk = grow_beside_oversize(h, sb, pool, rounded, oversize, budget_refused);
+        if (blk) return blk;
+    }
     vg__collect_before_growth(h, h->policy->segment_size(h, pool, rounded));
     vg_block *blk = reserve(h, sb, pool, rounded, budget_refused);
     if (blk) return blk;
@@ -123,7 +193,9 @@ static vg_block *default_grow(vg_heap *h, vg_stream_bins *sb, int pool, size_t r
 const vg_policy vg_policy_default = {
     .name = "vramguard",
     .split_min = {VG_ALIGN, VG_ALIGN},
-    .scan_limit = 32,
+    .scan_limit = 0,
+    .oversize_remainder = VG_OVERSIZE_REMAINDER,
+    .keep_whole = default_keep_whole,
     .segment_size = default_segment_size,
     .grow = default_grow,
 };

@@ -43,9 +43,18 @@ static vg_block *try_reserve(vg_heap *h, vg_stream_bins *sb, int pool, size_t si
     return seg ? seg->head : NULL;
 }
 
-static vg_block *torch_grow(vg_heap *h, vg_stream_bins *sb, int pool, size_t rounded,
-                            bool *budget_refused)
+static bool never_keep_whole(const vg_heap *h, const vg_block *blk, size_t rounded)
 {
+    (void)h;
+    (void)blk;
+    (void)rounded;
+    return false;
+}
+
+static vg_block *torch_grow(vg_heap *h, vg_stream_bins *sb, int pool, size_t rounded,
+                            vg_block *oversize, bool *budget_refused)
+{
+    (void)oversize; /* never set: never_keep_whole */
     size_t size = torch_segment_size(h, pool, rounded);
     vg__collect_before_growth(h, size);
     vg_block *blk = try_reserve(h, sb, pool, size, budget_refused);
@@ -61,6 +70,8 @@ const vg_policy vg_policy_torch = {
     .name = "torch",
     .split_min = {VG_ALIGN, TORCH_SMALL_SIZE + VG_ALIGN},
     .scan_limit = 0,
+    .oversize_remainder = SIZE_MAX,
+    .keep_whole = never_keep_whole,
     .segment_size = torch_segment_size,
     .grow = torch_grow,
 };

@@ -106,7 +106,8 @@ static const counter_name counters[] = {
     COUNTER(num_budget_refusals), COUNTER(num_gc_releases), COUNTER(num_stream_releases),
     COUNTER(num_sync_all_streams), COUNTER(num_sync_releases), COUNTER(num_empty_cache),
     COUNTER(num_empty_cache_releases), COUNTER(num_shrunk_segments),
-    COUNTER(num_budget_releases), COUNTER(num_invalid_frees), COUNTER(num_record_stream),
+    COUNTER(num_budget_releases), COUNTER(num_kept_whole), COUNTER(num_oversize_releases),
+    COUNTER(num_oversize_splits), COUNTER(num_invalid_frees), COUNTER(num_record_stream),
     COUNTER(num_deferred_frees), COUNTER(num_zero_allocs),
 };
 

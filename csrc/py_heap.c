@@ -4,13 +4,6 @@
 
 #include <string.h>
 
-typedef struct {
-    PyObject_HEAD
-    vg_device *dev;
-    vg_heap *heap;
-    uint64_t capacity;
-} HeapObject;
-
 static const vg_policy *policy_named(const char *name)
 {
     if (!strcmp(name, "vramguard")) return &vg_policy_default;
@@ -63,7 +56,7 @@ static void Heap_dealloc(HeapObject *self)
     Py_DECREF(tp);
 }
 
-static int ready(HeapObject *self)
+int vgpy_heap_ready(HeapObject *self)
 {
     if (self->heap) return 1;
     PyErr_SetString(PyExc_RuntimeError, "Heap.__init__ was not called");
@@ -78,7 +71,7 @@ static PyObject *Heap_malloc(HeapObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"size", "stream", NULL};
     PyObject *size_obj, *stream_obj = NULL;
-    if (!ready(self) ||
+    if (!vgpy_heap_ready(self) ||
         !PyArg_ParseTupleAndKeywords(args, kwargs, "O|O", kwlist, &size_obj, &stream_obj))
         return NULL;
     uint64_t size, stream = 0;
@@ -100,7 +93,7 @@ static PyObject *Heap_malloc(HeapObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *Heap_free(HeapObject *self, PyObject *addr_obj)
 {
     uint64_t addr;
-    if (!ready(self) || vgpy_as_u64(addr_obj, "address", &addr) < 0) return NULL;
+    if (!vgpy_heap_ready(self) || vgpy_as_u64(addr_obj, "address", &addr) < 0) return NULL;
     if (vg_heap_free(self->heap, (void *)(uintptr_t)addr) != VG_OK) {
         PyErr_Format(PyExc_ValueError,
                      "free(0x%llx): not a live block of this heap (never allocated, "
@@ -115,7 +108,7 @@ static PyObject *Heap_record_stream(HeapObject *self, PyObject *args)
 {
     PyObject *addr_obj, *stream_obj;
     uint64_t addr, stream;
-    if (!ready(self) || !PyArg_ParseTuple(args, "OO", &addr_obj, &stream_obj)) return NULL;
+    if (!vgpy_heap_ready(self) || !PyArg_ParseTuple(args, "OO", &addr_obj, &stream_obj)) return NULL;
     if (vgpy_as_u64(addr_obj, "address", &addr) < 0) return NULL;
     if (vgpy_as_u64(stream_obj, "stream", &stream) < 0) return NULL;
     int rc = vg_heap_record_stream(self->heap, (void *)(uintptr_t)addr, (vg_stream_t)stream);
@@ -131,7 +124,7 @@ static PyObject *Heap_record_stream(HeapObject *self, PyObject *args)
 static PyObject *Heap_block_size(HeapObject *self, PyObject *addr_obj)
 {
     uint64_t addr;
-    if (!ready(self) || vgpy_as_u64(addr_obj, "address", &addr) < 0) return NULL;
+    if (!vgpy_heap_ready(self) || vgpy_as_u64(addr_obj, "address", &addr) < 0) return NULL;
     return PyLong_FromSize_t(vg_heap_block_size(self->heap, (void *)(uintptr_t)addr));
 }
 
@@ -142,14 +135,14 @@ static PyObject *Heap_block_size(HeapObject *self, PyObject *addr_obj)
 static PyObject *Heap_empty_cache(HeapObject *self, PyObject *unused)
 {
     (void)unused;
-    if (!ready(self)) return NULL;
+    if (!vgpy_heap_ready(self)) return NULL;
     return PyLong_FromSize_t(vg_heap_empty_cache(self->heap));
 }
 
 static PyObject *Heap_synchronize(HeapObject *self, PyObject *unused)
 {
     (void)unused;
-    if (!ready(self)) return NULL;
+    if (!vgpy_heap_ready(self)) return NULL;
     vg_heap_synchronize(self->heap);
     Py_RETURN_NONE;
 }
@@ -157,7 +150,7 @@ static PyObject *Heap_synchronize(HeapObject *self, PyObject *unused)
 static PyObject *Heap_reset_peaks(HeapObject *self, PyObject *unused)
 {
     (void)unused;
-    if (!ready(self)) return NULL;
+    if (!vgpy_heap_ready(self)) return NULL;
     vg_heap_reset_peaks(self->heap);
     Py_RETURN_NONE;
 }
@@ -165,7 +158,7 @@ static PyObject *Heap_reset_peaks(HeapObject *self, PyObject *unused)
 static PyObject *Heap_complete_stream(HeapObject *self, PyObject *stream_obj)
 {
     uint64_t stream;
-    if (!ready(self) || vgpy_as_u64(stream_obj, "stream", &stream) < 0) return NULL;
+    if (!vgpy_heap_ready(self) || vgpy_as_u64(stream_obj, "stream", &stream) < 0) return NULL;
     vg_sim_complete_stream(self->dev, (vg_stream_t)stream);
     Py_RETURN_NONE;
 }
@@ -173,7 +166,7 @@ static PyObject *Heap_complete_stream(HeapObject *self, PyObject *stream_obj)
 static PyObject *Heap_fail_nth(HeapObject *self, PyObject *n_obj)
 {
     uint64_t n;
-    if (!ready(self) || vgpy_as_u64(n_obj, "n", &n) < 0) return NULL;
+    if (!vgpy_heap_ready(self) || vgpy_as_u64(n_obj, "n", &n) < 0) return NULL;
     vg_sim_fail_nth(self->dev, n);
     Py_RETURN_NONE;
 }
@@ -182,7 +175,7 @@ static PyObject *Heap_fail_random(HeapObject *self, PyObject *args)
 {
     double p;
     unsigned long long seed = 0;
-    if (!ready(self) || !PyArg_ParseTuple(args, "d|K", &p, &seed)) return NULL;
+    if (!vgpy_heap_ready(self) || !PyArg_ParseTuple(args, "d|K", &p, &seed)) return NULL;
     if (!(p >= 0.0 && p <= 1.0)) {
         PyErr_SetString(PyExc_ValueError, "probability must be in [0, 1]");
         return NULL;
@@ -198,7 +191,7 @@ static PyObject *Heap_fail_random(HeapObject *self, PyObject *args)
 static PyObject *Heap_stats(HeapObject *self, PyObject *unused)
 {
     (void)unused;
-    if (!ready(self)) return NULL;
+    if (!vgpy_heap_ready(self)) return NULL;
     PyObject *d = vgpy_stats_dict(self->heap);
     if (d) {
         size_t free_bytes = 0, total = 0;
@@ -213,19 +206,19 @@ static PyObject *Heap_stats(HeapObject *self, PyObject *unused)
 static PyObject *Heap_segments(HeapObject *self, PyObject *unused)
 {
     (void)unused;
-    return ready(self) ? vgpy_segments_list(self->heap) : NULL;
+    return vgpy_heap_ready(self) ? vgpy_segments_list(self->heap) : NULL;
 }
 
 static PyObject *Heap_histogram(HeapObject *self, PyObject *unused)
 {
     (void)unused;
-    return ready(self) ? vgpy_histogram_list(self->heap) : NULL;
+    return vgpy_heap_ready(self) ? vgpy_histogram_list(self->heap) : NULL;
 }
 
 static PyObject *Heap_check(HeapObject *self, PyObject *unused)
 {
     (void)unused;
-    if (!ready(self)) return NULL;
+    if (!vgpy_heap_ready(self)) return NULL;
     const char *err = vg_heap_check(self->heap);
     if (err) {
         PyErr_Format(PyExc_AssertionError, "heap invariant broken: %s", err);
@@ -241,7 +234,7 @@ static PyObject *Heap_check(HeapObject *self, PyObject *unused)
 static PyObject *Heap_get_budget(HeapObject *self, void *closure)
 {
     (void)closure;
-    if (!ready(self)) return NULL;
+    if (!vgpy_heap_ready(self)) return NULL;
     size_t b = vg_heap_budget(self->heap);
     if (!b) Py_RETURN_NONE;
     return PyLong_FromSize_t(b);
@@ -251,14 +244,14 @@ static int Heap_set_budget(HeapObject *self, PyObject *value, void *closure)
 {
     (void)closure;
     uint64_t budget;
-    if (!ready(self) || vgpy_as_budget(value, &budget) < 0) return -1;
+    if (!vgpy_heap_ready(self) || vgpy_as_budget(value, &budget) < 0) return -1;
     return vg_heap_set_budget(self->heap, (size_t)budget) == VG_OK ? 0 : -1;
 }
 
 static PyObject *Heap_get_gc(HeapObject *self, void *closure)
 {
     (void)closure;
-    if (!ready(self)) return NULL;
+    if (!vgpy_heap_ready(self)) return NULL;
     double g = vg_heap_gc_threshold(self->heap);
     if (g == 0.0) Py_RETURN_NONE;
     return PyFloat_FromDouble(g);
@@ -268,7 +261,7 @@ static int Heap_set_gc(HeapObject *self, PyObject *value, void *closure)
 {
     (void)closure;
     double g;
-    if (!ready(self) || vgpy_as_fraction(value, "gc_threshold", &g) < 0) return -1;
+    if (!vgpy_heap_ready(self) || vgpy_as_fraction(value, "gc_threshold", &g) < 0) return -1;
     return vg_heap_set_gc_threshold(self->heap, g) == VG_OK ? 0 : -1;
 }
 
@@ -281,7 +274,7 @@ static PyObject *Heap_get_capacity(HeapObject *self, void *closure)
 static PyObject *Heap_get_policy(HeapObject *self, void *closure)
 {
     (void)closure;
-    if (!ready(self)) return NULL;
+    if (!vgpy_heap_ready(self)) return NULL;
     return PyUnicode_FromString(vg_heap_policy_name(self->heap));
 }
 
@@ -318,6 +311,16 @@ static PyMethodDef Heap_methods[] = {
      "histogram() -> list of (class lower bound, live blocks)"},
     {"check", (PyCFunction)Heap_check, METH_NOARGS,
      "check()\n\nVerify every invariant; raises AssertionError naming the first broken one."},
+    {"replay", (PyCFunction)(void (*)(void))vgpy_heap_replay, METH_VARARGS | METH_KEYWORDS,
+     "replay(kinds, ids, sizes, streams, nids, samples=1000) -> dict\n\nDrive the heap with "
+     "a columnar trace (bytes: u8 kinds, u32 ids, u64 sizes, u64 streams)."},
+    {"trace_start", (PyCFunction)(void (*)(void))vgpy_heap_trace_start, METH_VARARGS | METH_KEYWORDS,
+     "trace_start(capacity=1048576)\n\nRecord events into a fresh ring of `capacity` events."},
+    {"trace_stop", (PyCFunction)vgpy_heap_trace_stop, METH_NOARGS,
+     "trace_stop()\n\nStop recording; events stay until taken."},
+    {"trace_take", (PyCFunction)vgpy_heap_trace_take, METH_NOARGS,
+     "trace_take() -> (bytes, dropped)\n\nThe recorded events, oldest first, as packed "
+     "little-endian records '<QQQQQII' (time_ns, address, size, requested, stream, kind, 0)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -24,6 +24,23 @@ PyObject *vgpy_histogram_list(vg_heap *h);
 void vgpy_raise_oom(const vg_oom_info *oom, const char *device_kind);
 
 /* py_heap.c */
+typedef struct {
+    PyObject_HEAD
+    vg_device *dev;
+    vg_heap *heap;
+    uint64_t capacity;
+} HeapObject;
+
 extern PyType_Spec vgpy_heap_spec;
+/* 1 when __init__ ran, else 0 with RuntimeError set. */
+int vgpy_heap_ready(HeapObject *self);
+
+/* py_replay.c: Heap methods for replay and recording, and module functions. */
+PyObject *vgpy_heap_replay(HeapObject *self, PyObject *args, PyObject *kwargs);
+PyObject *vgpy_heap_trace_start(HeapObject *self, PyObject *args, PyObject *kwargs);
+PyObject *vgpy_heap_trace_stop(HeapObject *self, PyObject *unused);
+PyObject *vgpy_heap_trace_take(HeapObject *self, PyObject *unused);
+PyObject *vgpy_trace_peak_live(PyObject *module, PyObject *args);
+PyObject *vgpy_take_events(vg_heap *h);
 
 #endif

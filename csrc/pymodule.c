@@ -26,6 +26,9 @@ static PyMethodDef core_methods[] = {
      "for more than any heap will serve)."},
     {"format_size", (PyCFunction)core_format_size, METH_O,
      "format_size(bytes) -> str\n\nAs PyTorch writes sizes in its messages."},
+    {"trace_peak_live", (PyCFunction)vgpy_trace_peak_live, METH_VARARGS,
+     "trace_peak_live(kinds, ids, sizes, nids) -> int\n\nPeak live requested bytes of a "
+     "columnar trace: the physical limit, whatever the policy."},
     {NULL, NULL, 0, NULL},
 };
 

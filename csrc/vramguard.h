@@ -139,6 +139,9 @@ typedef struct vg_stats {
     uint64_t num_empty_cache_releases;
     uint64_t num_shrunk_segments;  /* segments made smaller to fit the budget */
     uint64_t num_budget_releases;  /* segments released when the budget was lowered */
+    uint64_t num_kept_whole;       /* fresh segments reserved to keep a big cached block whole */
+    uint64_t num_oversize_releases; /* big idle segments swapped for right-sized ones */
+    uint64_t num_oversize_splits;  /* big cached blocks split after all */
     uint64_t num_invalid_frees;    /* unknown pointer or double free */
     uint64_t num_record_stream;
     uint64_t num_deferred_frees;   /* frees that waited for other streams */
@@ -293,6 +296,57 @@ size_t vg_heap_trace_take(vg_heap *h, vg_trace_event *out, size_t max, uint64_t 
 /* Block size for a request: a multiple of VG_ALIGN, at least VG_ALIGN.
  * 0 when the request is 0 or above VG_MAX_REQUEST. */
 size_t vg_round_size(size_t size);
+
+/* ------------------------------------------------------------------ */
+/* Replay (replay.c): drive a heap with a recorded allocation trace    */
+/* ------------------------------------------------------------------ */
+
+/* A trace is columnar: op kinds, allocation ids (dense, 0..nids-1), sizes
+ * and streams, one entry per op. Frees name the id of their allocation. */
+enum vg_op_kind {
+    VG_OP_ALLOC = 1,       /* id, size (requested bytes), stream */
+    VG_OP_FREE = 2,        /* id */
+    VG_OP_EMPTY_CACHE = 3,
+    VG_OP_SYNCHRONIZE = 4,
+};
+
+typedef struct vg_trace_ops {
+    const uint8_t *kinds;
+    const uint32_t *ids;
+    const uint64_t *sizes;
+    const uint64_t *streams;
+    size_t n;
+    size_t nids;
+} vg_trace_ops;
+
+/* One point of the memory curve: maxima over a window of ops. */
+typedef struct vg_replay_sample {
+    uint64_t op;               /* last op of the window */
+    uint64_t requested;
+    uint64_t allocated;
+    uint64_t reserved;
+} vg_replay_sample;
+
+typedef struct vg_replay_result {
+    uint64_t ops;
+    uint64_t allocs, frees, ooms;
+    int64_t first_oom;         /* op index, -1 if none */
+    uint64_t peak_requested, peak_allocated, peak_reserved;
+    uint64_t device_alloc, device_free, alloc_retries;
+    uint64_t samples;          /* windows written to `samples` */
+    double seconds;            /* the replay loop alone */
+} vg_replay_result;
+
+/* Check a trace before replaying it: ids in range, every free of a live id,
+ * no id allocated twice while live. NULL when valid, else a static message
+ * and *bad_op the op at fault. */
+const char *vg_trace_validate(const vg_trace_ops *t, size_t *bad_op);
+/* Peak of live requested bytes: the physical limit, whatever the policy. */
+uint64_t vg_trace_peak_live(const vg_trace_ops *t);
+/* Replay a validated trace through `h`. `samples` (may be NULL) gets up to
+ * `nsamples` windows of `window` ops. VG_ERR_NOMEM if the host runs out. */
+int vg_replay(vg_heap *h, const vg_trace_ops *t, vg_replay_sample *samples, size_t nsamples,
+              size_t window, vg_replay_result *out);
 
 /* ------------------------------------------------------------------ */
 /* Messages (oom_message.c)                                            */

@@ -49,14 +49,14 @@ def test_coalesce_restores_one_idle_segment():
     heap.check()
 
 
-def test_large_requests_share_then_get_their_own_segment():
+def test_large_requests_share_packed_segments_then_get_their_own():
     heap = Heap(GiB)
     a = heap.malloc(3 * MiB)
     b = heap.malloc(3 * MiB)
-    assert b == a + 3 * MiB
+    assert b == a + 3 * MiB  # a 6 MiB segment packed for two
     heap.malloc(15 * MiB + 1)
     s = heap.stats()
-    assert s["reserved_bytes.large_pool.current"] == 20 * MiB + 16 * MiB
+    assert s["reserved_bytes.large_pool.current"] == 6 * MiB + 16 * MiB
     assert s["allocated_bytes.large_pool.current"] == 6 * MiB + 15 * MiB + 512
     assert s["requested_bytes.large_pool.current"] == 6 * MiB + 15 * MiB + 1
     assert s["num_device_alloc"] == 2
@@ -162,7 +162,7 @@ def test_empty_cache_counts_and_returns_bytes():
     for p in ptrs:
         heap.free(p)
     released = heap.empty_cache()
-    assert released == 20 * MiB + 40 * MiB  # the small segment still holds `keep`
+    assert released == 6 * MiB + 40 * MiB  # the small segment still holds `keep`
     s = heap.stats()
     assert s["reserved_bytes.all.current"] == 2 * MiB
     assert s["num_empty_cache"] == 1 and s["num_empty_cache_releases"] == 2
@@ -293,7 +293,7 @@ def test_oom_message_names_an_impossible_request():
 
 def test_oom_message_names_fragmentation():
     heap = Heap(GiB, budget=40 * MiB)
-    ptrs = [heap.malloc(5 * MiB) for _ in range(8)]  # two 20 MiB segments
+    ptrs = [heap.malloc(5 * MiB) for _ in range(8)]  # two 20 MiB segments (4 x 5 MiB)
     for p in ptrs[::2]:
         heap.free(p)  # 20 MiB free in 5 MiB holes
     with pytest.raises(MemoryError) as err:

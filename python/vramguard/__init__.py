@@ -6,9 +6,15 @@ On any machine:
     print(vramguard.format_summary(heap.stats()))
 """
 from ._core import Heap, format_size, round_size
+from ._import import load_trace
+from ._replay import ReplayResult, min_budget, replay
 from ._summary import format_summary
+from ._trace import Trace, TraceFormatError, save_trace
 from ._units import parse_size
 
 __version__ = "0.1.0"
 
-__all__ = ["Heap", "format_size", "format_summary", "parse_size", "round_size"]
+__all__ = [
+    "Heap", "ReplayResult", "Trace", "TraceFormatError", "format_size", "format_summary",
+    "load_trace", "min_budget", "parse_size", "replay", "round_size", "save_trace",
+]

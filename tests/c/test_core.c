@@ -173,30 +173,84 @@ static void test_small_alloc_split_coalesce(void)
 static void test_large_segments(void)
 {
     fixture f = make(GiB, 0, 0, NULL);
-    /* 3 MiB: a shared 20 MiB segment, split. */
+    /* 3 MiB: a segment packed for two of its size (6 MiB, no rounding waste). */
     void *a = vg_heap_alloc(f.heap, 3 * MiB, 0, NULL);
     vg_stats st = stats_of(f.heap);
-    CHECK_EQ(st.reserved_bytes[VG_STAT_LARGE].current, 20 * MiB);
+    CHECK_EQ(st.reserved_bytes[VG_STAT_LARGE].current, 6 * MiB);
     CHECK_EQ(st.allocated_bytes[VG_STAT_LARGE].current, 3 * MiB);
-    /* A second 3 MiB tensor fits in the same segment. */
+    /* The second 3 MiB tensor fills it. */
     void *b = vg_heap_alloc(f.heap, 3 * MiB, 0, NULL);
     CHECK((uintptr_t)b == (uintptr_t)a + 3 * MiB);
-    st = stats_of(f.heap);
-    CHECK_EQ(st.num_device_alloc, 1);
-    /* 15 MiB + 1 does not fit in the 14 MiB left: its own segment, rounded
-     * to 2 MiB. */
+    CHECK_EQ(stats_of(f.heap).num_device_alloc, 1);
+    /* 15 MiB + 1: no multiple fits under 20 MiB, so its own 16 MiB. */
     void *c = vg_heap_alloc(f.heap, 15 * MiB + 1, 0, NULL);
     st = stats_of(f.heap);
-    CHECK_EQ(st.reserved_bytes[VG_STAT_LARGE].current, 20 * MiB + 16 * MiB);
+    CHECK_EQ(st.reserved_bytes[VG_STAT_LARGE].current, 6 * MiB + 16 * MiB);
     CHECK_EQ(st.allocated_bytes[VG_STAT_LARGE].current, 6 * MiB + 15 * MiB + 512);
     CHECK_EQ(st.requested_bytes[VG_STAT_LARGE].current, 6 * MiB + 15 * MiB + 1);
     CHECK_EQ(st.segment[VG_STAT_LARGE].current, 2);
+    /* 2.25 MiB: eight of them fill 18 MiB exactly. */
+    void *d = vg_heap_alloc(f.heap, 2 * MiB + 256 * KiB, 0, NULL);
+    CHECK_EQ(stats_of(f.heap).reserved_bytes[VG_STAT_LARGE].current, 6 * MiB + 16 * MiB + 18 * MiB);
     CHECK_HEAP(f.heap);
     vg_heap_free(f.heap, a);
     vg_heap_free(f.heap, b);
     vg_heap_free(f.heap, c);
-    CHECK_EQ(vg_heap_empty_cache(f.heap), 36 * MiB);
+    vg_heap_free(f.heap, d);
+    CHECK_EQ(vg_heap_empty_cache(f.heap), 40 * MiB);
     CHECK_HEAP(f.heap);
+    destroy(f);
+}
+
+static void test_torch_policy_segments(void)
+{
+    /* PyTorch: under 10 MiB a 20 MiB segment, else rounded to 2 MiB. */
+    fixture t = make(GiB, 0, 0, &vg_policy_torch);
+    vg_heap_alloc(t.heap, 3 * MiB, 0, NULL);
+    CHECK_EQ(stats_of(t.heap).reserved_bytes[VG_STAT_LARGE].current, 20 * MiB);
+    vg_heap_alloc(t.heap, 17 * MiB + 1, 0, NULL);
+    CHECK_EQ(stats_of(t.heap).reserved_bytes[VG_STAT_LARGE].current, 20 * MiB + 18 * MiB);
+    destroy(t);
+}
+
+static void test_keep_big_idle_segment_whole_under_budget(void)
+{
+    /* A 148 MiB idle segment and an 8 MiB request near the budget: reserve
+     * 8 MiB beside it rather than strand 140 MiB in a split. */
+    fixture f = make(GiB, 300 * MiB, 0, NULL);
+    void *big = vg_heap_alloc(f.heap, 147 * MiB, 0, NULL);
+    void *pin = vg_heap_alloc(f.heap, 100 * MiB, 0, NULL);
+    vg_heap_free(f.heap, big);
+    void *small = vg_heap_alloc(f.heap, 8 * MiB, 0, NULL);
+    vg_stats st = stats_of(f.heap);
+    CHECK_EQ(st.num_kept_whole, 1);
+    CHECK_EQ(st.reserved_bytes[VG_STAT_ALL].current, 148 * MiB + 100 * MiB + 8 * MiB);
+    /* The big request comes back and finds its segment whole. */
+    CHECK(vg_heap_alloc(f.heap, 147 * MiB, 0, NULL) == big);
+    vg_heap_free(f.heap, big);
+    /* 256 + 50 > 300: no room beside it, so the idle 148 MiB is swapped
+     * for a 50 MiB one. */
+    void *mid = vg_heap_alloc(f.heap, 50 * MiB, 0, NULL);
+    CHECK(mid != NULL);
+    st = stats_of(f.heap);
+    CHECK_EQ(st.num_kept_whole, 1);
+    CHECK_EQ(st.num_oversize_releases, 1);
+    CHECK_EQ(st.reserved_bytes[VG_STAT_ALL].current, 100 * MiB + 8 * MiB + 50 * MiB);
+    CHECK_HEAP(f.heap);
+    vg_heap_free(f.heap, pin);
+    vg_heap_free(f.heap, small);
+    vg_heap_free(f.heap, mid);
+    destroy(f);
+}
+
+static void test_no_budget_splits_like_pytorch(void)
+{
+    fixture f = make(GiB, 0, 0, NULL);
+    void *big = vg_heap_alloc(f.heap, 147 * MiB, 0, NULL);
+    vg_heap_free(f.heap, big);
+    CHECK(vg_heap_alloc(f.heap, 8 * MiB, 0, NULL) == big);
+    CHECK_EQ(stats_of(f.heap).num_kept_whole, 0);
+    CHECK_EQ(stats_of(f.heap).num_device_alloc, 1);
     destroy(f);
 }
 
@@ -698,6 +752,9 @@ static const harness_test tests[] = {
     T(test_small_alloc_split_coalesce),
     T(test_large_segments),
     T(test_torch_policy_split_rule),
+    T(test_torch_policy_segments),
+    T(test_keep_big_idle_segment_whole_under_budget),
+    T(test_no_budget_splits_like_pytorch),
     T(test_reuse_only_on_same_stream),
     T(test_record_stream_defers_reuse),
     T(test_empty_cache_waits_for_deferred_frees),

@@ -1,0 +1,184 @@
+/* Replay and recording from Python. Traces cross as bytes holding
+ * little-endian columns, so a million-op trace costs four objects, not a
+ * million. */
+#include "py_internal.h"
+
+#include <string.h>
+
+/* The columns of a trace, checked for consistent lengths. */
+static int parse_columns(PyObject *kinds, PyObject *ids, PyObject *sizes, PyObject *streams,
+                         unsigned long long nids, vg_trace_ops *t)
+{
+    char *k, *i, *s, *st = NULL;
+    Py_ssize_t nk, ni, ns, nst = 0;
+    if (PyBytes_AsStringAndSize(kinds, &k, &nk) < 0) return -1;
+    if (PyBytes_AsStringAndSize(ids, &i, &ni) < 0) return -1;
+    if (PyBytes_AsStringAndSize(sizes, &s, &ns) < 0) return -1;
+    if (streams && PyBytes_AsStringAndSize(streams, &st, &nst) < 0) return -1;
+    if (ni != 4 * nk || ns != 8 * nk || (streams && nst != 8 * nk)) {
+        PyErr_Format(PyExc_ValueError,
+                     "trace columns disagree: %zd kinds, %zd id bytes (want %zd), %zd size bytes "
+                     "(want %zd), %zd stream bytes (want %zd)",
+                     nk, ni, 4 * nk, ns, 8 * nk, nst, 8 * nk);
+        return -1;
+    }
+    if (nids > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "nids must fit in 32 bits");
+        return -1;
+    }
+    t->kinds = (const uint8_t *)k;
+    t->ids = (const uint32_t *)(const void *)i;
+    t->sizes = (const uint64_t *)(const void *)s;
+    t->streams = (const uint64_t *)(const void *)st;
+    t->n = (size_t)nk;
+    t->nids = (size_t)nids;
+    return 0;
+}
+
+static PyObject *samples_list(const vg_replay_sample *samples, uint64_t n)
+{
+    PyObject *list = PyList_New(0);
+    for (uint64_t j = 0; list && j < n; j++) {
+        PyObject *row = Py_BuildValue("(KKKK)", (unsigned long long)samples[j].op,
+                                      (unsigned long long)samples[j].requested,
+                                      (unsigned long long)samples[j].allocated,
+                                      (unsigned long long)samples[j].reserved);
+        if (!row || PyList_Append(list, row) < 0) Py_CLEAR(list);
+        Py_XDECREF(row);
+    }
+    return list;
+}
+
+PyObject *vgpy_heap_replay(HeapObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"kinds", "ids", "sizes", "streams", "nids", "samples", NULL};
+    PyObject *kinds, *ids, *sizes, *streams;
+    unsigned long long nids;
+    Py_ssize_t nsamples = 1000;
+    if (!vgpy_heap_ready(self) ||
+        !PyArg_ParseTupleAndKeywords(args, kwargs, "SSSSK|n", kwlist, &kinds, &ids, &sizes,
+                                     &streams, &nids, &nsamples))
+        return NULL;
+    vg_trace_ops t;
+    if (parse_columns(kinds, ids, sizes, streams, nids, &t) < 0) return NULL;
+    if (nsamples < 0) {
+        PyErr_SetString(PyExc_ValueError, "samples must not be negative");
+        return NULL;
+    }
+    size_t bad = 0;
+    const char *err = vg_trace_validate(&t, &bad);
+    if (err) {
+        PyErr_Format(PyExc_ValueError, "invalid trace at op %zu: %s", bad, err);
+        return NULL;
+    }
+    vg_replay_sample *samples = nsamples ? PyMem_Calloc((size_t)nsamples, sizeof *samples) : NULL;
+    if (nsamples && !samples) return PyErr_NoMemory();
+    size_t window = nsamples ? (t.n + (size_t)nsamples - 1) / (size_t)nsamples : 1;
+    vg_replay_result r;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = vg_replay(self->heap, &t, samples, (size_t)nsamples, window ? window : 1, &r);
+    Py_END_ALLOW_THREADS
+    if (rc != VG_OK) {
+        PyMem_Free(samples);
+        return PyErr_NoMemory();
+    }
+    PyObject *curve = samples_list(samples, r.samples);
+    PyMem_Free(samples);
+    if (!curve) return NULL;
+    PyObject *d = Py_BuildValue(
+        "{s:K,s:K,s:K,s:K,s:L,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:N}", "ops", (unsigned long long)r.ops,
+        "allocs", (unsigned long long)r.allocs, "frees", (unsigned long long)r.frees, "ooms",
+        (unsigned long long)r.ooms, "first_oom", (long long)r.first_oom, "peak_requested_bytes",
+        (unsigned long long)r.peak_requested, "peak_allocated_bytes",
+        (unsigned long long)r.peak_allocated, "peak_reserved_bytes",
+        (unsigned long long)r.peak_reserved, "device_alloc", (unsigned long long)r.device_alloc,
+        "device_free", (unsigned long long)r.device_free, "alloc_retries",
+        (unsigned long long)r.alloc_retries, "seconds", r.seconds, "curve", curve);
+    return d;
+}
+
+PyObject *vgpy_trace_peak_live(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *kinds, *ids, *sizes;
+    unsigned long long nids;
+    if (!PyArg_ParseTuple(args, "SSSK", &kinds, &ids, &sizes, &nids)) return NULL;
+    vg_trace_ops t;
+    if (parse_columns(kinds, ids, sizes, NULL, nids, &t) < 0) return NULL;
+    size_t bad = 0;
+    const char *err = vg_trace_validate(&t, &bad);
+    if (err) {
+        PyErr_Format(PyExc_ValueError, "invalid trace at op %zu: %s", bad, err);
+        return NULL;
+    }
+    return PyLong_FromUnsignedLongLong(vg_trace_peak_live(&t));
+}
+
+/* ------------------------------------------------------------------ */
+/* Recording                                                           */
+/* ------------------------------------------------------------------ */
+
+PyObject *vgpy_heap_trace_start(HeapObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"capacity", NULL};
+    Py_ssize_t capacity = 1 << 20;
+    if (!vgpy_heap_ready(self) ||
+        !PyArg_ParseTupleAndKeywords(args, kwargs, "|n", kwlist, &capacity))
+        return NULL;
+    if (capacity <= 0 || (uint64_t)capacity > ((uint64_t)1 << 32)) {
+        PyErr_SetString(PyExc_ValueError, "capacity must be between 1 and 2**32 events");
+        return NULL;
+    }
+    if (vg_heap_trace_start(self->heap, (size_t)capacity) != VG_OK) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+PyObject *vgpy_heap_trace_stop(HeapObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (!vgpy_heap_ready(self)) return NULL;
+    vg_heap_trace_stop(self->heap);
+    Py_RETURN_NONE;
+}
+
+/* Drain the heap's ring into one bytes object of packed vg_trace_event
+ * records; returns (bytes, dropped). */
+PyObject *vgpy_take_events(vg_heap *h)
+{
+    enum { CHUNK = 65536 };
+    vg_trace_event *buf = PyMem_Malloc(CHUNK * sizeof *buf);
+    PyObject *chunks = PyList_New(0);
+    uint64_t dropped = 0;
+    if (!buf || !chunks) {
+        PyMem_Free(buf);
+        Py_XDECREF(chunks);
+        return PyErr_NoMemory();
+    }
+    for (;;) {
+        size_t n = vg_heap_trace_take(h, buf, CHUNK, &dropped);
+        if (!n) break;
+        PyObject *b = PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)(n * sizeof *buf));
+        if (!b || PyList_Append(chunks, b) < 0) {
+            Py_XDECREF(b);
+            Py_DECREF(chunks);
+            PyMem_Free(buf);
+            return NULL;
+        }
+        Py_DECREF(b);
+    }
+    PyMem_Free(buf);
+    PyObject *empty = PyBytes_FromStringAndSize("", 0);
+    PyObject *joined = empty ? PyObject_CallMethod(empty, "join", "O", chunks) : NULL;
+    Py_XDECREF(empty);
+    Py_DECREF(chunks);
+    if (!joined) return NULL;
+    return Py_BuildValue("(NK)", joined, (unsigned long long)dropped);
+}
+
+PyObject *vgpy_heap_trace_take(HeapObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (!vgpy_heap_ready(self)) return NULL;
+    return vgpy_take_events(self->heap);
+}

@@ -1,0 +1,177 @@
+"""Allocation traces: the Trace type, and vramguard's own file format.
+
+A trace is a sequence of ops kept as four columns (kinds, allocation ids,
+sizes, streams), so that replaying it costs the C engine a pass over arrays
+and costs Python nothing per op. See docs/trace-format.md for the file
+layout.
+"""
+import gzip
+import json
+import struct
+import sys
+import zlib
+from array import array
+
+from . import _core
+
+ALLOC, FREE, EMPTY_CACHE, SYNCHRONIZE = 1, 2, 3, 4
+KIND_NAMES = {ALLOC: "alloc", FREE: "free", EMPTY_CACHE: "empty_cache", SYNCHRONIZE: "synchronize"}
+
+MAGIC = b"VGTRACE\x00"
+VERSION = 1
+_HEADER = struct.Struct("<8sHHIQII")  # magic, version, flags, meta len, ops, ids, crc32
+
+
+class TraceFormatError(ValueError):
+    """A trace file that cannot be read: names the file and the byte offset."""
+
+    def __init__(self, path, offset, what):
+        self.path, self.offset, self.what = str(path), offset, what
+        super().__init__(f"{path}: offset {offset}: {what}")
+
+
+def _column(typecode, data=b""):
+    col = array(typecode)
+    col.frombytes(data)
+    if sys.byteorder != "little":
+        col.byteswap()
+    return col
+
+
+def _le_bytes(col):
+    if sys.byteorder == "little":
+        return col.tobytes()
+    swapped = array(col.typecode, col)
+    swapped.byteswap()
+    return swapped.tobytes()
+
+
+class Trace:
+    """Ops to replay: alloc(id, size, stream), free(id), empty_cache, synchronize.
+
+    `meta` carries what is known of the recording: its name and source, and
+    for PyTorch snapshots the native allocator's own reserved-memory peak
+    (`recorded_peak_reserved_bytes`) and curve.
+    """
+
+    def __init__(self, name="trace", meta=None):
+        self.kinds = array("B")
+        self.ids = array("I")
+        self.sizes = array("Q")
+        self.streams = array("Q")
+        self.nids = 0
+        self.name = name
+        self.meta = dict(meta or {})
+        self._live = {}
+
+    # -------------------------------------------------------------- building
+
+    def alloc(self, size, stream=0):
+        """Append an allocation; returns its id for the matching free."""
+        if not isinstance(size, int) or size <= 0:
+            raise ValueError(f"an allocation needs a positive int size, got {size!r}")
+        ident = self.nids
+        self.nids += 1
+        self._append(ALLOC, ident, size, stream)
+        self._live[ident] = size
+        return ident
+
+    def free(self, ident):
+        if self._live.pop(ident, None) is None:
+            raise ValueError(f"free of allocation {ident}, which is not live")
+        self._append(FREE, ident, 0, 0)
+
+    def empty_cache(self):
+        self._append(EMPTY_CACHE, 0, 0, 0)
+
+    def synchronize(self):
+        self._append(SYNCHRONIZE, 0, 0, 0)
+
+    def _append(self, kind, ident, size, stream):
+        self.kinds.append(kind)
+        self.ids.append(ident)
+        self.sizes.append(size)
+        self.streams.append(stream)
+
+    # -------------------------------------------------------------- reading
+
+    def __len__(self):
+        return len(self.kinds)
+
+    def __repr__(self):
+        return f"<Trace {self.name!r}: {len(self)} ops, {self.nids} allocations>"
+
+    def columns(self):
+        """(kinds, ids, sizes, streams) as bytes, as the C engine takes them."""
+        return (self.kinds.tobytes(), self.ids.tobytes(), self.sizes.tobytes(), self.streams.tobytes())
+
+    def peak_live(self):
+        """Peak of live requested bytes: the physical limit of this workload."""
+        kinds, ids, sizes, _ = self.columns()
+        return _core.trace_peak_live(kinds, ids, sizes, self.nids)
+
+    @property
+    def recorded_peak_reserved(self):
+        """The native allocator's own peak reserved bytes, when recorded."""
+        return self.meta.get("recorded_peak_reserved_bytes")
+
+    def counts(self):
+        return {name: self.kinds.count(kind) for kind, name in KIND_NAMES.items()}
+
+
+# ------------------------------------------------------------------ saving
+
+
+def save_trace(trace, path, compress=None):
+    """Write `trace` in vramguard's format; gzip-compressed when `compress`
+    is true or, by default, when the path ends in .gz."""
+    path = str(path)
+    meta = dict(trace.meta, name=trace.name)
+    meta_bytes = json.dumps(meta, sort_keys=True).encode()
+    body = meta_bytes + b"".join(
+        _le_bytes(col) for col in (trace.kinds, trace.ids, trace.sizes, trace.streams)
+    )
+    header = _HEADER.pack(MAGIC, VERSION, 0, len(meta_bytes), len(trace), trace.nids, zlib.crc32(body))
+    data = header + body
+    if compress is None:
+        compress = path.endswith(".gz")
+    if compress:
+        data = gzip.compress(data, mtime=0)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def parse_vgtrace(data, path):
+    """A Trace from the bytes of a vramguard trace file."""
+    if len(data) < _HEADER.size:
+        raise TraceFormatError(path, len(data), f"truncated header ({len(data)} of {_HEADER.size} bytes)")
+    magic, version, _flags, meta_len, n, nids, crc = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise TraceFormatError(path, 0, "not a vramguard trace (bad magic)")
+    if version != VERSION:
+        raise TraceFormatError(path, 8, f"format version {version}; this vramguard reads version {VERSION}")
+    need = _HEADER.size + meta_len + n * (1 + 4 + 8 + 8)
+    if len(data) < need:
+        raise TraceFormatError(path, len(data), f"truncated: {len(data)} bytes of {need} for {n} ops")
+    if len(data) > need:
+        raise TraceFormatError(path, need, f"{len(data) - need} unexpected bytes after the last column")
+    body = memoryview(data)[_HEADER.size:]
+    if zlib.crc32(body) != crc:
+        raise TraceFormatError(path, _HEADER.size, "checksum mismatch: the file is corrupt")
+    try:
+        meta = json.loads(bytes(body[:meta_len]).decode())
+        if not isinstance(meta, dict):
+            raise ValueError("metadata is not an object")
+    except ValueError as exc:
+        raise TraceFormatError(path, _HEADER.size, f"bad metadata: {exc}") from None
+    trace = Trace(meta.pop("name", "trace"), meta)
+    offset = _HEADER.size + meta_len
+    for attr, code, width in (("kinds", "B", 1), ("ids", "I", 4), ("sizes", "Q", 8), ("streams", "Q", 8)):
+        setattr(trace, attr, _column(code, data[offset:offset + n * width]))
+        offset += n * width
+    trace.nids = nids
+    try:
+        trace.peak_live()  # validates ids, kinds and pairing in C
+    except ValueError as exc:
+        raise TraceFormatError(path, _HEADER.size + meta_len, str(exc)) from None
+    return trace
