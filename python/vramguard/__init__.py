@@ -7,6 +7,7 @@ On any machine:
 """
 from ._core import Heap, format_size, round_size
 from ._import import load_trace
+from ._record import record, start_recording, stop_recording
 from ._replay import ReplayResult, min_budget, replay
 from ._summary import format_summary
 from ._trace import Trace, TraceFormatError, save_trace
@@ -16,5 +17,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Heap", "ReplayResult", "Trace", "TraceFormatError", "format_size", "format_summary",
-    "load_trace", "min_budget", "parse_size", "replay", "round_size", "save_trace",
+    "load_trace", "min_budget", "parse_size", "record", "replay", "round_size", "save_trace",
+    "start_recording", "stop_recording",
 ]

@@ -1,0 +1,124 @@
+"""Recording a heap's allocations into a Trace:
+
+    with vramguard.record(heap) as rec:     # heap=None: the installed allocator
+        ...train a step...
+    vramguard.save_trace(rec.trace, "step.vgtrace")
+
+The heap's event ring is off until recording starts and costs no allocation
+per event while on. Memory already live when recording started shows up as
+frees of unknown addresses; those allocations are seeded at the start of the
+trace, as for PyTorch snapshots."""
+import struct
+
+from ._trace import EMPTY_CACHE, Trace
+
+__all__ = ["record", "start_recording", "stop_recording", "trace_from_events"]
+
+_EVENT = struct.Struct("<QQQQQII")  # time_ns, addr, size, requested, stream, kind, pad
+EV_ALLOC, EV_FREE, EV_RESERVE, EV_RELEASE, EV_RECORD_STREAM, EV_EMPTY_CACHE, EV_OOM = range(1, 8)
+DEFAULT_CAPACITY = 1 << 22  # events (192 MiB of host memory at most)
+
+
+def _resolve(heap):
+    if heap is not None:
+        return heap
+    from ._torch import _current_device_heap  # only when no heap is named
+
+    return _current_device_heap()
+
+
+def trace_from_events(data, dropped=0, reserved_start=0, name="recording"):
+    """A Trace from packed heap events (Heap.trace_take()'s bytes)."""
+    trace = Trace(name)
+    seeds, ops, live = [], [], {}
+    nids = 0
+    reserved, peak, ooms, first_oom = reserved_start, reserved_start, 0, None
+    for _t, addr, size, requested, stream, kind, _ in _EVENT.iter_unpack(data):
+        if kind == EV_ALLOC:
+            live[addr] = nids
+            ops.append((1, nids, requested, stream))
+            nids += 1
+        elif kind == EV_FREE:
+            ident = live.pop(addr, None)
+            if ident is None:  # live before recording started
+                ident = nids
+                nids += 1
+                seeds.append((1, ident, requested, stream))
+            ops.append((2, ident, 0, 0))
+        elif kind == EV_RESERVE:
+            reserved += size
+            peak = max(peak, reserved)
+        elif kind == EV_RELEASE:
+            reserved -= size
+        elif kind == EV_EMPTY_CACHE:
+            ops.append((EMPTY_CACHE, 0, 0, 0))
+        elif kind == EV_OOM:
+            ooms += 1
+            if first_oom is None:
+                first_oom = len(seeds) + len(ops)
+    for op in seeds + ops:
+        trace._append(*op)
+    trace.nids = nids
+    trace.meta.update(
+        source="vramguard",
+        recorded_peak_reserved_bytes=peak,
+        recorded_reserved_start_bytes=reserved_start,
+        recorded_ooms=ooms,
+        recorded_first_oom=first_oom,
+        seeded_allocations=len(seeds),
+        dropped_events=dropped,
+    )
+    return trace
+
+
+class record:
+    """Context manager: `with record(heap) as rec: ...`, then `rec.trace`.
+
+    `capacity` bounds the ring (events); when a recording overflows it, the
+    oldest events are lost and `rec.trace.meta['dropped_events']` says how
+    many."""
+
+    def __init__(self, heap=None, capacity=DEFAULT_CAPACITY, name="recording"):
+        self.heap = heap
+        self.capacity = capacity
+        self.name = name
+        self.trace = None
+        self._reserved_start = 0
+
+    def start(self):
+        self.heap = _resolve(self.heap)
+        self._reserved_start = self.heap.stats()["reserved_bytes.all.current"]
+        self.heap.trace_start(self.capacity)
+        return self
+
+    def stop(self):
+        self.heap.trace_stop()
+        data, dropped = self.heap.trace_take()
+        self.trace = trace_from_events(data, dropped, self._reserved_start, self.name)
+        return self.trace
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+_active = {}
+
+
+def start_recording(heap=None, capacity=DEFAULT_CAPACITY, name="recording"):
+    """Start recording `heap` (None: the installed allocator's current device)."""
+    rec = record(heap, capacity, name).start()
+    _active[id(rec.heap)] = rec
+    return rec
+
+
+def stop_recording(heap=None):
+    """Stop the recording started on `heap`; returns its Trace."""
+    heap = _resolve(heap)
+    rec = _active.pop(id(heap), None)
+    if rec is None:
+        raise RuntimeError("no recording was started on this heap (call start_recording first)")
+    return rec.stop()
