@@ -1,5 +1,9 @@
 """`python -m vramguard demo`: a training loop's allocation pattern on a
-simulated 15 GiB device (a Colab T4), and the report it leaves.
+simulated 15 GiB device (a Colab T4), the report it leaves, and a replay of
+its recorded trace: how small a GPU would do, under vramguard's policy and
+under PyTorch's.
+
+The loop is synthetic (no GPU recording ships with the package yet).
 
 The pattern is that of a small transformer trained with Adam: weights first,
 then per step activations that grow through the forward pass and shrink
@@ -8,6 +12,8 @@ optimizer's state (made on the first step and kept)."""
 import random
 
 from ._core import Heap
+from ._record import record
+from ._report import format_replay_report, replay_report
 from ._summary import format_summary
 from ._units import format_size
 
@@ -56,10 +62,11 @@ def run_demo(capacity=T4, steps=5, layers=12, hidden=768, batch=8, seq=512, seed
     """Run the synthetic loop; returns the heap for a closer look."""
     rng = random.Random(seed)
     heap = Heap(capacity)
-    params = [heap.malloc(size) for size in _model_shapes(layers, hidden)]
-    grads, optimizer = [], []
-    for _ in range(steps):
-        _train_step(heap, params, grads, optimizer, batch, seq, hidden, 12, rng)
+    with record(heap, name="synthetic-gpt-train") as rec:
+        params = [heap.malloc(size) for size in _model_shapes(layers, hidden)]
+        grads, optimizer = [], []
+        for _ in range(steps):
+            _train_step(heap, params, grads, optimizer, batch, seq, hidden, 12, rng)
     stats = heap.stats()
     out(
         f"Synthetic training loop: GPT-like, {layers} layers, hidden {hidden}, batch {batch}, "
@@ -68,4 +75,7 @@ def run_demo(capacity=T4, steps=5, layers=12, hidden=768, batch=8, seq=512, seed
     out(format_summary(stats))
     peak = stats["reserved_bytes.all.peak"]
     out(f"Peak reserved {format_size(peak)} of {format_size(capacity)} ({peak / capacity:.0%}).")
+    out("")
+    out(f"Replaying the recorded trace: would it fit on a {format_size(capacity)} GPU, and on how little?")
+    out(format_replay_report(replay_report(rec.trace, capacity)))
     return heap

@@ -34,6 +34,7 @@ def replay_report(trace, budget=None, policy="vramguard"):
         "torch_peak_reserved_bytes": side["torch"]["peak_reserved_bytes"],
         "torch_min_budget_bytes": side["torch"]["min_budget_bytes"],
         "recorded_peak_reserved_bytes": trace.recorded_peak_reserved,
+        "recorded_by": "vramguard" if trace.meta.get("source") == "vramguard" else "native",
         "device_alloc": main.device_alloc,
         "device_free": main.device_free,
     }
@@ -64,5 +65,6 @@ def format_replay_report(r):
         f"{_frag(live, r['torch_peak_reserved_bytes']):>16}"
     )
     if r["recorded_peak_reserved_bytes"]:
-        lines.append(f"Recorded native peak reserved: {format_size(r['recorded_peak_reserved_bytes'])}")
+        who = "by vramguard" if r["recorded_by"] == "vramguard" else "by the native allocator"
+        lines.append(f"Peak reserved when recorded ({who}): {format_size(r['recorded_peak_reserved_bytes'])}")
     return "\n".join(lines)
