@@ -1,45 +1,67 @@
-# C build of the allocator core, its tests and benchmarks. The Python
-# extension is built by setup.py from the same sources.
+# The allocator core's C build, its tests and benchmark, and `make check`,
+# the whole test suite. The Python extension is built by setup.py from the
+# same sources.
 CC ?= cc
+CXX ?= c++
+PYTHON ?= python3
 CFLAGS ?= -O2 -g
-WARN = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
-CORE = csrc/bins.c csrc/addr_map.c csrc/heap.c csrc/policy.c csrc/policy_torch.c \
-       csrc/stats.c csrc/check.c csrc/trace.c csrc/device_sim.c csrc/oom_message.c csrc/replay.c
-HDRS = $(wildcard csrc/*.h) tests/c/harness.h
+WARN = -Wall -Wextra -Werror -Wshadow
+CWARN = -std=c11 -D_GNU_SOURCE $(WARN) -Wstrict-prototypes -Wmissing-prototypes
+CXXWARN = -std=c++17 -D_GNU_SOURCE $(WARN)
 SAN = -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+LIBS = -lpthread -ldl
+
+CORE = bins addr_map heap policy policy_torch stats check trace device_sim oom_message \
+       replay device_cuda device_heaps
+HDRS = $(wildcard csrc/*.h) tests/c/harness.h
 BUILD = build/c
 
-.PHONY: all test-c test-c-san bench clean check pytest
-all: $(BUILD)/test_core
+.PHONY: all test-c test-c-san bench check pytest clean
+all: $(BUILD)/test_core $(BUILD)/test_hook
 
-$(BUILD)/test_core: $(CORE) tests/c/test_core.c $(HDRS)
-	@mkdir -p $(BUILD)
-	$(CC) $(CFLAGS) $(WARN) -Icsrc -o $@ $(CORE) tests/c/test_core.c -lpthread
+# Objects, plain and sanitized.
+$(BUILD)/obj/%.o: csrc/%.c $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(CWARN) -Icsrc -c $< -o $@
+$(BUILD)/obj/%.o: csrc/%.cc $(HDRS)
+	@mkdir -p $(@D)
+	$(CXX) $(CFLAGS) $(CXXWARN) -Icsrc -c $< -o $@
+$(BUILD)/san/%.o: csrc/%.c $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(SAN) $(CWARN) -Icsrc -c $< -o $@
+$(BUILD)/san/%.o: csrc/%.cc $(HDRS)
+	@mkdir -p $(@D)
+	$(CXX) $(SAN) $(CXXWARN) -Icsrc -c $< -o $@
 
-$(BUILD)/test_core_san: $(CORE) tests/c/test_core.c $(HDRS)
-	@mkdir -p $(BUILD)
-	$(CC) $(SAN) $(WARN) -Icsrc -o $@ $(CORE) tests/c/test_core.c -lpthread
+OBJ = $(CORE:%=$(BUILD)/obj/%.o)
+SAN_OBJ = $(CORE:%=$(BUILD)/san/%.o)
 
-$(BUILD)/bench_hot_path: $(CORE) bench/bench_hot_path.c $(HDRS)
-	@mkdir -p $(BUILD)
-	$(CC) -O2 -DNDEBUG $(WARN) -Icsrc -o $@ $(CORE) bench/bench_hot_path.c -lpthread
+$(BUILD)/test_core: $(OBJ) tests/c/test_core.c $(HDRS)
+	$(CC) $(CFLAGS) $(CWARN) -Icsrc -o $@ $(OBJ) tests/c/test_core.c $(LIBS)
+$(BUILD)/test_hook: $(OBJ) $(BUILD)/obj/torch_hook.o tests/c/test_torch_hook.cc $(HDRS)
+	$(CXX) $(CFLAGS) $(CXXWARN) -Icsrc -o $@ $(OBJ) $(BUILD)/obj/torch_hook.o tests/c/test_torch_hook.cc $(LIBS)
+$(BUILD)/test_core_san: $(SAN_OBJ) tests/c/test_core.c $(HDRS)
+	$(CC) $(SAN) $(CWARN) -Icsrc -o $@ $(SAN_OBJ) tests/c/test_core.c $(LIBS)
+$(BUILD)/test_hook_san: $(SAN_OBJ) $(BUILD)/san/torch_hook.o tests/c/test_torch_hook.cc $(HDRS)
+	$(CXX) $(SAN) $(CXXWARN) -Icsrc -o $@ $(SAN_OBJ) $(BUILD)/san/torch_hook.o tests/c/test_torch_hook.cc $(LIBS)
+$(BUILD)/bench_hot_path: $(CORE:%=csrc/%.c) bench/bench_hot_path.c $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) -O2 -DNDEBUG $(CWARN) -Icsrc -o $@ $(CORE:%=csrc/%.c) bench/bench_hot_path.c $(LIBS)
 
-test-c: $(BUILD)/test_core
+test-c: $(BUILD)/test_core $(BUILD)/test_hook
 	$(BUILD)/test_core
+	$(BUILD)/test_hook
 
-test-c-san: $(BUILD)/test_core_san
+test-c-san: $(BUILD)/test_core_san $(BUILD)/test_hook_san
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/test_core_san
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/test_hook_san
 
 bench: $(BUILD)/bench_hot_path
 	$(BUILD)/bench_hot_path
 
-clean:
-	rm -rf build
-
-# The whole test suite, from a fresh clone: a virtual environment with the
-# package built warnings-as-errors, the C tests plain and under ASan/UBSan,
-# then pytest (whose exit code 5, "no tests ran", fails the target too).
-PYTHON ?= python3
+# The Python side: a virtual environment with the package built
+# warnings-as-errors, then pytest (whose exit code 5, "no tests ran", fails
+# the target too).
 VENV = .venv
 PY_SOURCES = $(wildcard csrc/*.c csrc/*.cc csrc/*.h python/vramguard/*.py) setup.py pyproject.toml
 
@@ -52,3 +74,6 @@ pytest: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -q -rs
 
 check: test-c test-c-san pytest
+
+clean:
+	rm -rf build

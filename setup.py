@@ -1,35 +1,59 @@
 """Build of vramguard._core: one shared object, stable ABI (abi3, CPython 3.9+).
 
-The build needs only a C compiler and Python's headers: no CUDA toolkit, no
-PyTorch. VRAMGUARD_WERROR=1 turns warnings into errors (the test command and
-CI set it).
+It holds the allocator core, the Python types, and the entry points PyTorch's
+pluggable allocator calls. The build needs only a C and C++ compiler and
+Python's headers: no CUDA toolkit (the runtime is found when first used) and
+no PyTorch. VRAMGUARD_WERROR=1 turns warnings into errors (the test command
+and CI set it).
 """
 import os
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 CORE = [
     "bins.c", "addr_map.c", "heap.c", "policy.c", "policy_torch.c", "stats.c",
     "check.c", "trace.c", "device_sim.c", "oom_message.c", "replay.c",
+    "device_cuda.c", "device_heaps.c",
 ]
-PYTHON = ["pymodule.c", "py_heap.c", "py_convert.c", "py_replay.c"]
+PYTHON = ["pymodule.c", "py_heap.c", "py_convert.c", "py_replay.c", "py_devices.c"]
+TORCH = ["torch_hook.cc"]
 
-warnings = ["-Wall", "-Wextra"]
-if os.environ.get("VRAMGUARD_WERROR") == "1":
-    warnings.append("-Werror")
+WARNINGS = ["-Wall", "-Wextra"] + (["-Werror"] if os.environ.get("VRAMGUARD_WERROR") == "1" else [])
+C_FLAGS = ["-std=c11", "-O2"] + WARNINGS
+CXX_FLAGS = ["-std=c++17", "-O2"] + WARNINGS
+
+
+class build_ext_per_language(build_ext):
+    """setuptools gives every source the same flags; C and C++ need their own."""
+
+    def build_extension(self, ext):
+        compile_one = self.compiler._compile
+
+        def compile_with_language_flags(obj, src, ext_name, cc_args, extra_postargs, pp_opts):
+            flags = CXX_FLAGS if src.endswith(".cc") else C_FLAGS
+            compile_one(obj, src, ext_name, cc_args, list(extra_postargs) + flags, pp_opts)
+
+        self.compiler._compile = compile_with_language_flags
+        try:
+            super().build_extension(ext)
+        finally:
+            self.compiler._compile = compile_one
 
 
 setup(
     ext_modules=[
         Extension(
             "vramguard._core",
-            sources=[os.path.join("csrc", f) for f in CORE + PYTHON],
+            sources=[os.path.join("csrc", f) for f in CORE + PYTHON + TORCH],
             include_dirs=["csrc"],
             define_macros=[("Py_LIMITED_API", "0x03090000"), ("_GNU_SOURCE", None)],
-            extra_compile_args=["-std=c11", "-O2"] + warnings,
+            libraries=["dl", "pthread"],
+            language="c++",  # link with the C++ driver: the entry points throw
             py_limited_api=True,
         )
     ],
+    cmdclass={"build_ext": build_ext_per_language},
     # Tag the wheel abi3 so one wheel serves every CPython from 3.9 on.
     options={"bdist_wheel": {"py_limited_api": "cp39"}},
 )

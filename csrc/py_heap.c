@@ -43,14 +43,17 @@ static int Heap_init(HeapObject *self, PyObject *args, PyObject *kwargs)
         return -1;
     }
     self->capacity = capacity;
+    self->device_kind = "Simulated device";
     return 0;
 }
 
 static void Heap_dealloc(HeapObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
-    vg_heap_destroy(self->heap);
-    if (self->dev) self->dev->ops->destroy(self->dev);
+    if (!self->borrowed) {
+        vg_heap_destroy(self->heap);
+        if (self->dev) self->dev->ops->destroy(self->dev);
+    }
     freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
     tp_free(self);
     Py_DECREF(tp);
@@ -84,7 +87,7 @@ static PyObject *Heap_malloc(HeapObject *self, PyObject *args, PyObject *kwargs)
     vg_oom_info oom;
     void *p = vg_heap_alloc(self->heap, (size_t)size, (vg_stream_t)stream, &oom);
     if (!p) {
-        vgpy_raise_oom(&oom, "Simulated device");
+        vgpy_raise_oom(&oom, self->device_kind);
         return NULL;
     }
     return PyLong_FromUnsignedLongLong((uintptr_t)p);
@@ -159,6 +162,7 @@ static PyObject *Heap_complete_stream(HeapObject *self, PyObject *stream_obj)
 {
     uint64_t stream;
     if (!vgpy_heap_ready(self) || vgpy_as_u64(stream_obj, "stream", &stream) < 0) return NULL;
+    /* vg_sim_* ignore devices that are not simulated. */
     vg_sim_complete_stream(self->dev, (vg_stream_t)stream);
     Py_RETURN_NONE;
 }

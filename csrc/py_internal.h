@@ -29,6 +29,8 @@ typedef struct {
     vg_device *dev;
     vg_heap *heap;
     uint64_t capacity;
+    int borrowed;            /* a device heap: owned by device_heaps.c */
+    const char *device_kind; /* for OOM messages: "Simulated device", "CUDA" */
 } HeapObject;
 
 extern PyType_Spec vgpy_heap_spec;
@@ -42,5 +44,16 @@ PyObject *vgpy_heap_trace_stop(HeapObject *self, PyObject *unused);
 PyObject *vgpy_heap_trace_take(HeapObject *self, PyObject *unused);
 PyObject *vgpy_trace_peak_live(PyObject *module, PyObject *args);
 PyObject *vgpy_take_events(vg_heap *h);
+
+/* py_devices.c: the per-device heaps the torch entry points use. */
+extern PyMethodDef vgpy_device_methods[];
+int vgpy_devices_init(PyObject *module);
+
+/* pymodule.c: the module's state. */
+typedef struct {
+    PyObject *heap_type;
+} vgpy_module_state;
+
+vgpy_module_state *vgpy_state(PyObject *module);
 
 #endif

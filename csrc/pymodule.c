@@ -32,14 +32,22 @@ static PyMethodDef core_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+vgpy_module_state *vgpy_state(PyObject *module)
+{
+    return (vgpy_module_state *)PyModule_GetState(module);
+}
+
 static int core_exec(PyObject *module)
 {
     PyObject *heap_type = PyType_FromSpec(&vgpy_heap_spec);
     if (!heap_type) return -1;
+    vgpy_state(module)->heap_type = heap_type; /* the state's reference */
+    Py_INCREF(heap_type);
     if (PyModule_AddObject(module, "Heap", heap_type) < 0) {
         Py_DECREF(heap_type);
         return -1;
     }
+    if (vgpy_devices_init(module) < 0) return -1;
     if (PyModule_AddIntConstant(module, "ALIGN", (long)VG_ALIGN) < 0) return -1;
     if (PyModule_AddIntConstant(module, "SMALL_REQUEST", (long)VG_SMALL_REQUEST) < 0) return -1;
     if (PyModule_AddIntConstant(module, "SEGMENT_GRANULE", (long)VG_SEGMENT_GRANULE) < 0) return -1;
@@ -51,14 +59,36 @@ static PyModuleDef_Slot core_slots[] = {
     {0, NULL},
 };
 
+static int core_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    vgpy_module_state *st = vgpy_state(module);
+    Py_VISIT(st->heap_type);
+    return 0;
+}
+
+static int core_clear(PyObject *module)
+{
+    vgpy_module_state *st = vgpy_state(module);
+    Py_CLEAR(st->heap_type);
+    return 0;
+}
+
+static void core_free(void *module)
+{
+    core_clear((PyObject *)module);
+}
+
 static struct PyModuleDef core_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "vramguard._core",
     .m_doc = "vramguard's allocator core: heaps, the simulated device, and (with CUDA) the "
              "entry points PyTorch's pluggable allocator calls.",
-    .m_size = 0,
+    .m_size = sizeof(vgpy_module_state),
     .m_methods = core_methods,
     .m_slots = core_slots,
+    .m_traverse = core_traverse,
+    .m_clear = core_clear,
+    .m_free = core_free,
 };
 
 PyMODINIT_FUNC PyInit__core(void)

@@ -86,6 +86,15 @@ void vg_sim_complete_stream(vg_device *dev, vg_stream_t stream);
 /* Bytes the sim has handed out and not got back. */
 size_t vg_sim_used(const vg_device *dev);
 
+/* The CUDA provider (device_cuda.c). The CUDA runtime is found at run
+ * time; vg_cuda_load() returns NULL when it is usable, else why not. */
+const char *vg_cuda_load(void);
+/* Which runtime was found (a path or soname), NULL if none. */
+const char *vg_cuda_runtime_source(void);
+int vg_cuda_device_count(void);
+/* A provider for one device; NULL if the runtime is missing. */
+vg_device *vg_cuda_create(int device);
+
 /* ------------------------------------------------------------------ */
 /* Policy                                                              */
 /* ------------------------------------------------------------------ */

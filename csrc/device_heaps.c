@@ -1,0 +1,175 @@
+/* One heap per CUDA device, created on first use for that device: what the
+ * torch entry points (torch_hook.cc) and vramguard's Python API share, so
+ * that the allocator PyTorch calls and the numbers Python reads are one
+ * instance.
+ *
+ * Settings (budget, gc threshold) are kept here and given to each heap as
+ * it is created; configuring again applies them to existing heaps too.
+ * For tests on machines without a GPU, vg_devices_simulate() makes every
+ * device a simulated one, so the whole path above the provider runs.
+ */
+#include "device_heaps.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+static _Atomic(vg_heap *) heaps[VG_MAX_DEVICES];
+static vg_device *devices[VG_MAX_DEVICES];
+static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER;
+
+static struct settings {
+    size_t budget;          /* bytes, 0 = none */
+    double budget_fraction; /* of the device's total, 0 = none */
+    double gc_threshold;
+    size_t simulated;       /* capacity of simulated devices, 0 = real ones */
+} settings;
+
+static char last_error[768];
+static atomic_int warned_invalid_free;
+
+const char *vg_devices_error(void)
+{
+    return last_error;
+}
+
+/* The budget a device gets: a fraction of its total, or bytes. */
+static size_t budget_for(vg_device *dev, size_t budget, double fraction)
+{
+    if (fraction <= 0.0) return budget;
+    size_t free_bytes = 0, total = 0;
+    if (dev->ops->mem_info(dev, &free_bytes, &total) != VG_OK) return budget;
+    return (size_t)((double)total * fraction);
+}
+
+static vg_heap *create_locked(int device)
+{
+    if (!settings.simulated && !vg_cuda_load() && device >= vg_cuda_device_count()) {
+        snprintf(last_error, sizeof last_error, "CUDA device %d does not exist (%d visible)", device,
+                 vg_cuda_device_count());
+        return NULL;
+    }
+    vg_device *dev = settings.simulated ? vg_sim_create(settings.simulated) : vg_cuda_create(device);
+    if (!dev) {
+        const char *why = settings.simulated ? "out of host memory" : vg_cuda_load();
+        snprintf(last_error, sizeof last_error, "cannot use CUDA device %d: %s", device,
+                 why ? why : "out of host memory");
+        return NULL;
+    }
+    dev->index = device;
+    vg_heap_config cfg = {NULL, budget_for(dev, settings.budget, settings.budget_fraction),
+                          settings.gc_threshold};
+    vg_heap *h = vg_heap_create(dev, &cfg);
+    if (!h) {
+        dev->ops->destroy(dev);
+        snprintf(last_error, sizeof last_error, "cannot create a heap for device %d", device);
+        return NULL;
+    }
+    devices[device] = dev;
+    atomic_store(&heaps[device], h);
+    return h;
+}
+
+vg_heap *vg_devices_heap(int device)
+{
+    if (device < 0 || device >= VG_MAX_DEVICES) {
+        snprintf(last_error, sizeof last_error, "device %d out of range (0..%d)", device,
+                 VG_MAX_DEVICES - 1);
+        return NULL;
+    }
+    vg_heap *h = atomic_load_explicit(&heaps[device], memory_order_acquire);
+    if (h) return h;
+    pthread_mutex_lock(&registry);
+    h = atomic_load(&heaps[device]);
+    if (!h) h = create_locked(device);
+    pthread_mutex_unlock(&registry);
+    return h;
+}
+
+vg_heap *vg_devices_existing(int device)
+{
+    if (device < 0 || device >= VG_MAX_DEVICES) return NULL;
+    return atomic_load_explicit(&heaps[device], memory_order_acquire);
+}
+
+int vg_devices_configure(size_t budget, double budget_fraction, double gc_threshold)
+{
+    if (budget_fraction < 0.0 || budget_fraction > 1.0) return VG_ERR_ARG;
+    if (gc_threshold < 0.0 || gc_threshold > 1.0) return VG_ERR_ARG;
+    pthread_mutex_lock(&registry);
+    settings.budget = budget;
+    settings.budget_fraction = budget_fraction;
+    settings.gc_threshold = gc_threshold;
+    for (int d = 0; d < VG_MAX_DEVICES; d++) {
+        vg_heap *h = atomic_load(&heaps[d]);
+        if (!h) continue;
+        vg_heap_set_budget(h, budget_for(devices[d], budget, budget_fraction));
+        vg_heap_set_gc_threshold(h, gc_threshold);
+    }
+    pthread_mutex_unlock(&registry);
+    return VG_OK;
+}
+
+int vg_devices_set_budget(int device, size_t budget, double budget_fraction)
+{
+    if (budget_fraction < 0.0 || budget_fraction > 1.0) return VG_ERR_ARG;
+    vg_heap *h = vg_devices_heap(device);
+    if (!h) return VG_ERR_DEVICE;
+    return vg_heap_set_budget(h, budget_for(devices[device], budget, budget_fraction));
+}
+
+int vg_devices_simulate(size_t capacity)
+{
+    pthread_mutex_lock(&registry);
+    int rc = VG_OK;
+    for (int d = 0; d < VG_MAX_DEVICES && rc == VG_OK; d++)
+        if (atomic_load(&heaps[d])) rc = VG_ERR_ARG; /* too late: heaps exist */
+    if (rc == VG_OK) settings.simulated = capacity;
+    pthread_mutex_unlock(&registry);
+    return rc;
+}
+
+int vg_devices_simulated(void)
+{
+    return settings.simulated != 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* What the torch entry points call                                    */
+/* ------------------------------------------------------------------ */
+
+int vg_devices_alloc(size_t size, int device, vg_stream_t stream, void **out, vg_oom_info *oom)
+{
+    *out = NULL;
+    if (size == 0) return VG_OK; /* as PyTorch's own allocator: a null pointer */
+    vg_heap *h = vg_devices_heap(device);
+    if (!h) return VG_ERR_DEVICE;
+    *out = vg_heap_alloc(h, size, stream, oom);
+    return *out ? VG_OK : VG_ERR_NOMEM;
+}
+
+void vg_devices_free(void *ptr, int device)
+{
+    if (!ptr) return;
+    vg_heap *h = vg_devices_existing(device);
+    if (h && vg_heap_free(h, ptr) == VG_OK) return;
+    /* Not where PyTorch said: look on the other devices before giving up. */
+    for (int d = 0; d < VG_MAX_DEVICES; d++) {
+        vg_heap *other = vg_devices_existing(d);
+        if (other && other != h && vg_heap_free(other, ptr) == VG_OK) return;
+    }
+    /* Counted by the heap; said once, since a free cannot raise. */
+    if (!atomic_exchange(&warned_invalid_free, 1))
+        fprintf(stderr, "vramguard: free of %p, which no device heap allocated (ignored; "
+                        "counted in num_invalid_frees)\n", ptr);
+}
+
+int vg_devices_record_stream(void *ptr, vg_stream_t stream)
+{
+    for (int d = 0; d < VG_MAX_DEVICES; d++) {
+        vg_heap *h = vg_devices_existing(d);
+        if (h && vg_heap_record_stream(h, ptr, stream) == VG_OK) return VG_OK;
+    }
+    return VG_ERR_INVALID;
+}

@@ -1,0 +1,41 @@
+/* One heap per CUDA device, shared by the torch entry points and Python. */
+#ifndef VG_DEVICE_HEAPS_H
+#define VG_DEVICE_HEAPS_H
+
+#include "vramguard.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VG_MAX_DEVICES 64
+
+/* The heap of `device`, created on first use; NULL (see vg_devices_error)
+ * when the device cannot be used. */
+vg_heap *vg_devices_heap(int device);
+/* The heap of `device` if it exists; never creates one. */
+vg_heap *vg_devices_existing(int device);
+/* Why the last heap could not be created. */
+const char *vg_devices_error(void);
+
+/* Budget in bytes, or as a fraction of each device's total (which wins when
+ * positive); 0 for none. Applies to existing heaps and to those to come. */
+int vg_devices_configure(size_t budget, double budget_fraction, double gc_threshold);
+int vg_devices_set_budget(int device, size_t budget, double budget_fraction);
+/* Tests: every device is simulated with this capacity. Only before any
+ * device heap exists (VG_ERR_ARG after). */
+int vg_devices_simulate(size_t capacity);
+int vg_devices_simulated(void);
+
+/* The entry points' work. Size 0 gives NULL and VG_OK, as PyTorch's own
+ * allocator does. VG_ERR_NOMEM fills `oom`; VG_ERR_DEVICE means the device
+ * has no heap (vg_devices_error says why). */
+int vg_devices_alloc(size_t size, int device, vg_stream_t stream, void **out, vg_oom_info *oom);
+/* Never fails: a pointer no heap knows is counted and reported once. */
+void vg_devices_free(void *ptr, int device);
+int vg_devices_record_stream(void *ptr, vg_stream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

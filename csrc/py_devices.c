@@ -1,0 +1,139 @@
+/* Python's view of the per-device heaps that PyTorch allocates from:
+ * device_heap(i) returns a Heap object over device i's heap (borrowed: the
+ * heap lives as long as the process), plus the settings and the runtime. */
+#include "device_heaps.h"
+#include "py_internal.h"
+
+static PyObject *dev_device_heap(PyObject *module, PyObject *arg)
+{
+    long device = PyLong_AsLong(arg);
+    if (device == -1 && PyErr_Occurred()) return NULL;
+    if (device < 0 || device >= VG_MAX_DEVICES) {
+        PyErr_Format(PyExc_ValueError, "device must be in 0..%d, got %ld", VG_MAX_DEVICES - 1, device);
+        return NULL;
+    }
+    vg_heap *h = vg_devices_heap((int)device);
+    if (!h) {
+        PyErr_Format(PyExc_RuntimeError, "vramguard: %s", vg_devices_error());
+        return NULL;
+    }
+    /* A Heap object without __init__: it borrows the device's heap. */
+    PyTypeObject *type = (PyTypeObject *)vgpy_state(module)->heap_type;
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    HeapObject *obj = (HeapObject *)alloc(type, 0);
+    if (!obj) return NULL;
+    obj->heap = h;
+    obj->dev = vg_heap_device(h);
+    obj->borrowed = 1;
+    obj->device_kind = vg_devices_simulated() ? "Simulated device" : "CUDA";
+    size_t free_bytes = 0, total = 0;
+    if (obj->dev->ops->mem_info(obj->dev, &free_bytes, &total) == VG_OK) obj->capacity = total;
+    return (PyObject *)obj;
+}
+
+static PyObject *dev_existing(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    PyObject *list = PyList_New(0);
+    for (int d = 0; list && d < VG_MAX_DEVICES; d++) {
+        if (!vg_devices_existing(d)) continue;
+        PyObject *i = PyLong_FromLong(d);
+        if (!i || PyList_Append(list, i) < 0) Py_CLEAR(list);
+        Py_XDECREF(i);
+    }
+    return list;
+}
+
+static PyObject *dev_configure(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    (void)module;
+    static char *kwlist[] = {"budget", "budget_fraction", "gc_threshold", NULL};
+    unsigned long long budget = 0;
+    double fraction = 0.0, gc = 0.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|Kdd", kwlist, &budget, &fraction, &gc)) return NULL;
+    if (vg_devices_configure((size_t)budget, fraction, gc) != VG_OK) {
+        PyErr_SetString(PyExc_ValueError, "budget_fraction and gc_threshold must be in [0, 1]");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *dev_set_budget(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    (void)module;
+    static char *kwlist[] = {"device", "budget", "budget_fraction", NULL};
+    int device;
+    unsigned long long budget = 0;
+    double fraction = 0.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "i|Kd", kwlist, &device, &budget, &fraction)) return NULL;
+    int rc = vg_devices_set_budget(device, (size_t)budget, fraction);
+    if (rc == VG_ERR_ARG) {
+        PyErr_SetString(PyExc_ValueError, "budget_fraction must be in [0, 1]");
+        return NULL;
+    }
+    if (rc != VG_OK) {
+        PyErr_Format(PyExc_RuntimeError, "vramguard: %s", vg_devices_error());
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *dev_simulate(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    uint64_t capacity;
+    if (vgpy_as_u64(arg, "capacity", &capacity) < 0) return NULL;
+    if (vg_devices_simulate((size_t)capacity) != VG_OK) {
+        PyErr_SetString(PyExc_RuntimeError, "device heaps exist already: simulate before first use");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *dev_record_stream(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *ptr_obj, *stream_obj;
+    uint64_t ptr, stream;
+    if (!PyArg_ParseTuple(args, "OO", &ptr_obj, &stream_obj)) return NULL;
+    if (vgpy_as_u64(ptr_obj, "address", &ptr) < 0 || vgpy_as_u64(stream_obj, "stream", &stream) < 0)
+        return NULL;
+    return PyBool_FromLong(vg_devices_record_stream((void *)(uintptr_t)ptr, (vg_stream_t)stream) == VG_OK);
+}
+
+static PyObject *dev_runtime(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    const char *err = vg_cuda_load();
+    const char *source = vg_cuda_runtime_source();
+    return Py_BuildValue("{s:O,s:s,s:s,s:i,s:O}", "found", err ? Py_False : Py_True, "error", err,
+                         "source", source, "device_count", err ? 0 : vg_cuda_device_count(),
+                         "simulated", vg_devices_simulated() ? Py_True : Py_False);
+}
+
+PyMethodDef vgpy_device_methods[] = {
+    {"device_heap", (PyCFunction)dev_device_heap, METH_O,
+     "device_heap(device) -> Heap\n\nThe heap PyTorch allocates from on `device`, created on "
+     "first use."},
+    {"existing_devices", (PyCFunction)dev_existing, METH_NOARGS,
+     "existing_devices() -> list\n\nDevices whose heap exists."},
+    {"configure_devices", (PyCFunction)(void (*)(void))dev_configure, METH_VARARGS | METH_KEYWORDS,
+     "configure_devices(budget=0, budget_fraction=0.0, gc_threshold=0.0)\n\nSettings for every "
+     "device heap, now and to come (a positive fraction wins over bytes)."},
+    {"set_device_budget", (PyCFunction)(void (*)(void))dev_set_budget, METH_VARARGS | METH_KEYWORDS,
+     "set_device_budget(device, budget=0, budget_fraction=0.0)"},
+    {"simulate_devices", (PyCFunction)dev_simulate, METH_O,
+     "simulate_devices(capacity)\n\nTests: every device heap is over a simulated device."},
+    {"record_stream_any", (PyCFunction)dev_record_stream, METH_VARARGS,
+     "record_stream_any(address, stream) -> bool\n\nrecord_stream on whichever device heap owns it."},
+    {"cuda_runtime", (PyCFunction)dev_runtime, METH_NOARGS,
+     "cuda_runtime() -> dict\n\nWhether a CUDA runtime was found, where, and how many devices."},
+    {NULL, NULL, 0, NULL},
+};
+
+int vgpy_devices_init(PyObject *module)
+{
+    return PyModule_AddFunctions(module, vgpy_device_methods);
+}
