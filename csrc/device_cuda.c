@@ -47,14 +47,15 @@ static struct cudart {
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static char load_error[640];
-static char load_source[256];
+#define PATH_CHARS 256
+static char load_source[PATH_CHARS + 32];
 
 /* Find a libcudart already mapped into the process. */
 static int find_loaded(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size;
     if (info->dlpi_name && strstr(info->dlpi_name, "libcudart.so")) {
-        snprintf(arg, sizeof load_source, "%s", info->dlpi_name);
+        snprintf(arg, PATH_CHARS, "%s", info->dlpi_name);
         return 1;
     }
     return 0;
@@ -62,7 +63,7 @@ static int find_loaded(struct dl_phdr_info *info, size_t size, void *arg)
 
 static void *open_runtime(void)
 {
-    char loaded[sizeof load_source] = "";
+    char loaded[PATH_CHARS] = "";
     dl_iterate_phdr(find_loaded, loaded);
     if (loaded[0]) {
         void *h = dlopen(loaded, RTLD_NOW | RTLD_NOLOAD);
