@@ -158,6 +158,14 @@ static PyObject *Heap_reset_peaks(HeapObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+static PyObject *Heap_reset_accumulated(HeapObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (!vgpy_heap_ready(self)) return NULL;
+    vg_heap_reset_accumulated(self->heap);
+    Py_RETURN_NONE;
+}
+
 static PyObject *Heap_complete_stream(HeapObject *self, PyObject *stream_obj)
 {
     uint64_t stream;
@@ -300,6 +308,8 @@ static PyMethodDef Heap_methods[] = {
      "synchronize()\n\nWait for the (simulated) device and finish deferred frees."},
     {"reset_peaks", (PyCFunction)Heap_reset_peaks, METH_NOARGS,
      "reset_peaks()\n\nSet every peak to its current value."},
+    {"reset_accumulated", (PyCFunction)Heap_reset_accumulated, METH_NOARGS,
+     "reset_accumulated()\n\nTotals restart from the current values, counters from 0."},
     {"complete_stream", (PyCFunction)Heap_complete_stream, METH_O,
      "complete_stream(stream)\n\nSimulated device: all work queued on `stream` has finished."},
     {"fail_nth", (PyCFunction)Heap_fail_nth, METH_O,

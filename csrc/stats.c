@@ -5,6 +5,7 @@
 #include "heap_internal.h"
 #include "bins.h"
 
+#include <stddef.h>
 #include <string.h>
 
 void vg_heap_stats(vg_heap *h, vg_stats *out)
@@ -30,6 +31,26 @@ void vg_heap_reset_peaks(vg_heap *h)
     reset_peak(st->active_bytes);
     reset_peak(st->reserved_bytes);
     reset_peak(st->segment);
+    vg_lock_release(&h->lock);
+}
+
+static void reset_totals(vg_stat *s)
+{
+    for (int i = 0; i < VG_STAT_TYPES; i++) {
+        s[i].allocated = s[i].current;
+        s[i].freed = 0;
+    }
+}
+
+void vg_heap_reset_accumulated(vg_heap *h)
+{
+    vg_lock_acquire(&h->lock);
+    vg_stats *st = &h->stats;
+    vg_stat *all[] = {st->requested_bytes, st->allocated_bytes, st->allocation, st->active,
+                      st->active_bytes, st->reserved_bytes, st->segment};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) reset_totals(all[i]);
+    /* The counters follow the last of the stats, up to the end. */
+    memset(&st->num_device_alloc, 0, sizeof *st - offsetof(vg_stats, num_device_alloc));
     vg_lock_release(&h->lock);
 }
 

@@ -129,7 +129,8 @@ typedef struct vg_stats {
     vg_stat reserved_bytes[VG_STAT_TYPES];  /* held from the provider */
     vg_stat segment[VG_STAT_TYPES];
 
-    /* Counters: each policy decision and each provider call. */
+    /* Counters: each policy decision and each provider call. They stay
+     * last in the struct, from num_device_alloc on (reset_accumulated). */
     uint64_t num_device_alloc;     /* provider reserve calls that succeeded */
     uint64_t num_device_free;      /* provider release calls */
     uint64_t num_device_alloc_failed; /* provider reserve calls refused */
@@ -217,6 +218,9 @@ size_t vg_heap_empty_cache(vg_heap *h);
 /* Wait for the device, then finish every deferred free. */
 void vg_heap_synchronize(vg_heap *h);
 void vg_heap_reset_peaks(vg_heap *h);
+/* Totals (allocated, freed) restart from the current values and every
+ * counter from 0, as torch.cuda.reset_accumulated_memory_stats() does. */
+void vg_heap_reset_accumulated(vg_heap *h);
 
 /* 0 = no budget (the device's capacity rules). Lowering it releases idle
  * segments until reserved memory fits, as far as live blocks allow. */

@@ -1,5 +1,10 @@
 """vramguard: a caching allocator for GPU memory that explains itself.
 
+With PyTorch and a GPU, before anything touches the GPU:
+    vramguard.install(budget="15GiB")
+    ...train...
+    print(vramguard.summary())
+
 On any machine:
     heap = vramguard.Heap(15 * 2**30)       # a simulated 15 GiB device
     p = heap.malloc(1 << 20); heap.free(p)
@@ -10,12 +15,17 @@ from ._import import load_trace
 from ._record import record, start_recording, stop_recording
 from ._replay import ReplayResult, min_budget, replay
 from ._summary import format_summary
+from ._torch import (
+    VramguardError, empty_cache, install, is_installed, is_oom, reset_peaks, stats, summary,
+)
 from ._trace import Trace, TraceFormatError, save_trace
 from ._units import parse_size
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "VramguardError", "empty_cache", "install", "is_installed", "is_oom", "reset_peaks", "stats",
+    "summary",
     "Heap", "ReplayResult", "Trace", "TraceFormatError", "format_size", "format_summary",
     "load_trace", "min_budget", "parse_size", "record", "replay", "round_size", "save_trace",
     "start_recording", "stop_recording",
