@@ -16,9 +16,8 @@
 
 size_t vg_round_size(size_t size)
 {
-    if (size == 0 || size > VG_MAX_REQUEST) return 0;
-    /* VG_MAX_REQUEST is far below SIZE_MAX, so this cannot overflow. */
-    return (size + VG_ALIGN - 1) & ~(VG_ALIGN - 1);
+    /* VG_MAX_REQUEST is far below SIZE_MAX, so rounding cannot overflow. */
+    return vg__round(size);
 }
 
 size_t vg__bin_lower_bound(uint32_t bin)

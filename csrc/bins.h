@@ -6,6 +6,13 @@
 
 #include "heap_internal.h"
 
+/* vg_round_size, inline for the allocation path. */
+static inline size_t vg__round(size_t size)
+{
+    if (size == 0 || size > VG_MAX_REQUEST) return 0;
+    return (size + VG_ALIGN - 1) & ~(VG_ALIGN - 1);
+}
+
 static inline unsigned vg__floor_log2(uint64_t v)
 {
     return 63u - (unsigned)__builtin_clzll(v);

@@ -44,7 +44,7 @@ static vg_block *new_block(vg_heap *h)
     }
     vg_block *blk = h->spare_blocks;
     h->spare_blocks = blk->link_next;
-    memset(blk, 0, sizeof *blk);
+    *blk = (vg_block){.state = VG_BLOCK_FREE};
     return blk;
 }
 
@@ -455,7 +455,7 @@ void *vg_heap_alloc(vg_heap *h, size_t size, vg_stream_t stream, vg_oom_info *oo
         return NULL;
     }
     if (h->pending) vg__process_pending(h);
-    size_t rounded = vg_round_size(size);
+    size_t rounded = vg__round(size);
     vg_stream_bins *sb = rounded ? stream_bins(h, stream) : NULL;
     vg_block *blk = NULL;
     bool budget_refused = false;

@@ -1,9 +1,14 @@
 """On real traces recorded by others: the torch policy must reproduce the
 native allocator's recorded peak, and vramguard's policy must need at most
 2% (or 2 MiB) over the physical limit, and never more than the torch policy."""
+import sys
+from pathlib import Path
+
 import pytest
 
-from conftest import SHARED_TRACES, real_traces
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from trace_paths import SHARED_TRACES, real_traces
 from vramguard import load_trace, min_budget, replay
 
 MiB = 1 << 20

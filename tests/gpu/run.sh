@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Everything vramguard checks on a real GPU, in one command:
+#
+#   bash tests/gpu/run.sh            # the PyTorch integration checks (a few minutes)
+#   bash tests/gpu/run.sh --full     # also ResNet-50 / GPT-2 seq 1024 / ViT-B/16, 100 steps,
+#                                    # the largest batch under one budget, and the trace corpus
+#
+# It builds the extension in place (no network needed: the machine's own
+# setuptools and PyTorch), runs the tests marked cuda, the OOM loop, real
+# training side by side with the native allocator, and the allocation
+# microbenchmark. Results: JSON and a markdown table in $RESULTS (default
+# bench/results/), the table also printed at the end.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+RESULTS=${RESULTS:-bench/results}
+mkdir -p "$RESULTS"
+PY=${PYTHON:-python3}
+status=0
+
+echo "== build"
+VRAMGUARD_WERROR=1 $PY setup.py -q build_ext --inplace || exit 1
+export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+$PY -c "import vramguard, torch; print('vramguard', vramguard.__version__, 'torch', torch.__version__, torch.cuda.get_device_name(0))" || exit 1
+
+echo "== pytest -m cuda"
+$PY -m pytest -q -rs tests/gpu 2>&1 | tee "$RESULTS/gpu_pytest.log" || status=1
+
+echo "== training side by side (ResNet-18 batch 64, GPT-2 small seq 512), 50 steps"
+$PY bench/gpu_train.py --models resnet18,gpt2 --steps 50 --warmup 5 --json "$RESULTS/gpu_train.json" || status=1
+
+echo "== allocation microbenchmark"
+$PY bench/gpu_alloc_micro.py --json "$RESULTS/gpu_alloc_micro.json" || status=1
+
+if [ "${1:-}" = "--full" ]; then
+  echo "== ResNet-50 bf16 batch 128, GPT-2 seq 1024 batch 8, ViT-B/16: 100 steps after 10"
+  $PY bench/gpu_train.py --models resnet50,gpt2-1024,vit --steps 100 --warmup 10 \
+      --json "$RESULTS/gpu_train_full.json" || status=1
+  echo "== largest batch under one budget (${BUDGET:-16GiB})"
+  $PY bench/gpu_train.py --models resnet50,gpt2-1024,vit --max-batch --budget "${BUDGET:-16GiB}" \
+      --json "$RESULTS/gpu_max_batch.json" || status=1
+  echo "== trace corpus"
+  $PY bench/record_traces.py --out tests/data || status=1
+  $PY bench/replay_table.py | tee "$RESULTS/replay_table.md"
+fi
+
+echo "== results"
+$PY bench/gpu_report.py "$RESULTS" | tee "$RESULTS/gpu_results.md"
+exit $status
