@@ -200,7 +200,10 @@ static vg_block *default_grow(vg_heap *h, vg_stream_bins *sb, int pool, size_t r
 
 const vg_policy vg_policy_default = {
     .name = "vramguard",
-    .split_min = {VG_ALIGN, VG_ALIGN},
+    /* A large block keeps a remainder of 1 MiB or less: no large request
+     * could use it, and not splitting saves a split and a merge per use
+     * (the replays of real traces need the same memory either way). */
+    .split_min = {VG_ALIGN, VG_SMALL_REQUEST + VG_ALIGN},
     .scan_limit = 0,
     .oversize_remainder = VG_OVERSIZE_REMAINDER,
     .keep_whole = default_keep_whole,

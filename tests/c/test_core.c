@@ -182,11 +182,12 @@ static void test_large_segments(void)
     void *b = vg_heap_alloc(f.heap, 3 * MiB, 0, NULL);
     CHECK((uintptr_t)b == (uintptr_t)a + 3 * MiB);
     CHECK_EQ(stats_of(f.heap).num_device_alloc, 1);
-    /* 15 MiB + 1: no multiple fits under 20 MiB, so its own 16 MiB. */
+    /* 15 MiB + 1: no multiple fits under 20 MiB, so its own 16 MiB; the
+     * sub-MiB remainder stays in the block (no large request fits it). */
     void *c = vg_heap_alloc(f.heap, 15 * MiB + 1, 0, NULL);
     st = stats_of(f.heap);
     CHECK_EQ(st.reserved_bytes[VG_STAT_LARGE].current, 6 * MiB + 16 * MiB);
-    CHECK_EQ(st.allocated_bytes[VG_STAT_LARGE].current, 6 * MiB + 15 * MiB + 512);
+    CHECK_EQ(st.allocated_bytes[VG_STAT_LARGE].current, 6 * MiB + 16 * MiB);
     CHECK_EQ(st.requested_bytes[VG_STAT_LARGE].current, 6 * MiB + 15 * MiB + 1);
     CHECK_EQ(st.segment[VG_STAT_LARGE].current, 2);
     /* 2.25 MiB: eight of them fill 18 MiB exactly. */
@@ -254,28 +255,26 @@ static void test_no_budget_splits_like_pytorch(void)
     destroy(f);
 }
 
-static void test_torch_policy_split_rule(void)
+static void test_large_split_rule(void)
 {
-    /* 19.5 MiB in a 20 MiB segment leaves 0.5 MiB: PyTorch keeps it in the
-     * block (no split under 1 MiB); vramguard splits it off. */
-    fixture t = make(GiB, 0, 0, &vg_policy_torch);
-    fixture v = make(GiB, 0, 0, &vg_policy_default);
-    CHECK(vg_heap_alloc(t.heap, 19 * MiB + 512 * KiB, 0, NULL) != NULL);
-    CHECK(vg_heap_alloc(v.heap, 19 * MiB + 512 * KiB, 0, NULL) != NULL);
-    CHECK_EQ(stats_of(t.heap).allocated_bytes[VG_STAT_ALL].current, 20 * MiB);
-    CHECK_EQ(stats_of(v.heap).allocated_bytes[VG_STAT_ALL].current, 19 * MiB + 512 * KiB);
-    CHECK_EQ(stats_of(t.heap).num_splits, 0);
-    CHECK_EQ(stats_of(v.heap).num_splits, 1);
-    CHECK_HEAP(t.heap);
-    CHECK_HEAP(v.heap);
-    CHECK(strcmp(vg_heap_policy_name(t.heap), "torch") == 0);
-    destroy(t);
-    destroy(v);
+    /* Both policies keep a sub-MiB remainder of a large block in the block
+     * (19.5 MiB in 20 MiB), and split off anything bigger. */
+    const vg_policy *policies[2] = {&vg_policy_torch, &vg_policy_default};
+    for (int i = 0; i < 2; i++) {
+        fixture f = make(GiB, 0, 0, policies[i]);
+        CHECK(vg_heap_alloc(f.heap, 19 * MiB + 512 * KiB, 0, NULL) != NULL);
+        CHECK_EQ(stats_of(f.heap).allocated_bytes[VG_STAT_ALL].current, 20 * MiB);
+        CHECK_EQ(stats_of(f.heap).num_splits, 0);
+        void *big = vg_heap_alloc(f.heap, 50 * MiB, 0, NULL);
+        vg_heap_free(f.heap, big);
+        CHECK(vg_heap_alloc(f.heap, 40 * MiB, 0, NULL) == big);
+        CHECK_EQ(stats_of(f.heap).allocated_bytes[VG_STAT_ALL].current, 20 * MiB + 40 * MiB);
+        CHECK_EQ(stats_of(f.heap).num_splits, 1);
+        CHECK_HEAP(f.heap);
+        destroy(f);
+    }
+    CHECK(strcmp(vg_policy_torch.name, "torch") == 0);
 }
-
-/* ------------------------------------------------------------------ */
-/* Streams                                                             */
-/* ------------------------------------------------------------------ */
 
 static void test_reuse_only_on_same_stream(void)
 {
@@ -363,9 +362,9 @@ static void test_budget_shrinks_then_refuses(void)
     CHECK_EQ(oom.rounded, 3 * MiB);
     CHECK_EQ(oom.budget, 4 * MiB);
     CHECK_EQ(oom.reserved, 4 * MiB);
-    CHECK_EQ(oom.allocated, 3 * MiB);
-    CHECK_EQ(oom.largest_free_block, 1 * MiB);
-    CHECK_EQ(oom.free_blocks, 1);
+    CHECK_EQ(oom.allocated, 4 * MiB); /* the 1 MiB remainder stays in the block */
+    CHECK_EQ(oom.largest_free_block, 0);
+    CHECK_EQ(oom.free_blocks, 0);
     CHECK_EQ(oom.device_total, GiB);
     CHECK_EQ(oom.device_free, GiB - 4 * MiB);
     CHECK(oom.budget_refused);
@@ -751,7 +750,7 @@ static const harness_test tests[] = {
     T(test_addr_map),
     T(test_small_alloc_split_coalesce),
     T(test_large_segments),
-    T(test_torch_policy_split_rule),
+    T(test_large_split_rule),
     T(test_torch_policy_segments),
     T(test_keep_big_idle_segment_whole_under_budget),
     T(test_no_budget_splits_like_pytorch),
