@@ -16,7 +16,7 @@ __all__ = ["record", "start_recording", "stop_recording", "trace_from_events"]
 
 _EVENT = struct.Struct("<QQQQQII")  # time_ns, addr, size, requested, stream, kind, pad
 EV_ALLOC, EV_FREE, EV_RESERVE, EV_RELEASE, EV_RECORD_STREAM, EV_EMPTY_CACHE, EV_OOM = range(1, 8)
-DEFAULT_CAPACITY = 1 << 22  # events (192 MiB of host memory at most)
+DEFAULT_CAPACITY = 1 << 20  # events: 48 MiB of host memory at most
 
 
 def _resolve(heap):
