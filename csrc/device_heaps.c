@@ -153,13 +153,14 @@ void vg_devices_free(void *ptr, int device)
 {
     if (!ptr) return;
     vg_heap *h = vg_devices_existing(device);
-    if (h && vg_heap_free(h, ptr) == VG_OK) return;
+    if (h && vg_heap_free_if_owned(h, ptr) == VG_OK) return;
     /* Not where PyTorch said: look on the other devices before giving up. */
     for (int d = 0; d < VG_MAX_DEVICES; d++) {
         vg_heap *other = vg_devices_existing(d);
-        if (other && other != h && vg_heap_free(other, ptr) == VG_OK) return;
+        if (other && other != h && vg_heap_free_if_owned(other, ptr) == VG_OK) return;
     }
-    /* Counted by the heap; said once, since a free cannot raise. */
+    if (h) vg_heap_count_invalid_free(h);
+    /* Said once, since a free cannot raise. */
     if (!atomic_exchange(&warned_invalid_free, 1))
         fprintf(stderr, "vramguard: free of %p, which no device heap allocated (ignored; "
                         "counted in num_invalid_frees)\n", ptr);

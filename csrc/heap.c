@@ -487,13 +487,26 @@ void *vg_heap_alloc(vg_heap *h, size_t size, vg_stream_t stream, vg_oom_info *oo
     return (void *)blk->addr;
 }
 
+void vg_heap_count_invalid_free(vg_heap *h)
+{
+    vg_lock_acquire(&h->lock);
+    h->stats.num_invalid_frees++;
+    vg_lock_release(&h->lock);
+}
+
 int vg_heap_free(vg_heap *h, void *ptr)
+{
+    int rc = vg_heap_free_if_owned(h, ptr);
+    if (rc == VG_ERR_INVALID) vg_heap_count_invalid_free(h);
+    return rc;
+}
+
+int vg_heap_free_if_owned(vg_heap *h, void *ptr)
 {
     if (!ptr) return VG_OK;
     vg_lock_acquire(&h->lock);
     vg_block *blk = vg__map_take(&h->live, (uintptr_t)ptr);
     if (!blk) {
-        h->stats.num_invalid_frees++;
         vg_lock_release(&h->lock);
         return VG_ERR_INVALID;
     }

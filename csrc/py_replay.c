@@ -75,10 +75,10 @@ PyObject *vgpy_heap_replay(HeapObject *self, PyObject *args, PyObject *kwargs)
     if (nsamples && !samples) return PyErr_NoMemory();
     size_t window = nsamples ? (t.n + (size_t)nsamples - 1) / (size_t)nsamples : 1;
     vg_replay_result r;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = vg_replay(self->heap, &t, samples, (size_t)nsamples, window ? window : 1, &r);
-    Py_END_ALLOW_THREADS
+    /* The GIL stays held: the replay owns the heap and its simulated device,
+     * which other threads could otherwise touch (complete_stream does so
+     * without the heap's lock). A replay takes milliseconds. */
+    int rc = vg_replay(self->heap, &t, samples, (size_t)nsamples, window ? window : 1, &r);
     if (rc != VG_OK) {
         PyMem_Free(samples);
         return PyErr_NoMemory();

@@ -209,6 +209,11 @@ void *vg_heap_alloc(vg_heap *h, size_t size, vg_stream_t stream, vg_oom_info *oo
 /* NULL is a no-op. An unknown pointer or a double free returns
  * VG_ERR_INVALID, is counted, and leaves the heap as it was. */
 int vg_heap_free(vg_heap *h, void *ptr);
+/* As vg_heap_free, but a pointer the heap does not know is left to the
+ * caller to count (vg_heap_count_invalid_free): for callers that try
+ * several heaps. */
+int vg_heap_free_if_owned(vg_heap *h, void *ptr);
+void vg_heap_count_invalid_free(vg_heap *h);
 /* The block at `ptr` is also used by `stream`: on free it becomes reusable
  * only once the work queued on `stream` by then has finished. */
 int vg_heap_record_stream(vg_heap *h, void *ptr, vg_stream_t stream);

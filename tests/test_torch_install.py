@@ -73,7 +73,7 @@ def test_bad_settings_are_refused_before_anything_changes():
         import fake_torch, vramguard
         vramguard._core.simulate_devices(16 << 30)
         fake_torch.install_fake()
-        for budget in ("-1GiB", 1.5, "0%", "lots", 0):
+        for budget in ("-1GiB", 1.5, "0%", "lots", 0, "1"):
             try:
                 vramguard.install(budget=budget)
             except (ValueError, TypeError) as e:
@@ -85,7 +85,7 @@ def test_bad_settings_are_refused_before_anything_changes():
                 print("refused gc", repr(gc))
         print("installed", vramguard.is_installed())
     """)
-    assert out.count("refused") == 8 and "installed False" in out
+    assert out.count("refused") == 9 and "installed False" in out
 
 
 def test_install_patches_torch_and_reads_the_same_heaps():

@@ -256,6 +256,10 @@ def test_min_budget_packs_same_size_tensors():
     assert min_budget(t, "torch") == 100 * MiB
 
 
+def test_min_budget_of_an_empty_trace_is_zero():
+    assert min_budget(Trace("empty")) == 0
+
+
 def test_min_budget_bad_input():
     with pytest.raises(ValueError):
         min_budget(small_trace(), granularity=0)

@@ -96,7 +96,10 @@ def min_budget(trace, policy="vramguard", granularity=SEGMENT_GRANULE):
     trace = _as_trace(trace)
     if granularity <= 0:
         raise ValueError("granularity must be positive")
-    floor = trace.peak_live() // granularity * granularity
+    live = trace.peak_live()
+    if live == 0:
+        return 0
+    floor = live // granularity * granularity
     if floor and _fits(trace, policy, floor):
         return floor
     hi = -(-replay(trace, None, policy, samples=0).peak_reserved_bytes // granularity) * granularity

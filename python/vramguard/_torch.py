@@ -75,6 +75,10 @@ def _parse_budget(budget):
     nbytes = parse_size(budget)
     if nbytes <= 0:
         raise ValueError(f"a budget must be positive, got {budget!r} (None means no budget)")
+    if nbytes < _core.SEGMENT_GRANULE:
+        raise ValueError(
+            f"a budget of {nbytes} bytes is smaller than one 2 MiB segment: give a unit, e.g. '{budget}GiB'"
+        )
     return nbytes, 0.0
 
 
@@ -268,7 +272,13 @@ def _set_per_process_memory_fraction(fraction, device=None):
 
 def _record_stream(self, stream):
     """Tensor.record_stream: the storage's block is also used by `stream`."""
-    _core.record_stream_any(self.untyped_storage().data_ptr(), stream.cuda_stream)
+    handle = getattr(stream, "cuda_stream", None)
+    if handle is None:  # a generic torch.Stream: ask torch for its CUDA handle
+        import torch
+
+        handle = torch.cuda.Stream(stream_id=stream.stream_id, device_index=stream.device_index,
+                                   device_type=stream.device_type).cuda_stream
+    _core.record_stream_any(self.untyped_storage().data_ptr(), handle)
 
 
 def _empty_all_caches():

@@ -30,6 +30,8 @@ static void test_alloc_free_per_device(void)
     vramguard_torch_free(b, 3 * MiB, 0, nullptr);
     vg_heap_stats(vg_devices_existing(1), &st);
     CHECK_EQ(st.requested_bytes[VG_STAT_ALL].current, 0);
+    vg_heap_stats(vg_devices_existing(0), &st);
+    CHECK_EQ(st.num_invalid_frees, 0); /* found elsewhere: not an invalid free */
     CHECK_HEAP(vg_devices_existing(0));
     CHECK_HEAP(vg_devices_existing(1));
 }
