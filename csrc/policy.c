@@ -1,17 +1,19 @@
 /* vramguard's policy: how big a new segment is, when a block is split, and
  * what to do when no cached block fits.
  *
- * Keeping big blocks whole, under pressure: when the best cached fit is a
- * whole idle segment at least 4 MiB bigger than the segment this request
- * would get, and reserved memory is past half the ceiling (the budget, or
- * else the device), a right-sized segment is reserved
+ * Keeping big blocks whole: when the best cached fit is a whole idle
+ * segment at least 4 MiB bigger than the segment this request would get,
+ * and either four times its size or reserved memory is past half the
+ * ceiling (the budget, or else the device), a right-sized segment is
+ * reserved
  * instead (num_kept_whole), because the remainder of a split is stranded
  * until its neighbour is freed, and the big request that needs it comes
  * before that. If the budget refuses, and the big block is a whole idle
  * segment, it is released for a right-sized one (num_oversize_releases);
  * otherwise it is split after all (num_oversize_splits). Far from the
- * ceiling splitting wins: fresh segments would only grow the footprint and
- * the provider calls, as the replays of real traces showed.
+ * ceiling, a block less than four times too big is split: fresh segments
+ * would only grow the footprint and the provider calls, as the replays of
+ * real traces showed.
  *
  * The ladder, each step counted in vg_stats:
  *   0. gc threshold: before reserved memory grows past the threshold,
@@ -146,6 +148,11 @@ static bool default_keep_whole(const vg_heap *h, const vg_block *blk, size_t rou
     if (!blk->seg->idle) return false;
     size_t own = default_segment_size(h, blk->seg->pool, rounded);
     if (blk->size < own + VG_OVERSIZE_REMAINDER) return false;
+    /* Four times what the request needs: split, it would strand most of a
+     * segment made for a much bigger tensor, whatever the pressure (the
+     * OPT-125m trace: a 148 MiB segment split for 8 MiB cost a whole
+     * extra segment without a budget too). */
+    if (blk->size >= 4 * own) return true;
     return (double)(vg__reserved(h) + own) > VG_KEEP_WHOLE_PRESSURE * (double)ceiling(h);
 }
 

@@ -244,14 +244,25 @@ static void test_keep_big_idle_segment_whole_under_budget(void)
     destroy(f);
 }
 
-static void test_no_budget_splits_like_pytorch(void)
+static void test_far_from_the_ceiling(void)
 {
+    /* Without pressure an idle segment less than 4x too big is split... */
     fixture f = make(GiB, 0, 0, NULL);
-    void *big = vg_heap_alloc(f.heap, 147 * MiB, 0, NULL);
-    vg_heap_free(f.heap, big);
-    CHECK(vg_heap_alloc(f.heap, 8 * MiB, 0, NULL) == big);
+    void *mid = vg_heap_alloc(f.heap, 40 * MiB, 0, NULL);
+    vg_heap_free(f.heap, mid);
+    CHECK(vg_heap_alloc(f.heap, 20 * MiB, 0, NULL) == mid);
     CHECK_EQ(stats_of(f.heap).num_kept_whole, 0);
     CHECK_EQ(stats_of(f.heap).num_device_alloc, 1);
+    destroy(f);
+    /* ...one 4x too big or more is kept whole all the same. */
+    f = make(GiB, 0, 0, NULL);
+    void *big = vg_heap_alloc(f.heap, 147 * MiB, 0, NULL);
+    vg_heap_free(f.heap, big);
+    void *small = vg_heap_alloc(f.heap, 8 * MiB, 0, NULL);
+    CHECK(small != big);
+    CHECK_EQ(stats_of(f.heap).num_kept_whole, 1);
+    CHECK(vg_heap_alloc(f.heap, 147 * MiB, 0, NULL) == big);
+    CHECK_HEAP(f.heap);
     destroy(f);
 }
 
@@ -753,7 +764,7 @@ static const harness_test tests[] = {
     T(test_large_split_rule),
     T(test_torch_policy_segments),
     T(test_keep_big_idle_segment_whole_under_budget),
-    T(test_no_budget_splits_like_pytorch),
+    T(test_far_from_the_ceiling),
     T(test_reuse_only_on_same_stream),
     T(test_record_stream_defers_reuse),
     T(test_empty_cache_waits_for_deferred_frees),
