@@ -333,3 +333,42 @@ def test_cli_replay_json_and_exit_status(tmp_path):
     assert "DOES NOT FIT" in proc.stdout and "first OOM at event 3" in proc.stdout
     proc = run_cli("replay", str(tmp_path / "missing.vgtrace"))
     assert proc.returncode == 2 and "No such file" in proc.stderr
+
+
+def test_snapshot_with_wrong_field_types(tmp_path):
+    events = [ev("alloc", 0x1000, "lots")]
+    with pytest.raises(TraceFormatError, match="unexpected snapshot structure"):
+        load_trace(write(tmp_path / "types.pickle", snapshot(events)))
+    seg = {"address": 0, "total_size": "x", "blocks": [{"size": 512, "state": "active_allocated"}]}
+    with pytest.raises(TraceFormatError, match="unexpected snapshot structure"):
+        load_trace(write(tmp_path / "seg.pickle", snapshot([ev("alloc", 1, 512)], [seg])))
+
+
+def test_random_corruption_only_ever_raises_trace_format_error(tmp_path):
+    """Seeded fuzzing of every format: flipped bytes, truncations, insertions."""
+    import random
+
+    rng = random.Random(20261121)
+    p = tmp_path / "base.vgtrace"
+    save_trace(small_trace(), p)
+    bases = [p.read_bytes(), gzip.compress(p.read_bytes()),
+             snapshot([ev("segment_alloc", 0, 20 * MiB), ev("alloc", 0, 512), ev("free_completed", 0, 512)]),
+             b"0 3 100\n1 2 200\n2 -1 300\n"]
+    target = tmp_path / "fuzzed"
+    for base in bases:
+        for _ in range(300):
+            data = bytearray(base)
+            roll = rng.random()
+            if roll < 0.4:
+                for _ in range(rng.randint(1, 4)):
+                    data[rng.randrange(len(data))] = rng.randrange(256)
+            elif roll < 0.7:
+                del data[rng.randrange(len(data)):]
+            else:
+                at = rng.randrange(len(data) + 1)
+                data[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+            target.write_bytes(bytes(data))
+            try:
+                load_trace(target)
+            except TraceFormatError:
+                pass

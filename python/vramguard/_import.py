@@ -30,7 +30,14 @@ def load_trace(path, device=None):
     if data.startswith(MAGIC):
         return parse_vgtrace(data, path)
     if data[:1] == b"\x80":
-        return trace_from_snapshot(_unpickle(data, path), path, device=device)
+        snapshot = _unpickle(data, path)
+        try:
+            return trace_from_snapshot(snapshot, path, device=device)
+        except TraceFormatError:
+            raise
+        except (AttributeError, TypeError, KeyError, ValueError, OverflowError) as exc:
+            # A pickle of plain data, but not laid out as a snapshot is.
+            raise TraceFormatError(path, 0, f"unexpected snapshot structure: {exc!r}") from None
     return trace_from_lifetimes(data, path)
 
 
