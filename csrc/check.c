@@ -2,6 +2,7 @@
  * the first invariant that does not hold. O(everything): for tests and
  * debugging, never for the hot path. */
 #include "heap_internal.h"
+#include "addr_map.h"
 #include "bins.h"
 
 #include <string.h>

@@ -10,6 +10,7 @@
  * - a segment is on the idle list iff its only block is free.
  */
 #include "heap_internal.h"
+#include "addr_map.h"
 #include "bins.h"
 #include "trace.h"
 

@@ -94,10 +94,9 @@ typedef struct vg_addr_map {
 
 int vg__map_init(vg_addr_map *m, size_t capacity);
 void vg__map_free(vg_addr_map *m);
-/* VG_OK, or VG_ERR_NOMEM when it had to grow and could not. */
-int vg__map_put(vg_addr_map *m, uintptr_t key, vg_block *val);
-vg_block *vg__map_get(const vg_addr_map *m, uintptr_t key);
-vg_block *vg__map_take(vg_addr_map *m, uintptr_t key);
+/* Double the capacity; VG_ERR_NOMEM if the host says no. */
+int vg__map_grow(vg_addr_map *m);
+/* vg__map_put, vg__map_get and vg__map_take are inline, in addr_map.h. */
 
 /* ------------------------------------------------------------------ */
 /* Policy                                                              */

@@ -3,6 +3,7 @@
  * invariants after long seeded random sequences, single and multi-threaded. */
 #include "harness.h"
 #include "heap_internal.h"
+#include "addr_map.h"
 #include "bins.h"
 
 #include <pthread.h>
