@@ -20,6 +20,7 @@ record_stream, for one) is not seen: see docs/pytorch.md.
 There is no uninstall: PyTorch cannot swap an allocator that has been used.
 """
 import collections
+import importlib
 import os
 import threading
 import warnings
@@ -326,7 +327,10 @@ def _keep_cudnn_benchmark_off(torch):
     """cudnn.benchmark asks the allocator for its largest free block
     (cacheInfo), which PyTorch's pluggable allocator refuses with an error
     in the middle of a convolution. Keep it off, and say so once."""
-    cudnn = torch.backends.cudnn
+    try:
+        cudnn = importlib.import_module("torch.backends.cudnn")
+    except ImportError:
+        return
     if getattr(cudnn, "benchmark", False):
         cudnn.benchmark = False
         _warn_benchmark()
