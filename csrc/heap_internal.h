@@ -158,7 +158,8 @@ struct vg_heap {
 
     vg_stats stats;
     uint64_t live_per_bin[VG_NBINS];
-    vg_trace *trace;
+    vg_trace *trace;             /* the ring, kept after a stop until taken */
+    bool tracing;                /* recording into it now */
 };
 
 /* heap.c: the operations the policies build on. */

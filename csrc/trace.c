@@ -13,7 +13,6 @@ struct vg_trace {
     size_t start;     /* index of the oldest event */
     size_t count;
     uint64_t dropped;
-    int recording;
 };
 
 static uint64_t now_ns(void)
@@ -26,7 +25,6 @@ static uint64_t now_ns(void)
 void vg__trace_event(vg_trace *t, uint32_t kind, uintptr_t addr, size_t size,
                      size_t requested, vg_stream_t stream)
 {
-    if (!t->recording) return;
     size_t slot;
     if (t->count < t->capacity) {
         slot = (t->start + t->count++) % t->capacity;
@@ -63,10 +61,10 @@ int vg_heap_trace_start(vg_heap *h, size_t capacity)
         return VG_ERR_NOMEM;
     }
     t->capacity = capacity;
-    t->recording = 1;
     vg_lock_acquire(&h->lock);
     vg_trace *old = h->trace;
     h->trace = t;
+    h->tracing = true;
     vg_lock_release(&h->lock);
     vg__trace_destroy(old);
     return VG_OK;
@@ -75,14 +73,14 @@ int vg_heap_trace_start(vg_heap *h, size_t capacity)
 void vg_heap_trace_stop(vg_heap *h)
 {
     vg_lock_acquire(&h->lock);
-    if (h->trace) h->trace->recording = 0;
+    h->tracing = false;
     vg_lock_release(&h->lock);
 }
 
 int vg_heap_trace_active(vg_heap *h)
 {
     vg_lock_acquire(&h->lock);
-    int active = h->trace && h->trace->recording;
+    int active = h->tracing;
     vg_lock_release(&h->lock);
     return active;
 }

@@ -66,7 +66,6 @@ def write(path, data):
 
 
 def valid_bytes():
-    import io
     import os
     import tempfile
 

@@ -7,7 +7,7 @@ import io
 import pickle
 import zlib
 
-from ._trace import MAGIC, Trace, TraceFormatError, parse_vgtrace
+from ._trace import MAGIC, Trace, TraceAssembler, TraceFormatError, parse_vgtrace
 
 __all__ = ["load_trace", "trace_from_snapshot", "trace_from_lifetimes"]
 
@@ -90,24 +90,16 @@ def _live_at_dump(snapshot, device):
 
 
 class _SnapshotReader:
-    """One pass over a device's events, building the trace and the native
-    allocator's reserved-memory curve."""
+    """One pass over a device's events: ops through a TraceAssembler, and
+    the native allocator's reserved-memory curve beside them."""
 
     def __init__(self, name):
-        self.trace = Trace(name)
-        self.ops = []          # (kind, id, size, stream), seeds go first later
-        self.seeds = []        # allocations live before recording began
-        self.live = {}         # address -> id
-        self.nids = 0
+        self.ops = TraceAssembler(name)
         self.reserved = 0      # relative to the start
-        self.curve = []        # (op index, reserved) at each change
+        self.curve = []        # (op position, reserved) at each change
         self.freeing = False   # inside a burst of segment_free
         self.empty_caches = 0
         self.retries = 0
-
-    def new_id(self):
-        self.nids += 1
-        return self.nids - 1
 
     def end_burst(self, next_action):
         # A burst that an allocation's new segment follows at once is
@@ -116,7 +108,7 @@ class _SnapshotReader:
             if next_action in ("segment_alloc", "segment_map"):
                 self.retries += 1
             else:
-                self.ops.append((3, 0, 0, 0))
+                self.ops.empty_cache()
                 self.empty_caches += 1
         self.freeing = False
 
@@ -126,23 +118,15 @@ class _SnapshotReader:
         if action != "segment_free" and action != "segment_unmap":
             self.end_burst(action)
         if action == "alloc":
-            if addr in self.live:  # a free we never saw: close it first
-                self.ops.append((2, self.live.pop(addr), 0, 0))
-            ident = self.new_id()
-            self.live[addr] = ident
-            self.ops.append((1, ident, size, stream))
+            self.ops.alloc(addr, size, stream)
         elif action == "free_completed":
-            ident = self.live.pop(addr, None)
-            if ident is None:  # allocated before recording began
-                ident = self.new_id()
-                self.seeds.append((1, ident, size, stream))
-            self.ops.append((2, ident, 0, 0))
+            self.ops.free(addr, size, stream)
         elif action in ("segment_alloc", "segment_map"):
             self.reserved += size
-            self.curve.append((len(self.ops), self.reserved))
+            self.curve.append((self.ops.position(), self.reserved))
         elif action in ("segment_free", "segment_unmap"):
             self.reserved -= size
-            self.curve.append((len(self.ops), self.reserved))
+            self.curve.append((self.ops.position(), self.reserved))
             self.freeing = True
 
 
@@ -166,27 +150,23 @@ def trace_from_snapshot(snapshot, path="snapshot", device=None):
         if isinstance(ev, dict):
             reader.event(ev)
     reader.end_burst(None)
+    ops = reader.ops
     for addr, size, stream in _live_at_dump(snapshot, device):
-        if addr not in reader.live and size > 0:  # live all along
-            reader.seeds.append((1, reader.new_id(), size, stream))
-    trace = reader.trace
-    for kind, ident, size, stream in reader.seeds + reader.ops:
-        trace._append(kind, ident, size, stream)
-    trace.nids = reader.nids
+        if addr not in ops.live and size > 0:  # live all along
+            ops.seed(size, stream)
     # Reserved at the start: what the segments held at dump time, less the
     # net growth the events show.
     at_dump = sum(seg.get("total_size", 0) for seg in snapshot.get("segments", [])
                   if seg.get("device", device) == device)
     start = max(at_dump - reader.reserved, 0)
-    shift = len(reader.seeds)
-    curve = [(0, start)] + [(op + shift, start + r) for op, r in reader.curve]
+    curve = [(0, start)] + [(ops.finish_index(at), start + r) for at, r in reader.curve]
+    trace = ops.finish()
     trace.meta.update(
         source="pytorch-snapshot",
         device=device,
         recorded_peak_reserved_bytes=max(r for _, r in curve) if reader.curve else None,
         recorded_reserved_start_bytes=start,
         recorded_reserved_curve=_envelope(curve),
-        seeded_allocations=len(reader.seeds),
         empty_cache_calls=reader.empty_caches,
         native_release_retries=reader.retries,
         allocator_settings=snapshot.get("allocator_settings", {}),

@@ -10,7 +10,7 @@ frees of unknown addresses; those allocations are seeded at the start of the
 trace, as for PyTorch snapshots."""
 import struct
 
-from ._trace import EMPTY_CACHE, Trace
+from ._trace import TraceAssembler
 
 __all__ = ["record", "start_recording", "stop_recording", "trace_from_events"]
 
@@ -29,43 +29,31 @@ def _resolve(heap):
 
 def trace_from_events(data, dropped=0, reserved_start=0, name="recording"):
     """A Trace from packed heap events (Heap.trace_take()'s bytes)."""
-    trace = Trace(name)
-    seeds, ops, live = [], [], {}
-    nids = 0
+    ops = TraceAssembler(name)
     reserved, peak, ooms, first_oom = reserved_start, reserved_start, 0, None
     for _t, addr, size, requested, stream, kind, _ in _EVENT.iter_unpack(data):
         if kind == EV_ALLOC:
-            live[addr] = nids
-            ops.append((1, nids, requested, stream))
-            nids += 1
+            ops.alloc(addr, requested, stream)
         elif kind == EV_FREE:
-            ident = live.pop(addr, None)
-            if ident is None:  # live before recording started
-                ident = nids
-                nids += 1
-                seeds.append((1, ident, requested, stream))
-            ops.append((2, ident, 0, 0))
+            ops.free(addr, requested, stream)
         elif kind == EV_RESERVE:
             reserved += size
             peak = max(peak, reserved)
         elif kind == EV_RELEASE:
             reserved -= size
         elif kind == EV_EMPTY_CACHE:
-            ops.append((EMPTY_CACHE, 0, 0, 0))
+            ops.empty_cache()
         elif kind == EV_OOM:
             ooms += 1
             if first_oom is None:
-                first_oom = len(seeds) + len(ops)
-    for op in seeds + ops:
-        trace._append(*op)
-    trace.nids = nids
+                first_oom = ops.position()
+    trace = ops.finish()
     trace.meta.update(
         source="vramguard",
         recorded_peak_reserved_bytes=peak,
         recorded_reserved_start_bytes=reserved_start,
         recorded_ooms=ooms,
-        recorded_first_oom=first_oom,
-        seeded_allocations=len(seeds),
+        recorded_first_oom=None if first_oom is None else ops.finish_index(first_oom),
         dropped_events=dropped,
     )
     return trace

@@ -63,6 +63,7 @@ class Trace:
         self.name = name
         self.meta = dict(meta or {})
         self._live = {}
+        self._peak_live = None  # (ops when computed, value)
 
     # -------------------------------------------------------------- building
 
@@ -106,9 +107,13 @@ class Trace:
         return (self.kinds.tobytes(), self.ids.tobytes(), self.sizes.tobytes(), self.streams.tobytes())
 
     def peak_live(self):
-        """Peak of live requested bytes: the physical limit of this workload."""
-        kinds, ids, sizes, _ = self.columns()
-        return _core.trace_peak_live(kinds, ids, sizes, self.nids)
+        """Peak of live requested bytes: the physical limit of this workload.
+        Computed once (and again only if ops were appended since): replays
+        and budget searches ask for it every time."""
+        if self._peak_live is None or self._peak_live[0] != len(self):
+            kinds, ids, sizes, _ = self.columns()
+            self._peak_live = (len(self), _core.trace_peak_live(kinds, ids, sizes, self.nids))
+        return self._peak_live[1]
 
     @property
     def recorded_peak_reserved(self):
@@ -117,6 +122,61 @@ class Trace:
 
     def counts(self):
         return {name: self.kinds.count(kind) for kind, name in KIND_NAMES.items()}
+
+
+class TraceAssembler:
+    """Builds a Trace from events keyed by address, as recorders see them
+    (PyTorch snapshots, vramguard's own ring): each allocation gets the next
+    id, a free names the allocation live at its address, and a free of an
+    address nobody allocated was live before recording began, so it is
+    seeded as an allocation at the start of the trace."""
+
+    def __init__(self, name, meta=None):
+        self.name, self.meta = name, dict(meta or {})
+        self.ops, self.seeds, self.live = [], [], {}
+        self.nids = 0
+
+    def _new_id(self):
+        self.nids += 1
+        return self.nids - 1
+
+    def alloc(self, addr, size, stream):
+        if addr in self.live:  # a free we never saw: close it first
+            self.ops.append((FREE, self.live.pop(addr), 0, 0))
+        ident = self._new_id()
+        self.live[addr] = ident
+        self.ops.append((ALLOC, ident, size, stream))
+
+    def free(self, addr, size, stream):
+        ident = self.live.pop(addr, None)
+        if ident is None:
+            ident = self.seed(size, stream)
+        self.ops.append((FREE, ident, 0, 0))
+
+    def seed(self, size, stream):
+        """An allocation live before recording began; returns its id."""
+        ident = self._new_id()
+        self.seeds.append((ALLOC, ident, size, stream))
+        return ident
+
+    def empty_cache(self):
+        self.ops.append((EMPTY_CACHE, 0, 0, 0))
+
+    def position(self):
+        """The index the next op will have once the seeds are put first:
+        pass it through finish_index() after the last seed is known."""
+        return len(self.ops)
+
+    def finish_index(self, position):
+        return position + len(self.seeds)
+
+    def finish(self):
+        trace = Trace(self.name, self.meta)
+        for op in self.seeds + self.ops:
+            trace._append(*op)
+        trace.nids = self.nids
+        trace.meta["seeded_allocations"] = len(self.seeds)
+        return trace
 
 
 # ------------------------------------------------------------------ saving
