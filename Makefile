@@ -11,9 +11,11 @@ CXXWARN = -std=c++17 -D_GNU_SOURCE $(WARN)
 SAN = -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 LIBS = -lpthread -ldl
 
-CORE = bins addr_map heap policy policy_torch stats check trace device_sim oom_message \
-       replay device_cuda device_heaps
-HDRS = $(wildcard csrc/*.h) tests/c/harness.h
+# The C library the tests link: the core and the device layer (the Python
+# extension and the torch hook are built by setup.py from csrc/ as well).
+LIB_SRC = $(wildcard csrc/core/*.c) $(wildcard csrc/device/*.c)
+INC = -Iinclude -Icsrc/core
+HDRS = $(wildcard include/vramguard/*.h csrc/*/*.h) tests/c/harness.h
 BUILD = build/c
 
 .PHONY: all test-c test-c-san bench check pytest clean
@@ -22,31 +24,32 @@ all: $(BUILD)/test_core $(BUILD)/test_hook
 # Objects, plain and sanitized.
 $(BUILD)/obj/%.o: csrc/%.c $(HDRS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(CWARN) -Icsrc -c $< -o $@
+	$(CC) $(CFLAGS) $(CWARN) $(INC) -c $< -o $@
 $(BUILD)/obj/%.o: csrc/%.cc $(HDRS)
 	@mkdir -p $(@D)
-	$(CXX) $(CFLAGS) $(CXXWARN) -Icsrc -c $< -o $@
+	$(CXX) $(CFLAGS) $(CXXWARN) $(INC) -c $< -o $@
 $(BUILD)/san/%.o: csrc/%.c $(HDRS)
 	@mkdir -p $(@D)
-	$(CC) $(SAN) $(CWARN) -Icsrc -c $< -o $@
+	$(CC) $(SAN) $(CWARN) $(INC) -c $< -o $@
 $(BUILD)/san/%.o: csrc/%.cc $(HDRS)
 	@mkdir -p $(@D)
-	$(CXX) $(SAN) $(CXXWARN) -Icsrc -c $< -o $@
+	$(CXX) $(SAN) $(CXXWARN) $(INC) -c $< -o $@
 
-OBJ = $(CORE:%=$(BUILD)/obj/%.o)
-SAN_OBJ = $(CORE:%=$(BUILD)/san/%.o)
+OBJ = $(LIB_SRC:csrc/%.c=$(BUILD)/obj/%.o)
+SAN_OBJ = $(LIB_SRC:csrc/%.c=$(BUILD)/san/%.o)
+HOOK = torch/torch_hook.o
 
 $(BUILD)/test_core: $(OBJ) tests/c/test_core.c $(HDRS)
-	$(CC) $(CFLAGS) $(CWARN) -Icsrc -o $@ $(OBJ) tests/c/test_core.c $(LIBS)
-$(BUILD)/test_hook: $(OBJ) $(BUILD)/obj/torch_hook.o tests/c/test_torch_hook.cc $(HDRS)
-	$(CXX) $(CFLAGS) $(CXXWARN) -Icsrc -o $@ $(OBJ) $(BUILD)/obj/torch_hook.o tests/c/test_torch_hook.cc $(LIBS)
+	$(CC) $(CFLAGS) $(CWARN) $(INC) -o $@ $(OBJ) tests/c/test_core.c $(LIBS)
+$(BUILD)/test_hook: $(OBJ) $(BUILD)/obj/$(HOOK) tests/c/test_torch_hook.cc $(HDRS)
+	$(CXX) $(CFLAGS) $(CXXWARN) $(INC) -o $@ $(OBJ) $(BUILD)/obj/$(HOOK) tests/c/test_torch_hook.cc $(LIBS)
 $(BUILD)/test_core_san: $(SAN_OBJ) tests/c/test_core.c $(HDRS)
-	$(CC) $(SAN) $(CWARN) -Icsrc -o $@ $(SAN_OBJ) tests/c/test_core.c $(LIBS)
-$(BUILD)/test_hook_san: $(SAN_OBJ) $(BUILD)/san/torch_hook.o tests/c/test_torch_hook.cc $(HDRS)
-	$(CXX) $(SAN) $(CXXWARN) -Icsrc -o $@ $(SAN_OBJ) $(BUILD)/san/torch_hook.o tests/c/test_torch_hook.cc $(LIBS)
-$(BUILD)/bench_hot_path: $(CORE:%=csrc/%.c) bench/bench_hot_path.c $(HDRS)
+	$(CC) $(SAN) $(CWARN) $(INC) -o $@ $(SAN_OBJ) tests/c/test_core.c $(LIBS)
+$(BUILD)/test_hook_san: $(SAN_OBJ) $(BUILD)/san/$(HOOK) tests/c/test_torch_hook.cc $(HDRS)
+	$(CXX) $(SAN) $(CXXWARN) $(INC) -o $@ $(SAN_OBJ) $(BUILD)/san/$(HOOK) tests/c/test_torch_hook.cc $(LIBS)
+$(BUILD)/bench_hot_path: $(LIB_SRC) bench/bench_hot_path.c $(HDRS)
 	@mkdir -p $(@D)
-	$(CC) -O2 -DNDEBUG $(CWARN) -Icsrc -o $@ $(CORE:%=csrc/%.c) bench/bench_hot_path.c $(LIBS)
+	$(CC) -O2 -DNDEBUG $(CWARN) $(INC) -o $@ $(LIB_SRC) bench/bench_hot_path.c $(LIBS)
 
 test-c: $(BUILD)/test_core $(BUILD)/test_hook
 	$(BUILD)/test_core
@@ -63,7 +66,7 @@ bench: $(BUILD)/bench_hot_path
 # warnings-as-errors, then pytest (whose exit code 5, "no tests ran", fails
 # the target too).
 VENV = .venv
-PY_SOURCES = $(wildcard csrc/*.c csrc/*.cc csrc/*.h python/vramguard/*.py) setup.py pyproject.toml
+PY_SOURCES = $(wildcard csrc/*/*.c csrc/*/*.cc $(HDRS) python/vramguard/*.py) setup.py pyproject.toml
 
 $(VENV)/.installed: $(PY_SOURCES)
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)

@@ -11,13 +11,14 @@ import os
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-CORE = [
-    "bins.c", "addr_map.c", "heap.c", "policy.c", "policy_torch.c", "stats.c",
-    "check.c", "trace.c", "device_sim.c", "oom_message.c", "replay.c",
-    "device_cuda.c", "device_heaps.c",
-]
-PYTHON = ["pymodule.c", "py_heap.c", "py_convert.c", "py_replay.c", "py_devices.c"]
-TORCH = ["torch_hook.cc"]
+import glob
+
+# Every layer of csrc/ goes into the one shared object: core, device
+# providers, the Python types, and the torch entry points.
+SOURCES = sorted(
+    glob.glob("csrc/core/*.c") + glob.glob("csrc/device/*.c") + glob.glob("csrc/python/*.c")
+    + glob.glob("csrc/torch/*.cc")
+)
 
 WARNINGS = ["-Wall", "-Wextra"] + (["-Werror"] if os.environ.get("VRAMGUARD_WERROR") == "1" else [])
 C_FLAGS = ["-std=c11", "-O2"] + WARNINGS
@@ -45,8 +46,8 @@ setup(
     ext_modules=[
         Extension(
             "vramguard._core",
-            sources=[os.path.join("csrc", f) for f in CORE + PYTHON + TORCH],
-            include_dirs=["csrc"],
+            sources=SOURCES,
+            include_dirs=["include", "csrc/core"],
             define_macros=[("Py_LIMITED_API", "0x03090000"), ("_GNU_SOURCE", None)],
             libraries=["dl", "pthread"],
             language="c++",  # link with the C++ driver: the entry points throw

@@ -13,7 +13,7 @@
  * With a third argument only the vramguard heap runs (for callgrind's
  * instruction counts, which are repeatable where timings are not).
  */
-#include "vramguard.h"
+#include "vramguard/heap.h"
 
 #include <malloc.h>
 #include <pthread.h>

@@ -28,7 +28,7 @@ def _resolve(heap):
 
 
 def trace_from_events(data, dropped=0, reserved_start=0, name="recording"):
-    """A Trace from packed heap events (Heap.trace_take()'s bytes)."""
+    """A Trace from packed heap events (Heap.history_take()'s bytes)."""
     ops = TraceAssembler(name)
     reserved, peak, ooms, first_oom = reserved_start, reserved_start, 0, None
     for _t, addr, size, requested, stream, kind, _ in _EVENT.iter_unpack(data):
@@ -76,12 +76,12 @@ class record:
     def start(self):
         self.heap = _resolve(self.heap)
         self._reserved_start = self.heap.stats()["reserved_bytes.all.current"]
-        self.heap.trace_start(self.capacity)
+        self.heap.history_start(self.capacity)
         return self
 
     def stop(self):
-        self.heap.trace_stop()
-        data, dropped = self.heap.trace_take()
+        self.heap.history_stop()
+        data, dropped = self.heap.history_take()
         self.trace = trace_from_events(data, dropped, self._reserved_start, self.name)
         return self.trace
 

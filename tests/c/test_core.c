@@ -589,18 +589,18 @@ static void test_visit_and_histogram(void)
     destroy(f);
 }
 
-static void test_trace_ring(void)
+static void test_history_ring(void)
 {
     fixture f = make(GiB, 0, 0, NULL);
-    CHECK_EQ(vg_heap_trace_start(f.heap, 0), VG_ERR_ARG);
-    CHECK_EQ(vg_heap_trace_start(f.heap, 4), VG_OK);
+    CHECK_EQ(vg_heap_history_start(f.heap, 0), VG_ERR_ARG);
+    CHECK_EQ(vg_heap_history_start(f.heap, 4), VG_OK);
     void *a = vg_heap_alloc(f.heap, 1000, 5, NULL);
     vg_heap_free(f.heap, a);
     vg_heap_empty_cache(f.heap);
-    vg_trace_event ev[8];
+    vg_history_event ev[8];
     uint64_t dropped = 0;
     /* reserve, alloc, free, release, empty_cache: 5 events in a ring of 4 */
-    size_t n = vg_heap_trace_take(f.heap, ev, 8, &dropped);
+    size_t n = vg_heap_history_take(f.heap, ev, 8, &dropped);
     CHECK_EQ(n, 4);
     CHECK_EQ(dropped, 1);
     CHECK_EQ(ev[0].kind, VG_EV_ALLOC);
@@ -611,10 +611,10 @@ static void test_trace_ring(void)
     CHECK_EQ(ev[2].kind, VG_EV_RELEASE);
     CHECK_EQ(ev[3].kind, VG_EV_EMPTY_CACHE);
     CHECK(ev[0].time_ns <= ev[3].time_ns);
-    vg_heap_trace_stop(f.heap);
-    CHECK(!vg_heap_trace_active(f.heap));
+    vg_heap_history_stop(f.heap);
+    CHECK(!vg_heap_history_active(f.heap));
     vg_heap_alloc(f.heap, 1000, 5, NULL);
-    CHECK_EQ(vg_heap_trace_take(f.heap, ev, 8, NULL), 0);
+    CHECK_EQ(vg_heap_history_take(f.heap, ev, 8, NULL), 0);
     destroy(f);
 }
 
@@ -778,7 +778,7 @@ static const harness_test tests[] = {
     T(test_lowering_budget_releases_idle),
     T(test_bad_input),
     T(test_visit_and_histogram),
-    T(test_trace_ring),
+    T(test_history_ring),
     T(test_random_default),
     T(test_random_budget),
     T(test_random_budget_gc),

@@ -7,7 +7,7 @@
 #include <string>
 #include <sys/types.h>
 
-#include "device_heaps.h"
+#include "vramguard/devices.h"
 #include "harness.h"
 
 extern "C" void *vramguard_torch_malloc(ssize_t size, int device, void *stream);

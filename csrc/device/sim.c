@@ -9,7 +9,7 @@
  * have completed. An event is (stream slot, sequence number) packed into the
  * handle, so recording one allocates nothing.
  */
-#include "vramguard.h"
+#include "vramguard/device.h"
 
 #include <stdbool.h>
 #include <stdlib.h>

@@ -10,7 +10,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* dl_iterate_phdr, RTLD_NOLOAD */
 #endif
-#include "vramguard.h"
+#include "vramguard/device.h"
 
 #include <dlfcn.h>
 #include <link.h>

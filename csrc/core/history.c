@@ -2,13 +2,13 @@
  * no allocation per event. When full, the oldest event is overwritten and
  * counted, so a reader knows the trace is incomplete. */
 #include "heap_internal.h"
-#include "trace.h"
+#include "vramguard/history.h"
 
 #include <stdlib.h>
 #include <time.h>
 
-struct vg_trace {
-    vg_trace_event *ring;
+struct vg_history {
+    vg_history_event *ring;
     size_t capacity;
     size_t start;     /* index of the oldest event */
     size_t count;
@@ -22,7 +22,7 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-void vg__trace_event(vg_trace *t, uint32_t kind, uintptr_t addr, size_t size,
+void vg__history_note(vg_history *t, uint32_t kind, uintptr_t addr, size_t size,
                      size_t requested, vg_stream_t stream)
 {
     size_t slot;
@@ -33,7 +33,7 @@ void vg__trace_event(vg_trace *t, uint32_t kind, uintptr_t addr, size_t size,
         t->start = (t->start + 1) % t->capacity;
         t->dropped++;
     }
-    vg_trace_event *ev = &t->ring[slot];
+    vg_history_event *ev = &t->ring[slot];
     ev->time_ns = now_ns();
     ev->addr = addr;
     ev->size = size;
@@ -43,17 +43,17 @@ void vg__trace_event(vg_trace *t, uint32_t kind, uintptr_t addr, size_t size,
     ev->reserved_ = 0;
 }
 
-void vg__trace_destroy(vg_trace *t)
+void vg__history_destroy(vg_history *t)
 {
     if (!t) return;
     free(t->ring);
     free(t);
 }
 
-int vg_heap_trace_start(vg_heap *h, size_t capacity)
+int vg_heap_history_start(vg_heap *h, size_t capacity)
 {
     if (capacity == 0 || capacity > ((size_t)1 << 32)) return VG_ERR_ARG;
-    vg_trace *t = calloc(1, sizeof *t);
+    vg_history *t = calloc(1, sizeof *t);
     if (!t) return VG_ERR_NOMEM;
     t->ring = calloc(capacity, sizeof *t->ring);
     if (!t->ring) {
@@ -62,33 +62,33 @@ int vg_heap_trace_start(vg_heap *h, size_t capacity)
     }
     t->capacity = capacity;
     vg_lock_acquire(&h->lock);
-    vg_trace *old = h->trace;
-    h->trace = t;
-    h->tracing = true;
+    vg_history *old = h->history;
+    h->history = t;
+    h->recording = true;
     vg_lock_release(&h->lock);
-    vg__trace_destroy(old);
+    vg__history_destroy(old);
     return VG_OK;
 }
 
-void vg_heap_trace_stop(vg_heap *h)
+void vg_heap_history_stop(vg_heap *h)
 {
     vg_lock_acquire(&h->lock);
-    h->tracing = false;
+    h->recording = false;
     vg_lock_release(&h->lock);
 }
 
-int vg_heap_trace_active(vg_heap *h)
+int vg_heap_history_active(vg_heap *h)
 {
     vg_lock_acquire(&h->lock);
-    int active = h->tracing;
+    int active = h->recording;
     vg_lock_release(&h->lock);
     return active;
 }
 
-size_t vg_heap_trace_take(vg_heap *h, vg_trace_event *out, size_t max, uint64_t *dropped)
+size_t vg_heap_history_take(vg_heap *h, vg_history_event *out, size_t max, uint64_t *dropped)
 {
     vg_lock_acquire(&h->lock);
-    vg_trace *t = h->trace;
+    vg_history *t = h->history;
     size_t n = 0;
     if (t) {
         for (; n < max && t->count; n++) {

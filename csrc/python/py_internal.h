@@ -6,7 +6,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "vramguard.h"
+#include "vramguard/heap.h"
+#include "vramguard/history.h"
+#include "vramguard/replay.h"
 
 /* A non-negative int that fits in 64 bits; sets an exception and returns
  * -1 otherwise. `what` names the argument in the message. */
@@ -29,7 +31,7 @@ typedef struct {
     vg_device *dev;
     vg_heap *heap;
     uint64_t capacity;
-    int borrowed;            /* a device heap: owned by device_heaps.c */
+    int borrowed;            /* a device heap: owned by device/heaps.c */
     const char *device_kind; /* for OOM messages: "Simulated device", "CUDA" */
 } HeapObject;
 
@@ -39,9 +41,9 @@ int vgpy_heap_ready(HeapObject *self);
 
 /* py_replay.c: Heap methods for replay and recording, and module functions. */
 PyObject *vgpy_heap_replay(HeapObject *self, PyObject *args, PyObject *kwargs);
-PyObject *vgpy_heap_trace_start(HeapObject *self, PyObject *args, PyObject *kwargs);
-PyObject *vgpy_heap_trace_stop(HeapObject *self, PyObject *unused);
-PyObject *vgpy_heap_trace_take(HeapObject *self, PyObject *unused);
+PyObject *vgpy_heap_history_start(HeapObject *self, PyObject *args, PyObject *kwargs);
+PyObject *vgpy_heap_history_stop(HeapObject *self, PyObject *unused);
+PyObject *vgpy_heap_history_take(HeapObject *self, PyObject *unused);
 PyObject *vgpy_trace_peak_live(PyObject *module, PyObject *args);
 PyObject *vgpy_take_events(vg_heap *h);
 

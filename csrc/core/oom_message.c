@@ -1,7 +1,7 @@
 /* The OOM message: PyTorch's own wording first, so that tools that parse
  * it (batch-size finders in accelerate, Lightning, HF Trainer) recognise
  * it, then one line with the most likely cause vramguard can see. */
-#include "vramguard.h"
+#include "vramguard/oom.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -12,7 +12,7 @@
 #include "heap_internal.h"
 #include "addr_map.h"
 #include "bins.h"
-#include "trace.h"
+#include "vramguard/history.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -232,7 +232,7 @@ vg_segment *vg__segment_create(vg_heap *h, vg_stream_bins *sb, int pool, size_t 
     h->stats.num_device_alloc++;
     vg__stat_add2(h->stats.reserved_bytes, pool, (int64_t)size);
     vg__stat_add2(h->stats.segment, pool, 1);
-    VG_TRACE(h, VG_EV_RESERVE, addr, size, 0, sb->stream);
+    VG_HISTORY(h, VG_EV_RESERVE, addr, size, 0, sb->stream);
     return seg;
 }
 
@@ -249,7 +249,7 @@ void vg__segment_release(vg_heap *h, vg_segment *seg)
     h->stats.num_device_free++;
     vg__stat_sub2(h->stats.reserved_bytes, seg->pool, (int64_t)seg->size);
     vg__stat_sub2(h->stats.segment, seg->pool, 1);
-    VG_TRACE(h, VG_EV_RELEASE, seg->addr, seg->size, 0, seg->owner->stream);
+    VG_HISTORY(h, VG_EV_RELEASE, seg->addr, seg->size, 0, seg->owner->stream);
     free(seg);
 }
 
@@ -370,7 +370,7 @@ void vg_heap_destroy(vg_heap *h)
     for (size_t i = 0; i < h->nstreams; i++) free(h->streams[i]);
     free(h->streams);
     vg__map_free(&h->live);
-    vg__trace_destroy(h->trace);
+    vg__history_destroy(h->history);
     free(h);
 }
 
@@ -425,7 +425,7 @@ static void fill_oom(vg_heap *h, size_t size, size_t rounded, bool budget_refuse
                      vg_oom_info *oom)
 {
     h->stats.num_ooms++;
-    VG_TRACE(h, VG_EV_OOM, 0, rounded, size, 0);
+    VG_HISTORY(h, VG_EV_OOM, 0, rounded, size, 0);
     if (!oom) return;
     vg_fragmentation frag;
     memset(oom, 0, sizeof *oom);
@@ -483,7 +483,7 @@ void *vg_heap_alloc(vg_heap *h, size_t size, vg_stream_t stream, vg_oom_info *oo
         vg_lock_release(&h->lock);
         return NULL;
     }
-    VG_TRACE(h, VG_EV_ALLOC, blk->addr, blk->size, size, stream);
+    VG_HISTORY(h, VG_EV_ALLOC, blk->addr, blk->size, size, stream);
     vg_lock_release(&h->lock);
     return (void *)blk->addr;
 }
@@ -517,7 +517,7 @@ int vg_heap_free_if_owned(vg_heap *h, void *ptr)
     vg__stat_sub2(st->requested_bytes, pool, (int64_t)blk->requested);
     vg__stat_sub2(st->allocated_bytes, pool, (int64_t)blk->size);
     vg__stat_sub2(st->allocation, pool, 1);
-    VG_TRACE(h, VG_EV_FREE, blk->addr, blk->size, blk->requested, blk->seg->owner->stream);
+    VG_HISTORY(h, VG_EV_FREE, blk->addr, blk->size, blk->requested, blk->seg->owner->stream);
     if (blk->uses) defer_free(h, blk);
     else make_free(h, blk);
     vg_lock_release(&h->lock);
@@ -543,7 +543,7 @@ int vg_heap_record_stream(vg_heap *h, void *ptr, vg_stream_t stream)
                 use->next = blk->uses;
                 blk->uses = use;
                 h->stats.num_record_stream++;
-                VG_TRACE(h, VG_EV_RECORD_STREAM, blk->addr, blk->size, 0, stream);
+                VG_HISTORY(h, VG_EV_RECORD_STREAM, blk->addr, blk->size, 0, stream);
             }
         }
     }
@@ -562,7 +562,7 @@ size_t vg_heap_empty_cache(vg_heap *h)
     if (h->pending) vg__synchronize(h);
     h->stats.num_empty_cache++;
     size_t released = vg__release_idle(h, NULL, SIZE_MAX, &h->stats.num_empty_cache_releases);
-    VG_TRACE(h, VG_EV_EMPTY_CACHE, 0, released, 0, 0);
+    VG_HISTORY(h, VG_EV_EMPTY_CACHE, 0, released, 0, 0);
     vg_lock_release(&h->lock);
     return released;
 }

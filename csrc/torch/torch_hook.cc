@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <sys/types.h>
 
-#include "device_heaps.h"
+#include "vramguard/devices.h"
 
 extern "C" {
 

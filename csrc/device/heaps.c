@@ -1,5 +1,5 @@
 /* One heap per CUDA device, created on first use for that device: what the
- * torch entry points (torch_hook.cc) and vramguard's Python API share, so
+ * torch entry points (torch/torch_hook.cc) and vramguard's Python API share, so
  * that the allocator PyTorch calls and the numbers Python reads are one
  * instance.
  *
@@ -8,7 +8,7 @@
  * For tests on machines without a GPU, vg_devices_simulate() makes every
  * device a simulated one, so the whole path above the provider runs.
  */
-#include "device_heaps.h"
+#include "vramguard/devices.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

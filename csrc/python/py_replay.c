@@ -119,7 +119,7 @@ PyObject *vgpy_trace_peak_live(PyObject *module, PyObject *args)
 /* Recording                                                           */
 /* ------------------------------------------------------------------ */
 
-PyObject *vgpy_heap_trace_start(HeapObject *self, PyObject *args, PyObject *kwargs)
+PyObject *vgpy_heap_history_start(HeapObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"capacity", NULL};
     Py_ssize_t capacity = 1 << 20;
@@ -130,24 +130,24 @@ PyObject *vgpy_heap_trace_start(HeapObject *self, PyObject *args, PyObject *kwar
         PyErr_SetString(PyExc_ValueError, "capacity must be between 1 and 2**32 events");
         return NULL;
     }
-    if (vg_heap_trace_start(self->heap, (size_t)capacity) != VG_OK) return PyErr_NoMemory();
+    if (vg_heap_history_start(self->heap, (size_t)capacity) != VG_OK) return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
 
-PyObject *vgpy_heap_trace_stop(HeapObject *self, PyObject *unused)
+PyObject *vgpy_heap_history_stop(HeapObject *self, PyObject *unused)
 {
     (void)unused;
     if (!vgpy_heap_ready(self)) return NULL;
-    vg_heap_trace_stop(self->heap);
+    vg_heap_history_stop(self->heap);
     Py_RETURN_NONE;
 }
 
-/* Drain the heap's ring into one bytes object of packed vg_trace_event
+/* Drain the heap's ring into one bytes object of packed vg_history_event
  * records; returns (bytes, dropped). */
 PyObject *vgpy_take_events(vg_heap *h)
 {
     enum { CHUNK = 65536 };
-    vg_trace_event *buf = PyMem_Malloc(CHUNK * sizeof *buf);
+    vg_history_event *buf = PyMem_Malloc(CHUNK * sizeof *buf);
     PyObject *chunks = PyList_New(0);
     uint64_t dropped = 0;
     if (!buf || !chunks) {
@@ -156,7 +156,7 @@ PyObject *vgpy_take_events(vg_heap *h)
         return PyErr_NoMemory();
     }
     for (;;) {
-        size_t n = vg_heap_trace_take(h, buf, CHUNK, &dropped);
+        size_t n = vg_heap_history_take(h, buf, CHUNK, &dropped);
         if (!n) break;
         PyObject *b = PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)(n * sizeof *buf));
         if (!b || PyList_Append(chunks, b) < 0) {
@@ -176,7 +176,7 @@ PyObject *vgpy_take_events(vg_heap *h)
     return Py_BuildValue("(NK)", joined, (unsigned long long)dropped);
 }
 
-PyObject *vgpy_heap_trace_take(HeapObject *self, PyObject *unused)
+PyObject *vgpy_heap_history_take(HeapObject *self, PyObject *unused)
 {
     (void)unused;
     if (!vgpy_heap_ready(self)) return NULL;

@@ -1,8 +1,9 @@
-/* One heap per CUDA device, shared by the torch entry points and Python. */
-#ifndef VG_DEVICE_HEAPS_H
-#define VG_DEVICE_HEAPS_H
+/* vramguard: the per-device heap registry (device/heaps.c): one heap per
+ * CUDA device, shared by the torch entry points and Python. */
+#ifndef VRAMGUARD_DEVICES_H
+#define VRAMGUARD_DEVICES_H
 
-#include "vramguard.h"
+#include "vramguard/heap.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -2,7 +2,9 @@
 #ifndef VG_HEAP_INTERNAL_H
 #define VG_HEAP_INTERNAL_H
 
-#include "vramguard.h"
+#include "vramguard/heap.h"
+#include "vramguard/history.h"
+#include "vramguard/replay.h"
 #include "lock.h"
 
 #include <stdbool.h>
@@ -126,7 +128,19 @@ struct vg_policy {
 /* Heap                                                                */
 /* ------------------------------------------------------------------ */
 
-typedef struct vg_trace vg_trace;
+typedef struct vg_history vg_history;
+
+/* history.c: the recording ring. */
+void vg__history_note(vg_history *r, uint32_t kind, uintptr_t addr, size_t size,
+                      size_t requested, vg_stream_t stream);
+void vg__history_destroy(vg_history *r);
+
+/* One branch when not recording, stopped recordings included. */
+#define VG_HISTORY(h, kind, addr, size, requested, stream)                       \
+    do {                                                                         \
+        if ((h)->recording) vg__history_note((h)->history, (kind), (addr), (size), \
+                                             (requested), (stream));             \
+    } while (0)
 
 #define VG_BLOCK_SLAB 256
 
@@ -158,8 +172,8 @@ struct vg_heap {
 
     vg_stats stats;
     uint64_t live_per_bin[VG_NBINS];
-    vg_trace *trace;             /* the ring, kept after a stop until taken */
-    bool tracing;                /* recording into it now */
+    vg_history *history;         /* the ring, kept after a stop until taken */
+    bool recording;              /* recording into it now */
 };
 
 /* heap.c: the operations the policies build on. */

@@ -1,7 +1,7 @@
 /* Python's view of the per-device heaps that PyTorch allocates from:
  * device_heap(i) returns a Heap object over device i's heap (borrowed: the
  * heap lives as long as the process), plus the settings and the runtime. */
-#include "device_heaps.h"
+#include "vramguard/devices.h"
 #include "py_internal.h"
 
 static PyObject *dev_device_heap(PyObject *module, PyObject *arg)

@@ -328,12 +328,12 @@ static PyMethodDef Heap_methods[] = {
     {"replay", (PyCFunction)(void (*)(void))vgpy_heap_replay, METH_VARARGS | METH_KEYWORDS,
      "replay(kinds, ids, sizes, streams, nids, samples=1000) -> dict\n\nDrive the heap with "
      "a columnar trace (bytes: u8 kinds, u32 ids, u64 sizes, u64 streams)."},
-    {"trace_start", (PyCFunction)(void (*)(void))vgpy_heap_trace_start, METH_VARARGS | METH_KEYWORDS,
-     "trace_start(capacity=1048576)\n\nRecord events into a fresh ring of `capacity` events."},
-    {"trace_stop", (PyCFunction)vgpy_heap_trace_stop, METH_NOARGS,
-     "trace_stop()\n\nStop recording; events stay until taken."},
-    {"trace_take", (PyCFunction)vgpy_heap_trace_take, METH_NOARGS,
-     "trace_take() -> (bytes, dropped)\n\nThe recorded events, oldest first, as packed "
+    {"history_start", (PyCFunction)(void (*)(void))vgpy_heap_history_start, METH_VARARGS | METH_KEYWORDS,
+     "history_start(capacity=1048576)\n\nRecord events into a fresh ring of `capacity` events."},
+    {"history_stop", (PyCFunction)vgpy_heap_history_stop, METH_NOARGS,
+     "history_stop()\n\nStop recording; events stay until taken."},
+    {"history_take", (PyCFunction)vgpy_heap_history_take, METH_NOARGS,
+     "history_take() -> (bytes, dropped)\n\nThe recorded events, oldest first, as packed "
      "little-endian records '<QQQQQII' (time_ns, address, size, requested, stream, kind, 0)."},
     {NULL, NULL, 0, NULL},
 };

@@ -1,0 +1,194 @@
+/* vramguard: a caching allocator for GPU memory.
+ *
+ * One heap serves one device. It keeps the segments a device provider gave it,
+ * splits them into blocks, caches freed blocks in size-class bins per stream,
+ * and follows an empty-cache policy when the device or the budget says no.
+ * Every decision it takes is counted in vg_stats.
+ *
+ * Thread safety: every vg_heap_* call takes the heap's lock once.
+ */
+#ifndef VRAMGUARD_HEAP_H
+#define VRAMGUARD_HEAP_H
+
+#include "vramguard/common.h"
+#include "vramguard/device.h"
+#include "vramguard/oom.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ */
+/* Policy                                                             */
+/* ------------------------------------------------------------------ */
+
+typedef struct vg_policy vg_policy;
+
+/* vramguard's own policy: see policy.c. */
+extern const vg_policy vg_policy_default;
+/* An emulation of PyTorch's native caching allocator: see policy_torch.c. */
+extern const vg_policy vg_policy_torch;
+
+/* ------------------------------------------------------------------ */
+/* Statistics                                                         */
+/* ------------------------------------------------------------------ */
+
+typedef struct vg_stat {
+    int64_t current;
+    int64_t peak;
+    int64_t allocated; /* total ever added */
+    int64_t freed;     /* total ever removed */
+} vg_stat;
+
+/* Per quantity: index 0 = all, 1 = small pool, 2 = large pool. */
+enum { VG_STAT_ALL = 0, VG_STAT_SMALL = 1, VG_STAT_LARGE = 2, VG_STAT_TYPES = 3 };
+
+typedef struct vg_stats {
+    vg_stat requested_bytes[VG_STAT_TYPES]; /* as asked for */
+    vg_stat allocated_bytes[VG_STAT_TYPES]; /* as rounded to blocks */
+    vg_stat allocation[VG_STAT_TYPES];      /* live blocks */
+    vg_stat active[VG_STAT_TYPES];          /* live + freed-but-in-use-by-a-stream */
+    vg_stat active_bytes[VG_STAT_TYPES];
+    vg_stat reserved_bytes[VG_STAT_TYPES];  /* held from the provider */
+    vg_stat segment[VG_STAT_TYPES];
+
+    /* Counters: each policy decision and each provider call. They stay
+     * last in the struct, from num_device_alloc on (reset_accumulated). */
+    uint64_t num_device_alloc;     /* provider reserve calls that succeeded */
+    uint64_t num_device_free;      /* provider release calls */
+    uint64_t num_device_alloc_failed; /* provider reserve calls refused */
+    uint64_t num_cache_hits;       /* allocations served from cached blocks */
+    uint64_t num_cache_misses;     /* allocations that needed a new segment */
+    uint64_t num_splits;
+    uint64_t num_merges;
+    uint64_t num_alloc_retries;    /* release-and-retry steps taken */
+    uint64_t num_ooms;
+    uint64_t num_budget_refusals;  /* growth refused because of the budget */
+    uint64_t num_gc_releases;      /* segments released by the gc threshold */
+    uint64_t num_stream_releases;  /* segments released by retry step 1 */
+    uint64_t num_sync_all_streams; /* retry step 2 synchronizations */
+    uint64_t num_sync_releases;    /* segments released by retry step 2 */
+    uint64_t num_empty_cache;      /* vg_heap_empty_cache calls */
+    uint64_t num_empty_cache_releases;
+    uint64_t num_shrunk_segments;  /* segments made smaller to fit the budget */
+    uint64_t num_budget_releases;  /* segments released when the budget was lowered */
+    uint64_t num_kept_whole;       /* fresh segments reserved to keep a big cached block whole */
+    uint64_t num_oversize_releases; /* big idle segments swapped for right-sized ones */
+    uint64_t num_oversize_splits;  /* big cached blocks split after all */
+    uint64_t num_invalid_frees;    /* unknown pointer or double free */
+    uint64_t num_record_stream;
+    uint64_t num_deferred_frees;   /* frees that waited for other streams */
+    uint64_t num_zero_allocs;      /* size-0 requests (answered with NULL) */
+} vg_stats;
+
+typedef struct vg_fragmentation {
+    uint64_t reserved_bytes;
+    uint64_t allocated_bytes;
+    uint64_t free_bytes;          /* reserved but not in a live block */
+    uint64_t largest_free_block;
+    uint64_t free_blocks;
+    uint64_t pending_blocks;      /* freed, waiting for streams */
+    double external;              /* 1 - largest_free / free_bytes */
+    double unused;                /* 1 - allocated / reserved */
+} vg_fragmentation;
+
+/* ------------------------------------------------------------------ */
+/* Heap                                                               */
+/* ------------------------------------------------------------------ */
+
+typedef struct vg_heap vg_heap;
+
+typedef struct vg_heap_config {
+    const vg_policy *policy; /* NULL = vg_policy_default */
+    size_t budget;           /* 0 = the device's capacity */
+    double gc_threshold;     /* fraction of the budget; 0 = off */
+} vg_heap_config;
+
+/* The heap does not own `dev`; destroy the heap first. NULL on bad input or
+ * when the host is out of memory. */
+vg_heap *vg_heap_create(vg_device *dev, const vg_heap_config *cfg);
+/* Returns every segment to the device, live blocks included. */
+void vg_heap_destroy(vg_heap *h);
+
+/* Size 0 returns NULL and is not an error (counted in num_zero_allocs).
+ * On failure returns NULL and, when `oom` is given, fills it. */
+void *vg_heap_alloc(vg_heap *h, size_t size, vg_stream_t stream, vg_oom_info *oom);
+/* NULL is a no-op. An unknown pointer or a double free returns
+ * VG_ERR_INVALID, is counted, and leaves the heap as it was. */
+int vg_heap_free(vg_heap *h, void *ptr);
+/* As vg_heap_free, but a pointer the heap does not know is left to the
+ * caller to count (vg_heap_count_invalid_free): for callers that try
+ * several heaps. */
+int vg_heap_free_if_owned(vg_heap *h, void *ptr);
+void vg_heap_count_invalid_free(vg_heap *h);
+/* The block at `ptr` is also used by `stream`: on free it becomes reusable
+ * only once the work queued on `stream` by then has finished. */
+int vg_heap_record_stream(vg_heap *h, void *ptr, vg_stream_t stream);
+
+/* Release every wholly free segment; returns the bytes released. */
+size_t vg_heap_empty_cache(vg_heap *h);
+/* Wait for the device, then finish every deferred free. */
+void vg_heap_synchronize(vg_heap *h);
+void vg_heap_reset_peaks(vg_heap *h);
+/* Totals (allocated, freed) restart from the current values and every
+ * counter from 0, as torch.cuda.reset_accumulated_memory_stats() does. */
+void vg_heap_reset_accumulated(vg_heap *h);
+
+/* 0 = no budget (the device's capacity rules). Lowering it releases idle
+ * segments until reserved memory fits, as far as live blocks allow. */
+int vg_heap_set_budget(vg_heap *h, size_t budget);
+size_t vg_heap_budget(const vg_heap *h);
+int vg_heap_set_gc_threshold(vg_heap *h, double fraction);
+double vg_heap_gc_threshold(const vg_heap *h);
+
+void vg_heap_stats(vg_heap *h, vg_stats *out);
+void vg_heap_fragmentation(vg_heap *h, vg_fragmentation *out);
+/* Live blocks per size class: fills up to `n` (class lower bound, count)
+ * pairs with a non-zero count, smallest first; returns how many exist. */
+size_t vg_heap_histogram(vg_heap *h, uint64_t *lower_bounds, uint64_t *counts, size_t n);
+/* Size of the live block at ptr, 0 if none. */
+size_t vg_heap_block_size(vg_heap *h, void *ptr);
+vg_device *vg_heap_device(const vg_heap *h);
+const char *vg_heap_policy_name(const vg_heap *h);
+
+/* Walk every segment, block, bin and counter. Returns NULL when all
+ * invariants hold, else a static description of the first one broken. */
+const char *vg_heap_check(vg_heap *h);
+
+/* Visiting segments and blocks, for reports. The callbacks run with the heap
+ * locked: they must not call back into the heap. */
+typedef struct vg_segment_info {
+    uintptr_t addr;
+    size_t size;
+    vg_stream_t stream;
+    int pool;
+    size_t allocated;  /* bytes in live blocks */
+    size_t blocks;
+} vg_segment_info;
+
+enum vg_block_state { VG_BLOCK_FREE = 0, VG_BLOCK_LIVE = 1, VG_BLOCK_PENDING = 2 };
+
+typedef struct vg_block_info {
+    uintptr_t addr;
+    size_t size;
+    size_t requested;  /* 0 unless live */
+    int state;
+} vg_block_info;
+
+typedef int (*vg_segment_visitor)(void *arg, const vg_segment_info *seg);
+typedef int (*vg_block_visitor)(void *arg, const vg_block_info *blk);
+/* Stops early when a visitor returns non-zero, and returns that value. */
+int vg_heap_visit(vg_heap *h, vg_segment_visitor on_segment, vg_block_visitor on_block, void *arg);
+
+/* ------------------------------------------------------------------ */
+/* Size classes (bins.c)                                              */
+/* ------------------------------------------------------------------ */
+
+/* Block size for a request: a multiple of VG_ALIGN, at least VG_ALIGN.
+ * 0 when the request is 0 or above VG_MAX_REQUEST. */
+size_t vg_round_size(size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,46 @@
+/* vramguard: a heap's memory history, a bounded ring of events recorded
+ * while a recording runs (history.c). What a recording is turned into, the
+ * trace a replay reads, is in replay.h. */
+#ifndef VRAMGUARD_HISTORY_H
+#define VRAMGUARD_HISTORY_H
+
+#include "vramguard/heap.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum vg_event_kind {
+    VG_EV_ALLOC = 1,         /* addr, size = block, requested, stream */
+    VG_EV_FREE = 2,          /* addr, size = block, requested, stream = owner */
+    VG_EV_RESERVE = 3,       /* addr, size = segment */
+    VG_EV_RELEASE = 4,       /* addr, size = segment */
+    VG_EV_RECORD_STREAM = 5, /* addr, size = block, stream = the recorded one */
+    VG_EV_EMPTY_CACHE = 6,   /* size = bytes released */
+    VG_EV_OOM = 7,           /* size = rounded, requested */
+};
+
+typedef struct vg_history_event {
+    uint64_t time_ns;  /* CLOCK_MONOTONIC */
+    uint64_t addr;
+    uint64_t size;
+    uint64_t requested;
+    uint64_t stream;
+    uint32_t kind;
+    uint32_t reserved_;
+} vg_history_event;
+
+/* Start recording into a fresh ring of `capacity` events (older events are
+ * overwritten when it is full, and counted as dropped). */
+int vg_heap_history_start(vg_heap *h, size_t capacity);
+/* Stop recording; the events stay until taken. */
+void vg_heap_history_stop(vg_heap *h);
+int vg_heap_history_active(vg_heap *h);
+/* Move up to `max` of the oldest events into `out`; returns how many.
+ * `dropped` (may be NULL) gets the number overwritten since the start. */
+size_t vg_heap_history_take(vg_heap *h, vg_history_event *out, size_t max, uint64_t *dropped);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
