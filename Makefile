@@ -19,7 +19,8 @@ HDRS = $(wildcard include/vramguard/*.h csrc/*/*.h) tests/c/harness.h
 BUILD = build/c
 
 .PHONY: all test-c test-c-san bench check pytest clean
-all: $(BUILD)/test_core $(BUILD)/test_hook
+C_TESTS = test_core test_devices test_cuda test_hook
+all: $(C_TESTS:%=$(BUILD)/%)
 
 # Objects, plain and sanitized.
 $(BUILD)/obj/%.o: csrc/%.c $(HDRS)
@@ -43,6 +44,23 @@ $(BUILD)/test_core: $(OBJ) tests/c/test_core.c $(HDRS)
 	$(CC) $(CFLAGS) $(CWARN) $(INC) -o $@ $(OBJ) tests/c/test_core.c $(LIBS)
 $(BUILD)/test_hook: $(OBJ) $(BUILD)/obj/$(HOOK) tests/c/test_torch_hook.cc $(HDRS)
 	$(CXX) $(CFLAGS) $(CXXWARN) $(INC) -o $@ $(OBJ) $(BUILD)/obj/$(HOOK) tests/c/test_torch_hook.cc $(LIBS)
+$(BUILD)/test_devices: $(OBJ) tests/c/test_devices.c $(HDRS)
+	$(CC) $(CFLAGS) $(CWARN) $(INC) -o $@ $(OBJ) tests/c/test_devices.c $(LIBS)
+$(BUILD)/test_devices_san: $(SAN_OBJ) tests/c/test_devices.c $(HDRS)
+	$(CC) $(SAN) $(CWARN) $(INC) -o $@ $(SAN_OBJ) tests/c/test_devices.c $(LIBS)
+
+# The CUDA provider's test runs over a small fake CUDA runtime, linked in,
+# so that it is already loaded when the provider looks for one.
+FAKE_CUDART = $(BUILD)/fakecudart/libcudart.so.13
+$(FAKE_CUDART): tests/c/fake_cudart.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(CWARN) -shared -fPIC -Wl,-soname,$(@F) -o $@ $<
+FAKE_LINK = $(FAKE_CUDART) -Wl,-rpath,'$$ORIGIN/fakecudart'
+$(BUILD)/test_cuda: $(OBJ) tests/c/test_cuda.c $(FAKE_CUDART) $(HDRS)
+	$(CC) $(CFLAGS) $(CWARN) $(INC) -o $@ $(OBJ) tests/c/test_cuda.c $(FAKE_LINK) $(LIBS)
+$(BUILD)/test_cuda_san: $(SAN_OBJ) tests/c/test_cuda.c $(FAKE_CUDART) $(HDRS)
+	$(CC) $(SAN) $(CWARN) $(INC) -o $@ $(SAN_OBJ) tests/c/test_cuda.c $(FAKE_LINK) $(LIBS)
+
 $(BUILD)/test_core_san: $(SAN_OBJ) tests/c/test_core.c $(HDRS)
 	$(CC) $(SAN) $(CWARN) $(INC) -o $@ $(SAN_OBJ) tests/c/test_core.c $(LIBS)
 $(BUILD)/test_hook_san: $(SAN_OBJ) $(BUILD)/san/$(HOOK) tests/c/test_torch_hook.cc $(HDRS)
@@ -51,13 +69,12 @@ $(BUILD)/bench_hot_path: $(LIB_SRC) bench/bench_hot_path.c $(HDRS)
 	@mkdir -p $(@D)
 	$(CC) -O2 -DNDEBUG $(CWARN) $(INC) -o $@ $(LIB_SRC) bench/bench_hot_path.c $(LIBS)
 
-test-c: $(BUILD)/test_core $(BUILD)/test_hook
-	$(BUILD)/test_core
-	$(BUILD)/test_hook
+test-c: $(C_TESTS:%=$(BUILD)/%)
+	set -e; for t in $(C_TESTS); do $(BUILD)/$$t; done
 
-test-c-san: $(BUILD)/test_core_san $(BUILD)/test_hook_san
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/test_core_san
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/test_hook_san
+test-c-san: $(C_TESTS:%=$(BUILD)/%_san)
+	set -e; for t in $(C_TESTS); do \
+	  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/$${t}_san; done
 
 bench: $(BUILD)/bench_hot_path
 	$(BUILD)/bench_hot_path

@@ -185,6 +185,17 @@ static void make_free(vg_heap *h, vg_block *blk)
 }
 
 /* ------------------------------------------------------------------ */
+/* Device errors                                                       */
+/* ------------------------------------------------------------------ */
+
+void vg__device_error(vg_heap *h)
+{
+    h->stats.num_device_errors++;
+    h->device_error = h->dev->error;
+    h->device_failed = true;
+}
+
+/* ------------------------------------------------------------------ */
 /* Segments                                                            */
 /* ------------------------------------------------------------------ */
 
@@ -205,10 +216,12 @@ vg_segment *vg__segment_create(vg_heap *h, vg_stream_bins *sb, int pool, size_t 
     vg_segment *seg = calloc(1, sizeof *seg);
     vg_block *blk = seg ? new_block(h) : NULL;
     uintptr_t addr = 0;
-    if (!blk || h->dev->ops->reserve(h->dev, size, &addr) != VG_OK) {
+    int rc = blk ? h->dev->ops->reserve(h->dev, size, &addr) : VG_ERR_NOMEM;
+    if (rc != VG_OK) {
         if (blk) {
             recycle_block(h, blk);
-            h->stats.num_device_alloc_failed++;
+            if (rc == VG_ERR_NOMEM) h->stats.num_device_alloc_failed++;
+            else vg__device_error(h);
         }
         free(seg);
         return NULL;
@@ -245,7 +258,7 @@ void vg__segment_release(vg_heap *h, vg_segment *seg)
     else h->segments = seg->next;
     if (seg->next) seg->next->prev = seg->prev;
 
-    h->dev->ops->release(h->dev, seg->addr, seg->size);
+    if (h->dev->ops->release(h->dev, seg->addr, seg->size) != VG_OK) vg__device_error(h);
     h->stats.num_device_free++;
     vg__stat_sub2(h->stats.reserved_bytes, seg->pool, (int64_t)seg->size);
     vg__stat_sub2(h->stats.segment, seg->pool, 1);
@@ -305,7 +318,7 @@ void vg__process_pending(vg_heap *h)
 
 void vg__synchronize(vg_heap *h)
 {
-    h->dev->ops->synchronize(h->dev);
+    if (h->dev->ops->synchronize(h->dev) != VG_OK) vg__device_error(h);
     vg__process_pending(h);
 }
 
@@ -315,8 +328,10 @@ static void defer_free(vg_heap *h, vg_block *blk)
 {
     bool recorded = true;
     for (vg_stream_use *use = blk->uses; use; use = use->next) {
-        if (h->dev->ops->event_record(h->dev, use->stream, &use->event) == VG_OK) use->has_event = true;
+        int rc = h->dev->ops->event_record(h->dev, use->device, use->stream, &use->event);
+        if (rc == VG_OK) use->has_event = true;
         else recorded = false;
+        if (rc == VG_ERR_DEVICE) vg__device_error(h);
     }
     blk->state = VG_BLOCK_PENDING;
     blk->link_prev = NULL;
@@ -348,6 +363,7 @@ vg_heap *vg_heap_create(vg_device *dev, const vg_heap_config *cfg)
     h->gc_threshold = cfg ? cfg->gc_threshold : 0.0;
     size_t free_bytes = 0, total = 0;
     if (dev->ops->mem_info(dev, &free_bytes, &total) == VG_OK) h->device_total = total;
+    else vg__device_error(h);
     return h;
 }
 
@@ -421,6 +437,27 @@ static vg_block *take(vg_heap *h, vg_block *blk, size_t rounded, size_t requeste
     return blk;
 }
 
+/* What both kinds of failure report: the request and the heap's state. */
+static void fill_failure(vg_heap *h, size_t size, size_t rounded, int status, vg_oom_info *oom)
+{
+    memset(oom, 0, sizeof *oom);
+    oom->status = status;
+    oom->requested = size;
+    oom->rounded = rounded;
+    oom->budget = h->budget;
+    oom->device = h->dev->index;
+    oom->allocated = (size_t)h->stats.allocated_bytes[VG_STAT_ALL].current;
+    oom->reserved = vg__reserved(h);
+}
+
+/* A device error ends the allocation as itself: no OOM is counted. */
+static void fill_device_error(vg_heap *h, size_t size, size_t rounded, vg_oom_info *oom)
+{
+    if (!oom) return;
+    fill_failure(h, size, rounded, VG_ERR_DEVICE, oom);
+    oom->device_error = h->device_error;
+}
+
 static void fill_oom(vg_heap *h, size_t size, size_t rounded, bool budget_refused,
                      vg_oom_info *oom)
 {
@@ -428,19 +465,15 @@ static void fill_oom(vg_heap *h, size_t size, size_t rounded, bool budget_refuse
     VG_HISTORY(h, VG_EV_OOM, 0, rounded, size, 0);
     if (!oom) return;
     vg_fragmentation frag;
-    memset(oom, 0, sizeof *oom);
+    fill_failure(h, size, rounded, VG_ERR_NOMEM, oom);
     vg__fragmentation_locked(h, &frag);
-    oom->requested = size;
-    oom->rounded = rounded;
-    oom->budget = h->budget;
-    oom->device = h->dev->index;
     size_t free_bytes = 0, total = 0;
     if (h->dev->ops->mem_info(h->dev, &free_bytes, &total) == VG_OK) {
         oom->device_total = total;
         oom->device_free = free_bytes;
+    } else {
+        vg__device_error(h);
     }
-    oom->allocated = (size_t)h->stats.allocated_bytes[VG_STAT_ALL].current;
-    oom->reserved = vg__reserved(h);
     oom->largest_free_block = frag.largest_free_block;
     oom->free_blocks = frag.free_blocks;
     oom->free_bytes = frag.free_bytes;
@@ -455,6 +488,7 @@ void *vg_heap_alloc(vg_heap *h, size_t size, vg_stream_t stream, vg_oom_info *oo
         vg_lock_release(&h->lock);
         return NULL;
     }
+    h->device_failed = false;
     if (h->pending) vg__process_pending(h);
     size_t rounded = vg__round(size);
     vg_stream_bins *sb = rounded ? stream_bins(h, stream) : NULL;
@@ -479,7 +513,8 @@ void *vg_heap_alloc(vg_heap *h, size_t size, vg_stream_t stream, vg_oom_info *oo
         if (blk) blk = take(h, blk, rounded, size);
     }
     if (!blk) {
-        fill_oom(h, size, rounded, budget_refused, oom);
+        if (h->device_failed) fill_device_error(h, size, rounded, oom);
+        else fill_oom(h, size, rounded, budget_refused, oom);
         vg_lock_release(&h->lock);
         return NULL;
     }
@@ -526,20 +561,27 @@ int vg_heap_free_if_owned(vg_heap *h, void *ptr)
 
 int vg_heap_record_stream(vg_heap *h, void *ptr, vg_stream_t stream)
 {
+    return vg_heap_record_device_stream(h, ptr, h->dev->index, stream);
+}
+
+int vg_heap_record_device_stream(vg_heap *h, void *ptr, int device, vg_stream_t stream)
+{
+    if (device < 0 || device >= VG_MAX_DEVICES) return VG_ERR_ARG;
     vg_lock_acquire(&h->lock);
     int rc = VG_OK;
     vg_block *blk = vg__map_get(&h->live, (uintptr_t)ptr);
     if (!blk) {
         rc = VG_ERR_INVALID;
-    } else if (stream != blk->seg->owner->stream) {
+    } else if (device != h->dev->index || stream != blk->seg->owner->stream) {
         vg_stream_use *use = blk->uses;
-        while (use && use->stream != stream) use = use->next;
+        while (use && (use->stream != stream || use->device != device)) use = use->next;
         if (!use) {
             use = new_use(h);
             if (!use) {
                 rc = VG_ERR_NOMEM;
             } else {
                 use->stream = stream;
+                use->device = device;
                 use->next = blk->uses;
                 blk->uses = use;
                 h->stats.num_record_stream++;

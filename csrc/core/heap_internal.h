@@ -44,9 +44,11 @@ vg_block *vg__bins_largest(const vg_bins *b);
 /* ------------------------------------------------------------------ */
 
 /* A stream that used a block besides its own (record_stream); after the
- * block's free, the event recorded on that stream. */
+ * block's free, the event recorded on that stream. A stream is known by
+ * (device, handle): handle 0 is the default stream of every device. */
 struct vg_stream_use {
     vg_stream_t stream;
+    int device;
     vg_event_t event;
     bool has_event;
     vg_stream_use *next;
@@ -174,6 +176,12 @@ struct vg_heap {
     uint64_t live_per_bin[VG_NBINS];
     vg_history *history;         /* the ring, kept after a stop until taken */
     bool recording;              /* recording into it now */
+
+    /* A provider call failed for another reason than memory since the
+     * current allocation began: the ladder stops at once, since nothing it
+     * could release would help, and the error is reported as itself. */
+    bool device_failed;
+    vg_device_error device_error; /* the last one, for the report */
 };
 
 /* heap.c: the operations the policies build on. */
@@ -188,6 +196,13 @@ size_t vg__release_idle(vg_heap *h, const vg_stream_bins *only, size_t target,
 void vg__process_pending(vg_heap *h);
 /* Wait for the device and finish every deferred free. */
 void vg__synchronize(vg_heap *h);
+/* A provider call returned VG_ERR_DEVICE: count it (num_device_errors),
+ * keep the provider's words, and set device_failed. */
+void vg__device_error(vg_heap *h);
+static inline bool vg__device_failed(const vg_heap *h)
+{
+    return h->device_failed;
+}
 /* Can `bytes` more be reserved without passing the budget or the device? */
 bool vg__within_budget(const vg_heap *h, size_t bytes);
 size_t vg__reserved(const vg_heap *h);

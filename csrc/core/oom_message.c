@@ -90,3 +90,23 @@ size_t vg_format_oom(const vg_oom_info *o, const char *device_kind, char *buf, s
     put_cause(&w, o);
     return w.used;
 }
+
+/* PyTorch's C10_CUDA_CHECK writes "CUDA error: <cudaGetErrorString>";
+ * the same head lets people and tools recognise the error they know. */
+size_t vg_format_device_error(const vg_oom_info *info, const char *device_kind, char *buf,
+                              size_t n)
+{
+    writer w = {buf, n, 0};
+    if (n) buf[0] = '\0';
+    const vg_device_error *e = &info->device_error;
+    SZ(req, info->requested);
+    put(&w, "%s error: %s", device_kind, e->text[0] ? e->text : "unknown error");
+    put(&w, "\nvramguard: %s failed with %s (%d) while allocating %s on GPU %d. This is a "
+            "device error, not a lack of memory: nothing was released or retried, and a "
+            "smaller batch will not help. Kernel errors are reported asynchronously, at some "
+            "later call, so an earlier kernel may be the cause; for debugging consider "
+            "passing CUDA_LAUNCH_BLOCKING=1.",
+        e->call[0] ? e->call : "a device call", e->name[0] ? e->name : "an unnamed error",
+        e->code, req, info->device);
+    return w.used;
+}

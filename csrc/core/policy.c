@@ -28,6 +28,9 @@
  *      block may fit now), release every idle segment, and retry
  *      (num_sync_all_streams, num_sync_releases, num_alloc_retries);
  *   4. give up: the caller fills the OOM record (num_ooms).
+ * A device error (any failure but a lack of memory) stops the ladder at
+ * the step that met it: releasing cache cannot cure it, and the caller
+ * reports it as itself (num_device_errors).
  */
 #include "heap_internal.h"
 
@@ -121,6 +124,7 @@ static vg_block *reserve(vg_heap *h, vg_stream_bins *sb, int pool, size_t rounde
             *budget_refused = false;
             return seg->head;
         }
+        if (vg__device_failed(h)) return NULL;
     }
     return NULL;
 }
@@ -166,6 +170,7 @@ static vg_block *grow_beside_oversize(vg_heap *h, vg_stream_bins *sb, int pool, 
         h->stats.num_kept_whole++;
         return fresh;
     }
+    if (vg__device_failed(h)) return NULL;
     vg_segment *seg = oversize->seg;
     size_t need = minimal_segment(pool, rounded);
     if (seg->idle && vg__reserved(h) - seg->size + need <= ceiling(h)) {
@@ -183,21 +188,22 @@ static vg_block *default_grow(vg_heap *h, vg_stream_bins *sb, int pool, size_t r
     vg_stats *st = &h->stats;
     if (oversize) {
         vg_block *blk = grow_beside_oversize(h, sb, pool, rounded, oversize, budget_refused);
-        if (blk) return blk;
+        if (blk || vg__device_failed(h)) return blk;
     }
     vg__collect_before_growth(h, h->policy->segment_size(h, pool, rounded));
     vg_block *blk = reserve(h, sb, pool, rounded, budget_refused);
-    if (blk) return blk;
+    if (blk || vg__device_failed(h)) return blk;
 
     size_t want = shortfall(h, pool, rounded, *budget_refused);
     if (want && vg__release_idle(h, sb, want, &st->num_stream_releases)) {
         st->num_alloc_retries++;
         blk = reserve(h, sb, pool, rounded, budget_refused);
-        if (blk) return blk;
+        if (blk || vg__device_failed(h)) return blk;
     }
 
     st->num_sync_all_streams++;
     vg__synchronize(h);
+    if (vg__device_failed(h)) return NULL;
     blk = vg__bins_best_fit(&sb->pool[pool], rounded, h->policy->scan_limit);
     if (blk) return blk;
     vg__release_idle(h, NULL, SIZE_MAX, &st->num_sync_releases);

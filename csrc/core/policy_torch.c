@@ -14,7 +14,8 @@
  * - when the device or the memory fraction refuses a segment: synchronize,
  *   release every unsplit cached segment, retry once, else OOM. (Its
  *   release_available_cached_blocks step does nothing unless
- *   max_split_size is set, so it is left out.)
+ *   max_split_size is set, so it is left out.) Any other cudaMalloc error
+ *   ends the allocation at once (its C10_CUDA_CHECK).
  */
 #include "heap_internal.h"
 
@@ -58,9 +59,10 @@ static vg_block *torch_grow(vg_heap *h, vg_stream_bins *sb, int pool, size_t rou
     size_t size = torch_segment_size(h, pool, rounded);
     vg__collect_before_growth(h, size);
     vg_block *blk = try_reserve(h, sb, pool, size, budget_refused);
-    if (blk) return blk;
+    if (blk || vg__device_failed(h)) return blk;
     h->stats.num_sync_all_streams++;
     vg__synchronize(h);
+    if (vg__device_failed(h)) return NULL;
     vg__release_idle(h, NULL, SIZE_MAX, &h->stats.num_sync_releases);
     h->stats.num_alloc_retries++;
     return try_reserve(h, sb, pool, size, budget_refused);

@@ -6,6 +6,13 @@
  * are declared here and resolved when first needed, preferring the CUDA
  * runtime already loaded in the process (PyTorch's own), else the newest
  * libcudart.so.* the dynamic loader can find.
+ *
+ * Errors: only cudaErrorMemoryAllocation is an out-of-memory (VG_ERR_NOMEM,
+ * worth releasing cache for). Every other failure of a call on the path,
+ * cudaSetDevice included, is VG_ERR_DEVICE with the runtime's own name and
+ * description in vg_device.error. After a failed call the last error is
+ * read (and so cleared, unless it is sticky), as PyTorch does, so that the
+ * next kernel launch does not report our failure as its own.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* dl_iterate_phdr, RTLD_NOLOAD */
@@ -26,6 +33,7 @@
 typedef int cuda_error;
 typedef void *cuda_event;
 #define CUDA_SUCCESS 0
+#define CUDA_ERROR_MEMORY_ALLOCATION 2
 #define CUDA_ERROR_NOT_READY 600
 #define CUDA_EVENT_DISABLE_TIMING 2u
 
@@ -42,6 +50,7 @@ static struct cudart {
     cuda_error (*EventQuery)(cuda_event);
     cuda_error (*EventDestroy)(cuda_event);
     cuda_error (*GetLastError)(void);
+    const char *(*GetErrorName)(cuda_error);
     const char *(*GetErrorString)(cuda_error);
 } rt;
 
@@ -116,6 +125,7 @@ static void load_runtime(void)
     RESOLVE(EventQuery, "cudaEventQuery");
     RESOLVE(EventDestroy, "cudaEventDestroy");
     RESOLVE(GetLastError, "cudaGetLastError");
+    RESOLVE(GetErrorName, "cudaGetErrorName");
     RESOLVE(GetErrorString, "cudaGetErrorString");
 }
 
@@ -130,11 +140,36 @@ const char *vg_cuda_runtime_source(void)
     return vg_cuda_load() ? NULL : load_source;
 }
 
+/* ------------------------------------------------------------------ */
+/* Errors                                                              */
+/* ------------------------------------------------------------------ */
+
+/* The runtime's words for `err`. Reading the last error afterwards clears
+ * it unless it is sticky; a sticky error stays, and is reported as itself
+ * by every call after, which is what the user must see. */
+static void describe(vg_device_error *e, const char *call, cuda_error err)
+{
+    const char *name = rt.GetErrorName(err);
+    const char *text = rt.GetErrorString(err);
+    e->code = err;
+    snprintf(e->call, sizeof e->call, "%s", call);
+    snprintf(e->name, sizeof e->name, "%s", name ? name : "cudaErrorUnknown");
+    snprintf(e->text, sizeof e->text, "%s", text ? text : "unknown error");
+    (void)rt.GetLastError();
+}
+
+static int failed(vg_device *dev, const char *call, cuda_error err)
+{
+    describe(&dev->error, call, err);
+    return VG_ERR_DEVICE;
+}
+
 int vg_cuda_device_count(void)
 {
     int n = 0;
-    if (vg_cuda_load() || rt.GetDeviceCount(&n) != CUDA_SUCCESS) {
-        if (!vg_cuda_load()) rt.GetLastError();
+    if (vg_cuda_load()) return 0;
+    if (rt.GetDeviceCount(&n) != CUDA_SUCCESS) {
+        (void)rt.GetLastError();
         return 0;
     }
     return n;
@@ -144,101 +179,177 @@ int vg_cuda_device_count(void)
 /* The provider                                                        */
 /* ------------------------------------------------------------------ */
 
+/* An event, and the device it was created on: it can be recorded only on
+ * that device's streams, so released ones wait in per-device lists. */
+typedef struct event_slot {
+    cuda_event event;
+    int device;
+    struct event_slot *next;
+} event_slot;
+
 typedef struct vg_cuda {
     vg_device base;
-    cuda_event *spare_events; /* recorded events cost a create only once */
-    size_t nspare, spare_cap;
+    event_slot *spare[VG_MAX_DEVICES]; /* a recorded event costs a create only once */
+    uint64_t recorded_on; /* devices with events recorded since the last synchronize */
 } vg_cuda;
 
-/* Run on the heap's device, then put the caller's device back: cudaMalloc
+/* Run on a given device, then put the caller's device back: cudaMalloc
  * and friends act on the current device, which may be another. */
 typedef struct device_guard {
     int previous;
     int switched;
 } device_guard;
 
-static device_guard enter(const vg_device *dev)
+static int enter(vg_device *dev, int device, device_guard *g)
 {
-    device_guard g = {0, 0};
-    if (rt.GetDevice(&g.previous) == CUDA_SUCCESS && g.previous != dev->index) {
-        g.switched = rt.SetDevice(dev->index) == CUDA_SUCCESS;
+    g->switched = 0;
+    cuda_error err = rt.GetDevice(&g->previous);
+    if (err != CUDA_SUCCESS) return failed(dev, "cudaGetDevice", err);
+    if (g->previous == device) return VG_OK;
+    err = rt.SetDevice(device);
+    if (err != CUDA_SUCCESS) {
+        char call[32];
+        snprintf(call, sizeof call, "cudaSetDevice(%d)", device);
+        return failed(dev, call, err);
     }
-    return g;
+    g->switched = 1;
+    return VG_OK;
 }
 
+/* As PyTorch's device guard does, a failure to switch back is not the
+ * call's failure; its last error is cleared all the same. */
 static void leave(device_guard g)
 {
-    if (g.switched) rt.SetDevice(g.previous);
+    if (g.switched && rt.SetDevice(g.previous) != CUDA_SUCCESS) (void)rt.GetLastError();
 }
 
 static int cuda_reserve(vg_device *dev, size_t size, uintptr_t *addr)
 {
-    device_guard g = enter(dev);
+    device_guard g;
+    int rc = enter(dev, dev->index, &g);
+    if (rc != VG_OK) return rc;
     void *p = NULL;
     cuda_error err = rt.Malloc(&p, size);
     leave(g);
-    if (err != CUDA_SUCCESS) {
-        /* Clear the sticky "last error" so the next kernel launch does not
-         * report our refused cudaMalloc as its own failure. */
-        rt.GetLastError();
+    if (err == CUDA_ERROR_MEMORY_ALLOCATION) {
+        (void)rt.GetLastError(); /* as PyTorch does for an OOM */
         return VG_ERR_NOMEM;
     }
+    if (err != CUDA_SUCCESS) return failed(dev, "cudaMalloc", err);
     *addr = (uintptr_t)p;
     return VG_OK;
 }
 
-static void cuda_release(vg_device *dev, uintptr_t addr, size_t size)
+static int cuda_release(vg_device *dev, uintptr_t addr, size_t size)
 {
     (void)size;
-    device_guard g = enter(dev);
-    if (rt.Free((void *)addr) != CUDA_SUCCESS) rt.GetLastError();
+    device_guard g;
+    int rc = enter(dev, dev->index, &g);
+    if (rc != VG_OK) return rc;
+    cuda_error err = rt.Free((void *)addr);
     leave(g);
+    return err == CUDA_SUCCESS ? VG_OK : failed(dev, "cudaFree", err);
 }
 
 static int cuda_mem_info(vg_device *dev, size_t *free_bytes, size_t *total_bytes)
 {
-    device_guard g = enter(dev);
+    device_guard g;
+    int rc = enter(dev, dev->index, &g);
+    if (rc != VG_OK) return rc;
     cuda_error err = rt.MemGetInfo(free_bytes, total_bytes);
     leave(g);
-    if (err != CUDA_SUCCESS) {
-        rt.GetLastError();
-        return VG_ERR_DEVICE;
+    return err == CUDA_SUCCESS ? VG_OK : failed(dev, "cudaMemGetInfo", err);
+}
+
+static int synchronize_one(vg_device *dev, int device)
+{
+    device_guard g;
+    int rc = enter(dev, device, &g);
+    if (rc != VG_OK) return rc;
+    cuda_error err = rt.DeviceSynchronize();
+    leave(g);
+    return err == CUDA_SUCCESS ? VG_OK : failed(dev, "cudaDeviceSynchronize", err);
+}
+
+/* Its own device, and each device it recorded events on: then every event
+ * it handed out queries done, as the heap expects. */
+static int cuda_synchronize(vg_device *dev)
+{
+    vg_cuda *c = (vg_cuda *)dev;
+    uint64_t devices = c->recorded_on | (uint64_t)1 << dev->index;
+    int first_error = VG_OK;
+    for (int d = 0; d < VG_MAX_DEVICES; d++) {
+        if (!(devices >> d & 1)) continue;
+        int rc = synchronize_one(dev, d);
+        if (rc == VG_OK) c->recorded_on &= ~((uint64_t)1 << d);
+        else if (first_error == VG_OK) first_error = rc;
     }
+    return first_error;
+}
+
+/* A spare event of `device`, or a new one created there (the caller has
+ * made `device` current). */
+static int take_event(vg_cuda *c, int device, event_slot **out)
+{
+    event_slot *s = c->spare[device];
+    if (s) {
+        c->spare[device] = s->next;
+        *out = s;
+        return VG_OK;
+    }
+    s = malloc(sizeof *s);
+    if (!s) return VG_ERR_NOMEM;
+    cuda_error err = rt.EventCreateWithFlags(&s->event, CUDA_EVENT_DISABLE_TIMING);
+    if (err != CUDA_SUCCESS) {
+        free(s);
+        return failed(&c->base, "cudaEventCreateWithFlags", err);
+    }
+    s->device = device;
+    *out = s;
     return VG_OK;
 }
 
-static void cuda_synchronize(vg_device *dev)
+static void put_event(vg_cuda *c, event_slot *s)
 {
-    device_guard g = enter(dev);
-    if (rt.DeviceSynchronize() != CUDA_SUCCESS) rt.GetLastError();
-    leave(g);
+    s->next = c->spare[s->device];
+    c->spare[s->device] = s;
 }
 
-static int cuda_event_record(vg_device *dev, vg_stream_t stream, vg_event_t *ev)
+/* Under the stream's device: the default stream (handle 0) is the current
+ * device's, and an event records only on streams of the device it was
+ * created on. */
+static int cuda_event_record(vg_device *dev, int device, vg_stream_t stream, vg_event_t *ev)
 {
     vg_cuda *c = (vg_cuda *)dev;
-    device_guard g = enter(dev);
-    cuda_event e = NULL;
-    if (c->nspare) e = c->spare_events[--c->nspare];
-    else if (rt.EventCreateWithFlags(&e, CUDA_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) e = NULL;
-    int rc = VG_ERR_DEVICE;
-    if (e && rt.EventRecord(e, (void *)stream) == CUDA_SUCCESS) {
-        *ev = (vg_event_t)e;
-        rc = VG_OK;
-    } else {
-        rt.GetLastError();
-        if (e) rt.EventDestroy(e);
+    if (device < 0 || device >= VG_MAX_DEVICES) return VG_ERR_ARG;
+    /* Even if recording fails, the synchronize the heap falls back on must
+     * cover this device. */
+    c->recorded_on |= (uint64_t)1 << device;
+    device_guard g;
+    int rc = enter(dev, device, &g);
+    if (rc != VG_OK) return rc;
+    event_slot *s = NULL;
+    rc = take_event(c, device, &s);
+    if (rc == VG_OK) {
+        cuda_error err = rt.EventRecord(s->event, (void *)stream);
+        if (err == CUDA_SUCCESS) {
+            *ev = (vg_event_t)s;
+        } else {
+            put_event(c, s);
+            rc = failed(dev, "cudaEventRecord", err);
+        }
     }
     leave(g);
     return rc;
 }
 
+/* cudaEventQuery works whatever the current device. */
 static int cuda_event_query(vg_device *dev, vg_event_t ev)
 {
     (void)dev;
-    cuda_error err = rt.EventQuery((cuda_event)ev);
+    cuda_error err = rt.EventQuery(((event_slot *)ev)->event);
     if (err == CUDA_SUCCESS) return 1;
-    rt.GetLastError();
+    (void)rt.GetLastError();
     /* Any error but "not ready" means the event will never complete; the
      * heap would otherwise hold the block forever. */
     return err != CUDA_ERROR_NOT_READY;
@@ -246,30 +357,24 @@ static int cuda_event_query(vg_device *dev, vg_event_t ev)
 
 static void cuda_event_release(vg_device *dev, vg_event_t ev)
 {
-    vg_cuda *c = (vg_cuda *)dev;
-    if (c->nspare == c->spare_cap) {
-        size_t cap = c->spare_cap ? c->spare_cap * 2 : 64;
-        cuda_event *grown = realloc(c->spare_events, cap * sizeof *grown);
-        if (!grown) {
-            rt.EventDestroy((cuda_event)ev);
-            return;
-        }
-        c->spare_events = grown;
-        c->spare_cap = cap;
-    }
-    c->spare_events[c->nspare++] = (cuda_event)ev;
+    put_event((vg_cuda *)dev, (event_slot *)ev);
 }
 
 static void cuda_destroy(vg_device *dev)
 {
     vg_cuda *c = (vg_cuda *)dev;
-    for (size_t i = 0; i < c->nspare; i++) rt.EventDestroy(c->spare_events[i]);
-    free(c->spare_events);
+    for (int d = 0; d < VG_MAX_DEVICES; d++) {
+        while (c->spare[d]) {
+            event_slot *s = c->spare[d];
+            c->spare[d] = s->next;
+            if (rt.EventDestroy(s->event) != CUDA_SUCCESS) (void)rt.GetLastError();
+            free(s);
+        }
+    }
     free(c);
 }
 
 static const vg_device_ops cuda_ops = {
-    .name = "cuda",
     .reserve = cuda_reserve,
     .release = cuda_release,
     .mem_info = cuda_mem_info,
@@ -280,11 +385,37 @@ static const vg_device_ops cuda_ops = {
     .destroy = cuda_destroy,
 };
 
-vg_device *vg_cuda_create(int device)
+/* Whether `device` exists, in the runtime's words when it cannot say. */
+static int check_device(int device, char *why, size_t n)
 {
-    if (vg_cuda_load() || device < 0) return NULL;
+    const char *missing = vg_cuda_load();
+    if (missing) {
+        snprintf(why, n, "%s", missing);
+        return VG_ERR_DEVICE;
+    }
+    int count = 0;
+    cuda_error err = rt.GetDeviceCount(&count);
+    if (err != CUDA_SUCCESS) {
+        vg_device_error e;
+        describe(&e, "cudaGetDeviceCount", err);
+        snprintf(why, n, "%s failed with %s: %s", e.call, e.name, e.text);
+        return VG_ERR_DEVICE;
+    }
+    if (device < 0 || device >= count || device >= VG_MAX_DEVICES) {
+        snprintf(why, n, "it does not exist (%d visible)", count);
+        return VG_ERR_DEVICE;
+    }
+    return VG_OK;
+}
+
+vg_device *vg_cuda_create(int device, char *why, size_t n)
+{
+    if (check_device(device, why, n) != VG_OK) return NULL;
     vg_cuda *c = calloc(1, sizeof *c);
-    if (!c) return NULL;
+    if (!c) {
+        snprintf(why, n, "out of host memory");
+        return NULL;
+    }
     c->base.ops = &cuda_ops;
     c->base.index = device;
     return &c->base;

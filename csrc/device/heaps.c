@@ -45,16 +45,12 @@ static size_t budget_for(vg_device *dev, size_t budget, double fraction)
 
 static vg_heap *create_locked(int device)
 {
-    if (!settings.simulated && !vg_cuda_load() && device >= vg_cuda_device_count()) {
-        snprintf(last_error, sizeof last_error, "CUDA device %d does not exist (%d visible)", device,
-                 vg_cuda_device_count());
-        return NULL;
-    }
-    vg_device *dev = settings.simulated ? vg_sim_create(settings.simulated) : vg_cuda_create(device);
+    char why[640] = "out of host memory";
+    vg_device *dev = settings.simulated ? vg_sim_create(settings.simulated)
+                                        : vg_cuda_create(device, why, sizeof why);
     if (!dev) {
-        const char *why = settings.simulated ? "out of host memory" : vg_cuda_load();
-        snprintf(last_error, sizeof last_error, "cannot use CUDA device %d: %s", device,
-                 why ? why : "out of host memory");
+        snprintf(last_error, sizeof last_error, "cannot use %s device %d: %s",
+                 settings.simulated ? "simulated" : "CUDA", device, why);
         return NULL;
     }
     dev->index = device;
@@ -142,11 +138,12 @@ int vg_devices_simulated(void)
 int vg_devices_alloc(size_t size, int device, vg_stream_t stream, void **out, vg_oom_info *oom)
 {
     *out = NULL;
+    oom->status = VG_OK;
     if (size == 0) return VG_OK; /* as PyTorch's own allocator: a null pointer */
     vg_heap *h = vg_devices_heap(device);
     if (!h) return VG_ERR_DEVICE;
     *out = vg_heap_alloc(h, size, stream, oom);
-    return *out ? VG_OK : VG_ERR_NOMEM;
+    return *out ? VG_OK : oom->status;
 }
 
 void vg_devices_free(void *ptr, int device)
@@ -166,11 +163,14 @@ void vg_devices_free(void *ptr, int device)
                         "counted in num_invalid_frees)\n", ptr);
 }
 
-int vg_devices_record_stream(void *ptr, vg_stream_t stream)
+int vg_devices_record_stream(void *ptr, int stream_device, vg_stream_t stream)
 {
+    if (stream_device >= VG_MAX_DEVICES) return VG_ERR_ARG;
     for (int d = 0; d < VG_MAX_DEVICES; d++) {
         vg_heap *h = vg_devices_existing(d);
-        if (h && vg_heap_record_stream(h, ptr, stream) == VG_OK) return VG_OK;
+        if (!h) continue;
+        int rc = vg_heap_record_device_stream(h, ptr, stream_device < 0 ? d : stream_device, stream);
+        if (rc != VG_ERR_INVALID) return rc;
     }
     return VG_ERR_INVALID;
 }

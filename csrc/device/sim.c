@@ -7,11 +7,18 @@
  *
  * Events: each stream counts the events recorded on it and how many of them
  * have completed. An event is (stream slot, sequence number) packed into the
- * handle, so recording one allocates nothing.
+ * handle, so recording one allocates nothing. A stream is (device, handle),
+ * as in CUDA: a heap may record events on another device's streams (handle
+ * 0 is every device's default stream), and this device's table keeps them
+ * apart from its own.
+ *
+ * Device errors: vg_sim_fail_device injects a failure that is not an
+ * out-of-memory, one-shot or sticky, as CUDA reports an illegal address.
  */
 #include "vramguard/device.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #define SIM_BASE ((uintptr_t)1 << 40)
@@ -19,6 +26,7 @@
 
 typedef struct sim_stream {
     vg_stream_t stream;
+    int device;
     uint64_t recorded;
     uint64_t completed;
 } sim_stream;
@@ -32,6 +40,8 @@ typedef struct vg_sim {
     uint64_t fail_at;       /* refuse when reserves reaches this; 0 = off */
     double fail_probability;
     uint64_t rng;
+    uint64_t device_fail_at; /* device errors from this reserve on; 0 = off */
+    bool device_fail_sticky; /* past it too, and in synchronize */
     sim_stream *streams;
     size_t nstreams;
 } vg_sim;
@@ -52,7 +62,6 @@ static uint64_t next_random(uint64_t *state)
 
 static bool injected_fault(vg_sim *sim)
 {
-    sim->reserves++;
     if (sim->fail_at && sim->reserves == sim->fail_at) return true;
     if (sim->fail_probability > 0.0) {
         double u = (double)(next_random(&sim->rng) >> 11) / 9007199254740992.0;
@@ -61,9 +70,29 @@ static bool injected_fault(vg_sim *sim)
     return false;
 }
 
+/* What CUDA reports after a kernel's illegal memory access. */
+static int device_error(vg_sim *sim, const char *call)
+{
+    vg_device_error *e = &sim->base.error;
+    e->code = 700;
+    snprintf(e->call, sizeof e->call, "%s", call);
+    snprintf(e->name, sizeof e->name, "cudaErrorIllegalAddress");
+    snprintf(e->text, sizeof e->text, "an illegal memory access was encountered");
+    return VG_ERR_DEVICE;
+}
+
+/* Is the device failing now? `reserves` counts the current reserve. */
+static bool device_failing(const vg_sim *sim)
+{
+    if (!sim->device_fail_at || sim->reserves < sim->device_fail_at) return false;
+    return sim->device_fail_sticky || sim->reserves == sim->device_fail_at;
+}
+
 static int sim_reserve(vg_device *dev, size_t size, uintptr_t *addr)
 {
     vg_sim *sim = as_sim(dev);
+    sim->reserves++;
+    if (device_failing(sim)) return device_error(sim, "cudaMalloc");
     if (injected_fault(sim)) return VG_ERR_NOMEM;
     if (size > sim->capacity - sim->used) return VG_ERR_NOMEM;
     sim->used += size;
@@ -72,10 +101,11 @@ static int sim_reserve(vg_device *dev, size_t size, uintptr_t *addr)
     return VG_OK;
 }
 
-static void sim_release(vg_device *dev, uintptr_t addr, size_t size)
+static int sim_release(vg_device *dev, uintptr_t addr, size_t size)
 {
     (void)addr;
     as_sim(dev)->used -= size;
+    return VG_OK;
 }
 
 static int sim_mem_info(vg_device *dev, size_t *free_bytes, size_t *total_bytes)
@@ -86,16 +116,21 @@ static int sim_mem_info(vg_device *dev, size_t *free_bytes, size_t *total_bytes)
     return VG_OK;
 }
 
-static void sim_synchronize(vg_device *dev)
+/* Every stream it recorded on, its own device's and others'. */
+static int sim_synchronize(vg_device *dev)
 {
     vg_sim *sim = as_sim(dev);
+    if (sim->device_fail_sticky && device_failing(sim))
+        return device_error(sim, "cudaDeviceSynchronize");
     for (size_t i = 0; i < sim->nstreams; i++) sim->streams[i].completed = sim->streams[i].recorded;
+    return VG_OK;
 }
 
-static sim_stream *find_stream(vg_sim *sim, vg_stream_t stream, bool create)
+static sim_stream *find_stream(vg_sim *sim, int device, vg_stream_t stream, bool create)
 {
     for (size_t i = 0; i < sim->nstreams; i++)
-        if (sim->streams[i].stream == stream) return &sim->streams[i];
+        if (sim->streams[i].stream == stream && sim->streams[i].device == device)
+            return &sim->streams[i];
     if (!create || sim->nstreams == SIM_MAX_STREAMS) return NULL;
     if (!sim->streams) {
         sim->streams = calloc(SIM_MAX_STREAMS, sizeof *sim->streams);
@@ -103,15 +138,16 @@ static sim_stream *find_stream(vg_sim *sim, vg_stream_t stream, bool create)
     }
     sim_stream *s = &sim->streams[sim->nstreams++];
     s->stream = stream;
+    s->device = device;
     return s;
 }
 
 #define SEQ_BITS 40
 
-static int sim_event_record(vg_device *dev, vg_stream_t stream, vg_event_t *ev)
+static int sim_event_record(vg_device *dev, int device, vg_stream_t stream, vg_event_t *ev)
 {
     vg_sim *sim = as_sim(dev);
-    sim_stream *s = find_stream(sim, stream, true);
+    sim_stream *s = find_stream(sim, device, stream, true);
     if (!s) return VG_ERR_NOMEM;
     uint64_t slot = (uint64_t)(s - sim->streams);
     *ev = (vg_event_t)((slot << SEQ_BITS) | ++s->recorded);
@@ -139,7 +175,6 @@ static void sim_destroy(vg_device *dev)
 }
 
 static const vg_device_ops sim_ops = {
-    .name = "sim",
     .reserve = sim_reserve,
     .release = sim_release,
     .mem_info = sim_mem_info,
@@ -182,10 +217,23 @@ void vg_sim_fail_random(vg_device *dev, double probability, uint64_t seed)
     sim->rng = seed;
 }
 
-void vg_sim_complete_stream(vg_device *dev, vg_stream_t stream)
+void vg_sim_fail_device(vg_device *dev, uint64_t nth, int sticky)
 {
     vg_sim *sim = sim_of(dev);
-    sim_stream *s = sim ? find_stream(sim, stream, false) : NULL;
+    if (!sim) return;
+    sim->device_fail_at = nth ? sim->reserves + nth : 0;
+    sim->device_fail_sticky = nth && sticky;
+}
+
+void vg_sim_complete_stream(vg_device *dev, vg_stream_t stream)
+{
+    if (dev) vg_sim_complete_stream_of(dev, dev->index, stream);
+}
+
+void vg_sim_complete_stream_of(vg_device *dev, int device, vg_stream_t stream)
+{
+    vg_sim *sim = sim_of(dev);
+    sim_stream *s = sim ? find_stream(sim, device, stream, false) : NULL;
     if (s) s->completed = s->recorded;
 }
 

@@ -108,7 +108,7 @@ static const counter_name counters[] = {
     COUNTER(num_empty_cache_releases), COUNTER(num_shrunk_segments),
     COUNTER(num_budget_releases), COUNTER(num_kept_whole), COUNTER(num_oversize_releases),
     COUNTER(num_oversize_splits), COUNTER(num_invalid_frees), COUNTER(num_record_stream),
-    COUNTER(num_deferred_frees), COUNTER(num_zero_allocs),
+    COUNTER(num_deferred_frees), COUNTER(num_zero_allocs), COUNTER(num_device_errors),
 };
 
 static int set_fragmentation(PyObject *d, vg_heap *h)
@@ -233,8 +233,36 @@ PyObject *vgpy_histogram_list(vg_heap *h)
 /* OOM                                                                 */
 /* ------------------------------------------------------------------ */
 
+/* A device error is not an out-of-memory: RuntimeError, as PyTorch raises
+ * for a failed CUDA call, with the runtime's error name beside it. */
+static void raise_device_error(const vg_oom_info *info, const char *device_kind)
+{
+    char msg[1536];
+    vg_format_device_error(info, device_kind, msg, sizeof msg);
+    PyObject *exc = PyObject_CallFunction(PyExc_RuntimeError, "s", msg);
+    if (!exc) return;
+    PyObject *attrs = Py_BuildValue("{s:s,s:i,s:s,s:K,s:i}", "error_name", info->device_error.name,
+                                    "error_code", info->device_error.code, "failed_call",
+                                    info->device_error.call, "requested_bytes",
+                                    (unsigned long long)info->requested, "device", info->device);
+    if (attrs) {
+        PyObject *key, *value;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(attrs, &pos, &key, &value)) {
+            if (PyObject_SetAttr(exc, key, value) < 0) break;
+        }
+        Py_DECREF(attrs);
+    }
+    if (!PyErr_Occurred()) PyErr_SetObject(PyExc_RuntimeError, exc);
+    Py_DECREF(exc);
+}
+
 void vgpy_raise_oom(const vg_oom_info *oom, const char *device_kind)
 {
+    if (oom->status == VG_ERR_DEVICE) {
+        raise_device_error(oom, device_kind);
+        return;
+    }
     char msg[1024];
     vg_format_oom(oom, device_kind, msg, sizeof msg);
     PyObject *exc = PyObject_CallFunction(PyExc_MemoryError, "s", msg);

@@ -96,10 +96,18 @@ static PyObject *dev_record_stream(PyObject *module, PyObject *args)
     (void)module;
     PyObject *ptr_obj, *stream_obj;
     uint64_t ptr, stream;
-    if (!PyArg_ParseTuple(args, "OO", &ptr_obj, &stream_obj)) return NULL;
+    int device = -1;
+    if (!PyArg_ParseTuple(args, "OO|i", &ptr_obj, &stream_obj, &device)) return NULL;
     if (vgpy_as_u64(ptr_obj, "address", &ptr) < 0 || vgpy_as_u64(stream_obj, "stream", &stream) < 0)
         return NULL;
-    return PyBool_FromLong(vg_devices_record_stream((void *)(uintptr_t)ptr, (vg_stream_t)stream) == VG_OK);
+    if (device < -1 || device >= VG_MAX_DEVICES) {
+        PyErr_Format(PyExc_ValueError, "stream device must be in 0..%d (or -1: the block's own), got %d",
+                     VG_MAX_DEVICES - 1, device);
+        return NULL;
+    }
+    int rc = vg_devices_record_stream((void *)(uintptr_t)ptr, device, (vg_stream_t)stream);
+    if (rc == VG_ERR_NOMEM) return PyErr_NoMemory();
+    return PyBool_FromLong(rc == VG_OK);
 }
 
 static PyObject *dev_runtime(PyObject *module, PyObject *unused)
@@ -127,7 +135,8 @@ PyMethodDef vgpy_device_methods[] = {
     {"simulate_devices", (PyCFunction)dev_simulate, METH_O,
      "simulate_devices(capacity)\n\nTests: every device heap is over a simulated device."},
     {"record_stream_any", (PyCFunction)dev_record_stream, METH_VARARGS,
-     "record_stream_any(address, stream) -> bool\n\nrecord_stream on whichever device heap owns it."},
+     "record_stream_any(address, stream, device=-1) -> bool\n\nrecord_stream on whichever "
+     "device heap owns it; `stream` is a stream of `device` (-1: of the block's own device)."},
     {"cuda_runtime", (PyCFunction)dev_runtime, METH_NOARGS,
      "cuda_runtime() -> dict\n\nWhether a CUDA runtime was found, where, and how many devices."},
     {NULL, NULL, 0, NULL},

@@ -166,12 +166,16 @@ static PyObject *Heap_reset_accumulated(HeapObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static PyObject *Heap_complete_stream(HeapObject *self, PyObject *stream_obj)
+static PyObject *Heap_complete_stream(HeapObject *self, PyObject *args)
 {
+    PyObject *stream_obj;
+    int device = -1;
     uint64_t stream;
-    if (!vgpy_heap_ready(self) || vgpy_as_u64(stream_obj, "stream", &stream) < 0) return NULL;
+    if (!vgpy_heap_ready(self) || !PyArg_ParseTuple(args, "O|i", &stream_obj, &device)) return NULL;
+    if (vgpy_as_u64(stream_obj, "stream", &stream) < 0) return NULL;
     /* vg_sim_* ignore devices that are not simulated. */
-    vg_sim_complete_stream(self->dev, (vg_stream_t)stream);
+    if (device < 0) vg_sim_complete_stream(self->dev, (vg_stream_t)stream);
+    else vg_sim_complete_stream_of(self->dev, device, (vg_stream_t)stream);
     Py_RETURN_NONE;
 }
 
@@ -180,6 +184,20 @@ static PyObject *Heap_fail_nth(HeapObject *self, PyObject *n_obj)
     uint64_t n;
     if (!vgpy_heap_ready(self) || vgpy_as_u64(n_obj, "n", &n) < 0) return NULL;
     vg_sim_fail_nth(self->dev, n);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Heap_fail_device(HeapObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"n", "sticky", NULL};
+    PyObject *n_obj;
+    int sticky = 0;
+    uint64_t n;
+    if (!vgpy_heap_ready(self) ||
+        !PyArg_ParseTupleAndKeywords(args, kwargs, "O|p", kwlist, &n_obj, &sticky))
+        return NULL;
+    if (vgpy_as_u64(n_obj, "n", &n) < 0) return NULL;
+    vg_sim_fail_device(self->dev, n, sticky);
     Py_RETURN_NONE;
 }
 
@@ -293,7 +311,8 @@ static PyObject *Heap_get_policy(HeapObject *self, void *closure)
 static PyMethodDef Heap_methods[] = {
     {"malloc", (PyCFunction)(void (*)(void))Heap_malloc, METH_VARARGS | METH_KEYWORDS,
      "malloc(size, stream=0) -> int\n\nAllocate `size` bytes on `stream` and return the "
-     "address. Size 0 returns 0. Raises MemoryError when the policy cannot serve it."},
+     "address. Size 0 returns 0. Raises MemoryError when the policy cannot serve it, "
+     "RuntimeError on a device error."},
     {"free", (PyCFunction)Heap_free, METH_O,
      "free(address)\n\nFree a block. 0 is a no-op; anything else that is not a live block "
      "raises ValueError and leaves the heap as it was."},
@@ -310,10 +329,15 @@ static PyMethodDef Heap_methods[] = {
      "reset_peaks()\n\nSet every peak to its current value."},
     {"reset_accumulated", (PyCFunction)Heap_reset_accumulated, METH_NOARGS,
      "reset_accumulated()\n\nTotals restart from the current values, counters from 0."},
-    {"complete_stream", (PyCFunction)Heap_complete_stream, METH_O,
-     "complete_stream(stream)\n\nSimulated device: all work queued on `stream` has finished."},
+    {"complete_stream", (PyCFunction)Heap_complete_stream, METH_VARARGS,
+     "complete_stream(stream, device=-1)\n\nSimulated device: all work queued on `stream` (of "
+     "`device`, else of this heap's own) has finished."},
     {"fail_nth", (PyCFunction)Heap_fail_nth, METH_O,
      "fail_nth(n)\n\nSimulated device: refuse the n-th segment reservation from now (0: off)."},
+    {"fail_device", (PyCFunction)(void (*)(void))Heap_fail_device, METH_VARARGS | METH_KEYWORDS,
+     "fail_device(n, sticky=False)\n\nSimulated device: fail the n-th segment reservation "
+     "from now with a device error that is not an out-of-memory (an illegal address); sticky: "
+     "and every reservation and synchronize after it (0: off)."},
     {"fail_random", (PyCFunction)Heap_fail_random, METH_VARARGS,
      "fail_random(probability, seed=0)\n\nSimulated device: refuse reservations at random."},
     {"stats", (PyCFunction)Heap_stats, METH_NOARGS,

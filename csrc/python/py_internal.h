@@ -23,6 +23,7 @@ PyObject *vgpy_stats_dict(vg_heap *h);
 PyObject *vgpy_segments_list(vg_heap *h);
 PyObject *vgpy_histogram_list(vg_heap *h);
 /* Raise MemoryError with the OOM message and the record as attributes. */
+/* MemoryError for an out-of-memory, RuntimeError for a device error. */
 void vgpy_raise_oom(const vg_oom_info *oom, const char *device_kind);
 
 /* py_heap.c */

@@ -2,12 +2,15 @@
 // the same shared object Python imports as vramguard._core, so that the
 // allocator PyTorch uses and the stats Python reads are one instance.
 //
-// This is the project's only C++, because an out-of-memory must reach
+// This is the project's only C++, because a failed allocation must reach
 // PyTorch as a C++ exception: PyTorch does not check the pointer a
 // pluggable allocator returns, so a NULL would reach CUDA kernels. The
 // exception is thrown here, after the C core has returned, so it never
 // unwinds through a C frame. PyTorch turns it into a RuntimeError with the
-// message as its one argument, which is what batch-size finders look for.
+// message as its one argument. An out-of-memory starts "CUDA out of
+// memory.", which is what batch-size finders look for; a device error
+// starts "CUDA error: ", as PyTorch's own C10_CUDA_CHECK does, and never
+// reads as an out-of-memory, so that nobody shrinks a batch for it.
 #include <cstdio>
 #include <stdexcept>
 #include <sys/types.h>
@@ -27,8 +30,9 @@ void *vramguard_torch_malloc(ssize_t size, int device, void *stream)
     int rc = vg_devices_alloc(static_cast<size_t>(size), device,
                               reinterpret_cast<vg_stream_t>(stream), &ptr, &oom);
     if (rc == VG_OK) return ptr;
-    char msg[1024];
-    if (rc == VG_ERR_NOMEM) vg_format_oom(&oom, "CUDA", msg, sizeof msg);
+    char msg[1536];
+    if (oom.status == VG_ERR_NOMEM) vg_format_oom(&oom, "CUDA", msg, sizeof msg);
+    else if (oom.status == VG_ERR_DEVICE) vg_format_device_error(&oom, "CUDA", msg, sizeof msg);
     else std::snprintf(msg, sizeof msg, "vramguard: %s", vg_devices_error());
     throw std::runtime_error(msg);
 }

@@ -9,21 +9,41 @@
 extern "C" {
 #endif
 
+/* Device ordinals are 0..VG_MAX_DEVICES-1. */
+#define VG_MAX_DEVICES 64
+
 typedef struct vg_device vg_device;
 
+/* A device call that failed for another reason than a lack of memory, in
+ * the runtime's own words, so that the report can name it as it is. */
+typedef struct vg_device_error {
+    int code;        /* the runtime's error number */
+    char call[48];   /* what failed: "cudaMalloc", "cudaSetDevice(1)" */
+    char name[64];   /* "cudaErrorIllegalAddress" */
+    char text[160];  /* "an illegal memory access was encountered" */
+} vg_device_error;
+
 /* What a heap needs from a device. Every function is called with the
- * heap's lock held, so a provider need not lock for one heap. */
+ * heap's lock held, so a provider need not lock for one heap.
+ *
+ * Status codes: VG_OK; VG_ERR_NOMEM only when the device is out of memory
+ * (cudaErrorMemoryAllocation; a refusal worth releasing cache for);
+ * VG_ERR_DEVICE for every other failure, with vg_device.error filled. */
 typedef struct vg_device_ops {
-    const char *name;
-    /* Reserve `size` bytes (a multiple of VG_SEGMENT_GRANULE). VG_OK and
-     * *addr set, or VG_ERR_NOMEM when the device is full. */
+    /* Reserve `size` bytes (a multiple of VG_SEGMENT_GRANULE) and set *addr. */
     int (*reserve)(vg_device *dev, size_t size, uintptr_t *addr);
-    void (*release)(vg_device *dev, uintptr_t addr, size_t size);
+    /* The range is gone from the heap's books whatever this returns. */
+    int (*release)(vg_device *dev, uintptr_t addr, size_t size);
     int (*mem_info)(vg_device *dev, size_t *free_bytes, size_t *total_bytes);
-    /* Wait for all work on the device; afterwards every event queries done. */
-    void (*synchronize)(vg_device *dev);
-    int (*event_record)(vg_device *dev, vg_stream_t stream, vg_event_t *ev);
-    /* 1 when the work before the event has finished, 0 when not yet. */
+    /* Wait for all work on the device, and on every device whose streams it
+     * recorded events on; afterwards every event queries done. */
+    int (*synchronize)(vg_device *dev);
+    /* Record an event on `stream` of device `device` (which may be another
+     * device than dev's: a stream belongs to one device, and handle 0 is
+     * the default stream of each). */
+    int (*event_record)(vg_device *dev, int device, vg_stream_t stream, vg_event_t *ev);
+    /* 1 when the work before the event has finished, 0 when not yet. An
+     * event that fails to query counts as finished: it never will be. */
     int (*event_query)(vg_device *dev, vg_event_t ev);
     void (*event_release)(vg_device *dev, vg_event_t ev);
     void (*destroy)(vg_device *dev);
@@ -31,18 +51,31 @@ typedef struct vg_device_ops {
 
 struct vg_device {
     const vg_device_ops *ops;
-    int index; /* device ordinal, for messages */
+    int index;             /* device ordinal */
+    /* Why the last call that returned VG_ERR_DEVICE failed. Written by the
+     * provider and read by its heap, both under the heap's lock. */
+    vg_device_error error;
 };
 
 /* The simulated device: a capacity and a fake 64-bit address space with no
  * memory behind it, so an 80 GiB GPU can be simulated anywhere. */
 vg_device *vg_sim_create(size_t capacity);
-/* Refuse the nth reserve from now on (1 = the next one); 0 turns it off. */
+/* Refuse the nth reserve from now on (1 = the next one) as out of memory;
+ * 0 turns it off. */
 void vg_sim_fail_nth(vg_device *dev, uint64_t nth);
 /* Refuse each reserve with the given probability, from a seeded generator. */
 void vg_sim_fail_random(vg_device *dev, double probability, uint64_t seed);
-/* Mark all work queued so far on `stream` as finished. */
+/* Fail the nth reserve from now on (1 = the next one) with a device error
+ * that is not an out-of-memory (cudaErrorIllegalAddress). With `sticky`,
+ * every reserve and synchronize after it fails the same way, as a CUDA
+ * context does after a kernel's illegal memory access. 0 turns it off. */
+void vg_sim_fail_device(vg_device *dev, uint64_t nth, int sticky);
+/* Mark all work queued so far on `stream` of the simulated device itself
+ * as finished. */
 void vg_sim_complete_stream(vg_device *dev, vg_stream_t stream);
+/* The same for `stream` of another device, as far as the events this
+ * device recorded on it are concerned. */
+void vg_sim_complete_stream_of(vg_device *dev, int device, vg_stream_t stream);
 /* Bytes the sim has handed out and not got back. */
 size_t vg_sim_used(const vg_device *dev);
 
@@ -52,8 +85,9 @@ const char *vg_cuda_load(void);
 /* Which runtime was found (a path or soname), NULL if none. */
 const char *vg_cuda_runtime_source(void);
 int vg_cuda_device_count(void);
-/* A provider for one device; NULL if the runtime is missing. */
-vg_device *vg_cuda_create(int device);
+/* A provider for one device; NULL when the runtime is missing, the device
+ * does not exist, or the runtime cannot say (`why`, n bytes, says which). */
+vg_device *vg_cuda_create(int device, char *why, size_t n);
 
 #ifdef __cplusplus
 }

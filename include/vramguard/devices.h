@@ -9,8 +9,6 @@
 extern "C" {
 #endif
 
-#define VG_MAX_DEVICES 64
-
 /* The heap of `device`, created on first use; NULL (see vg_devices_error)
  * when the device cannot be used. */
 vg_heap *vg_devices_heap(int device);
@@ -29,12 +27,17 @@ int vg_devices_simulate(size_t capacity);
 int vg_devices_simulated(void);
 
 /* The entry points' work. Size 0 gives NULL and VG_OK, as PyTorch's own
- * allocator does. VG_ERR_NOMEM fills `oom`; VG_ERR_DEVICE means the device
- * has no heap (vg_devices_error says why). */
+ * allocator does. A failure of the heap fills `oom` and returns its status:
+ * VG_ERR_NOMEM (an out-of-memory) or VG_ERR_DEVICE (a device error, said
+ * in oom->device_error). VG_ERR_DEVICE with oom->status VG_OK means the
+ * device has no heap (vg_devices_error says why). */
 int vg_devices_alloc(size_t size, int device, vg_stream_t stream, void **out, vg_oom_info *oom);
 /* Never fails: a pointer no heap knows is counted and reported once. */
 void vg_devices_free(void *ptr, int device);
-int vg_devices_record_stream(void *ptr, vg_stream_t stream);
+/* The block at `ptr`, on whichever device heap holds it, is also used by
+ * `stream` of device `stream_device` (-1: of the block's own device).
+ * VG_ERR_INVALID when no heap holds it. */
+int vg_devices_record_stream(void *ptr, int stream_device, vg_stream_t stream);
 
 #ifdef __cplusplus
 }

@@ -56,7 +56,7 @@ typedef struct vg_stats {
      * last in the struct, from num_device_alloc on (reset_accumulated). */
     uint64_t num_device_alloc;     /* provider reserve calls that succeeded */
     uint64_t num_device_free;      /* provider release calls */
-    uint64_t num_device_alloc_failed; /* provider reserve calls refused */
+    uint64_t num_device_alloc_failed; /* provider reserve calls refused for lack of memory */
     uint64_t num_cache_hits;       /* allocations served from cached blocks */
     uint64_t num_cache_misses;     /* allocations that needed a new segment */
     uint64_t num_splits;
@@ -79,6 +79,7 @@ typedef struct vg_stats {
     uint64_t num_record_stream;
     uint64_t num_deferred_frees;   /* frees that waited for other streams */
     uint64_t num_zero_allocs;      /* size-0 requests (answered with NULL) */
+    uint64_t num_device_errors;    /* provider calls failed for another reason than memory */
 } vg_stats;
 
 typedef struct vg_fragmentation {
@@ -111,7 +112,10 @@ vg_heap *vg_heap_create(vg_device *dev, const vg_heap_config *cfg);
 void vg_heap_destroy(vg_heap *h);
 
 /* Size 0 returns NULL and is not an error (counted in num_zero_allocs).
- * On failure returns NULL and, when `oom` is given, fills it. */
+ * On failure returns NULL and, when `oom` is given, fills it; its status
+ * says why: VG_ERR_NOMEM after the whole release-and-retry ladder
+ * (num_ooms), or VG_ERR_DEVICE at the first device error, with nothing
+ * released or retried (num_device_errors). */
 void *vg_heap_alloc(vg_heap *h, size_t size, vg_stream_t stream, vg_oom_info *oom);
 /* NULL is a no-op. An unknown pointer or a double free returns
  * VG_ERR_INVALID, is counted, and leaves the heap as it was. */
@@ -121,9 +125,13 @@ int vg_heap_free(vg_heap *h, void *ptr);
  * several heaps. */
 int vg_heap_free_if_owned(vg_heap *h, void *ptr);
 void vg_heap_count_invalid_free(vg_heap *h);
-/* The block at `ptr` is also used by `stream`: on free it becomes reusable
- * only once the work queued on `stream` by then has finished. */
+/* The block at `ptr` is also used by `stream` of the heap's own device: on
+ * free it becomes reusable only once the work queued on `stream` by then
+ * has finished. */
 int vg_heap_record_stream(vg_heap *h, void *ptr, vg_stream_t stream);
+/* The same for a stream of any device (`device` >= 0): a stream belongs to
+ * one device, and handle 0 is the default stream of every device. */
+int vg_heap_record_device_stream(vg_heap *h, void *ptr, int device, vg_stream_t stream);
 
 /* Release every wholly free segment; returns the bytes released. */
 size_t vg_heap_empty_cache(vg_heap *h);

@@ -1,16 +1,23 @@
-/* vramguard: the out-of-memory report: what a failed allocation saw, and
- * the message built from it (oom_message.c). */
+/* vramguard: the report of a failed allocation: what it saw, and the
+ * message built from it (oom_message.c). An allocation fails for one of
+ * two reasons, never confused: out of memory (the device or the budget
+ * said no, after the cache was released), or a device error (any other
+ * failure of the runtime, reported as itself, with nothing released). */
 #ifndef VRAMGUARD_OOM_H
 #define VRAMGUARD_OOM_H
 
 #include "vramguard/common.h"
+#include "vramguard/device.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Everything an OOM message needs, taken at the moment of failure. */
+/* Everything a message needs, taken at the moment of failure. */
 typedef struct vg_oom_info {
+    /* VG_ERR_NOMEM, or VG_ERR_DEVICE (then `device_error` says what
+     * failed, and the device's free/total memory are not asked for). */
+    int status;
     size_t requested;
     size_t rounded;
     size_t budget;             /* 0 when none */
@@ -23,6 +30,7 @@ typedef struct vg_oom_info {
     size_t free_bytes;         /* reserved - allocated */
     int device;
     int budget_refused;        /* the budget, not the device, said no */
+    vg_device_error device_error;
 } vg_oom_info;
 
 /* "512 bytes", "1.50 KiB", "20.00 MiB", "14.75 GiB", as PyTorch writes them. */
@@ -30,6 +38,12 @@ void vg_format_size(uint64_t bytes, char *buf, size_t n);
 /* PyTorch's OOM wording ("<device_kind> out of memory. Tried to allocate
  * ..."), then a line naming the most likely cause. Returns the length. */
 size_t vg_format_oom(const vg_oom_info *oom, const char *device_kind, char *buf, size_t n);
+/* For status VG_ERR_DEVICE: PyTorch's wording for a failed runtime call
+ * ("<device_kind> error: <the runtime's description>"), then a line naming
+ * the call, the runtime's error name, and that nothing was retried. It
+ * never says "out of memory", so OOM detectors do not mistake it. */
+size_t vg_format_device_error(const vg_oom_info *info, const char *device_kind, char *buf,
+                              size_t n);
 
 #ifdef __cplusplus
 }

@@ -25,6 +25,7 @@ _POLICY = [
     ("device refusals", "num_device_alloc_failed"),
     ("alloc retries", "num_alloc_retries"),
     ("OOMs", "num_ooms"),
+    ("device errors", "num_device_errors"),
     ("budget refusals", "num_budget_refusals"),
     ("shrunk segments", "num_shrunk_segments"),
     ("gc releases", "num_gc_releases"),

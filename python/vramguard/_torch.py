@@ -272,14 +272,16 @@ def _set_per_process_memory_fraction(fraction, device=None):
 
 
 def _record_stream(self, stream):
-    """Tensor.record_stream: the storage's block is also used by `stream`."""
+    """Tensor.record_stream: the storage's block is also used by `stream`,
+    a stream of its own device (handle 0 is every device's default stream)."""
     handle = getattr(stream, "cuda_stream", None)
     if handle is None:  # a generic torch.Stream: ask torch for its CUDA handle
         import torch
 
         handle = torch.cuda.Stream(stream_id=stream.stream_id, device_index=stream.device_index,
                                    device_type=stream.device_type).cuda_stream
-    _core.record_stream_any(self.untyped_storage().data_ptr(), handle)
+    device = getattr(stream, "device_index", None)
+    _core.record_stream_any(self.untyped_storage().data_ptr(), handle, -1 if device is None else device)
 
 
 def _empty_all_caches():

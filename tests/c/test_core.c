@@ -536,7 +536,7 @@ static void test_bad_input(void)
     CHECK(vg_heap_create(f.dev, &bad) == NULL);
     CHECK(vg_heap_create(NULL, NULL) == NULL);
     /* Sim controls ignore devices that are not simulated. */
-    vg_device not_sim = {NULL, 0};
+    vg_device not_sim = {0};
     vg_sim_fail_nth(&not_sim, 1);
     CHECK_EQ(vg_sim_used(&not_sim), 0);
     destroy(f);

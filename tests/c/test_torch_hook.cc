@@ -1,7 +1,8 @@
 // The torch entry points on simulated devices: what PyTorch's pluggable
 // allocator sees. An OOM must arrive as a std::exception whose message
-// starts the way PyTorch's own does; a free must never throw; size 0 and
-// bad pointers must be harmless.
+// starts the way PyTorch's own does, and a device error as one that starts
+// as PyTorch's CUDA errors do and never reads as an OOM; a free must never
+// throw; size 0 and bad pointers must be harmless.
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -64,6 +65,62 @@ static void test_oom_throws_a_pytorch_style_message(void)
     CHECK_HEAP(vg_devices_existing(2));
 }
 
+static void test_device_error_throws_a_pytorch_style_cuda_error(void)
+{
+    vg_heap *h = vg_devices_heap(3);
+    CHECK(h != nullptr);
+    void *cached = vramguard_torch_malloc(30 * MiB, 3, nullptr);
+    vramguard_torch_free(cached, 30 * MiB, 3, nullptr);
+    vg_sim_fail_device(vg_heap_device(h), 1, 1); /* sticky, as after an illegal address */
+    std::string msg;
+    try {
+        vramguard_torch_malloc(40 * MiB, 3, nullptr);
+    } catch (const std::runtime_error &e) {
+        msg = e.what();
+    }
+    CHECK(msg.rfind("CUDA error: an illegal memory access was encountered\n", 0) == 0);
+    CHECK(msg.find("cudaMalloc failed with cudaErrorIllegalAddress (700) while allocating "
+                   "40.00 MiB on GPU 3") != std::string::npos);
+    CHECK(msg.find("out of memory") == std::string::npos);
+    vg_stats st;
+    vg_heap_stats(h, &st);
+    CHECK_EQ(st.num_ooms, 0);
+    CHECK_EQ(st.num_device_errors, 1);
+    CHECK_EQ(st.num_alloc_retries, 0);
+    CHECK_EQ(st.reserved_bytes[VG_STAT_ALL].current, 30 * MiB); /* the cache kept */
+    /* what the cache holds still serves */
+    void *again = vramguard_torch_malloc(30 * MiB, 3, nullptr);
+    CHECK(again == cached);
+    vramguard_torch_free(again, 30 * MiB, 3, nullptr);
+    vg_sim_fail_device(vg_heap_device(h), 0, 0);
+    CHECK_HEAP(h);
+}
+
+static void test_record_stream_of_another_device(void)
+{
+    /* A block of device 4, used by device 5's default stream (handle 0, as
+     * device 4's own): freeing it must wait for device 5's stream. */
+    void *p = vramguard_torch_malloc(1000, 4, nullptr);
+    CHECK(p != nullptr);
+    CHECK_EQ(vg_devices_record_stream(p, 5, 0), VG_OK);
+    CHECK_EQ(vg_devices_record_stream(p, -1, 0), VG_OK); /* its own device's: nothing */
+    vg_heap *h = vg_devices_existing(4);
+    vg_stats st;
+    vg_heap_stats(h, &st);
+    CHECK_EQ(st.num_record_stream, 1);
+    vramguard_torch_free(p, 1000, 4, nullptr);
+    void *q = vramguard_torch_malloc(1000, 4, nullptr);
+    CHECK(q != p);
+    vramguard_torch_free(q, 1000, 4, nullptr);
+    vg_sim_complete_stream_of(vg_heap_device(h), 5, 0);
+    q = vramguard_torch_malloc(1000, 4, nullptr);
+    CHECK(q == p);
+    vramguard_torch_free(q, 1000, 4, nullptr);
+    CHECK_EQ(vg_devices_record_stream(reinterpret_cast<void *>(0xbad000), 5, 0), VG_ERR_INVALID);
+    CHECK_EQ(vg_devices_record_stream(q, VG_MAX_DEVICES, 0), VG_ERR_ARG);
+    CHECK_HEAP(h);
+}
+
 static void test_bad_input(void)
 {
     bool threw = false;
@@ -103,6 +160,8 @@ static const harness_test tests[] = {
     T(test_alloc_free_per_device),
     T(test_size_zero_is_null),
     T(test_oom_throws_a_pytorch_style_message),
+    T(test_device_error_throws_a_pytorch_style_cuda_error),
+    T(test_record_stream_of_another_device),
     T(test_bad_input),
     T(test_configure_applies_to_existing_heaps),
 };

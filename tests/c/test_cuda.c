@@ -1,0 +1,348 @@
+/* The CUDA provider (device/cuda.c) over a small fake runtime
+ * (fake_cudart.c), linked in, so that the provider's real code runs:
+ * finding the runtime already loaded, out-of-memory against every other
+ * error, the current device around each call, and events under the
+ * stream's device. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "vramguard/heap.h"
+#include "harness.h"
+
+#include <link.h>
+#include <string.h>
+
+/* The fake's knobs. */
+typedef struct fake_record {
+    int event_device, stream_device, current;
+} fake_record;
+void fake_reset(void);
+void fake_fail_malloc(int err, int sticky);
+void fake_fail_set_device(int device, int err);
+void fake_fail_device_count(int err);
+void fake_events_wait(int on);
+void fake_complete(int device);
+unsigned fake_mallocs(int device);
+unsigned fake_syncs(int device);
+int fake_current(void);
+fake_record fake_last_record(void);
+uintptr_t fake_stream(int device, unsigned n);
+int cudaGetLastError(void);
+int cudaSetDevice(int d);
+
+static const size_t MiB = (size_t)1 << 20;
+
+typedef struct fixture {
+    vg_device *dev;
+    vg_heap *heap;
+} fixture;
+
+static fixture setup(int device, const vg_policy *policy)
+{
+    fake_reset();
+    char why[256] = "";
+    fixture fx = {vg_cuda_create(device, why, sizeof why), NULL};
+    if (!fx.dev) {
+        fprintf(stderr, "  no CUDA provider: %s\n", why);
+        return fx;
+    }
+    vg_heap_config cfg = {policy, 0, 0.0};
+    fx.heap = vg_heap_create(fx.dev, &cfg);
+    return fx;
+}
+
+static void destroy(fixture fx)
+{
+    if (fx.heap) vg_heap_destroy(fx.heap);
+    if (fx.dev) fx.dev->ops->destroy(fx.dev);
+}
+
+static vg_stats stats_of(vg_heap *h)
+{
+    vg_stats st;
+    vg_heap_stats(h, &st);
+    return st;
+}
+
+/* ------------------------------------------------------------------ */
+/* Finding the runtime                                                 */
+/* ------------------------------------------------------------------ */
+
+static int count_runtimes(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    if (strstr(info->dlpi_name, "libcudart")) (*(int *)arg)++;
+    return 0;
+}
+
+static void test_finds_the_loaded_runtime(void)
+{
+    const char *err = vg_cuda_load();
+    if (err) fprintf(stderr, "  %s\n", err);
+    CHECK(err == NULL);
+    const char *source = vg_cuda_runtime_source();
+    CHECK(source && strstr(source, "/libcudart.so.13 (already loaded)"));
+    /* and no second runtime came in beside it */
+    int runtimes = 0;
+    dl_iterate_phdr(count_runtimes, &runtimes);
+    CHECK_EQ(runtimes, 1);
+    CHECK_EQ(vg_cuda_device_count(), 2);
+}
+
+static void test_missing_device_is_named(void)
+{
+    fake_reset();
+    char why[256] = "";
+    CHECK(vg_cuda_create(5, why, sizeof why) == NULL);
+    CHECK(strcmp(why, "it does not exist (2 visible)") == 0);
+    fake_fail_device_count(35);
+    CHECK(vg_cuda_create(0, why, sizeof why) == NULL);
+    CHECK(strcmp(why, "cudaGetDeviceCount failed with cudaErrorInsufficientDriver: CUDA driver "
+                      "version is insufficient for CUDA runtime version") == 0);
+    CHECK_EQ(cudaGetLastError(), 0); /* read, so cleared */
+    fake_reset();
+}
+
+/* ------------------------------------------------------------------ */
+/* Out of memory, and everything else                                  */
+/* ------------------------------------------------------------------ */
+
+/* One cached idle segment, so that a ladder would have something to release. */
+static void cache_one_segment(fixture fx)
+{
+    void *p = vg_heap_alloc(fx.heap, 30 * MiB, 0, NULL);
+    vg_heap_free(fx.heap, p);
+}
+
+static void test_only_memory_allocation_is_an_oom(void)
+{
+    fixture fx = setup(0, NULL);
+    CHECK(fx.heap);
+    CHECK_EQ(vg_heap_device(fx.heap)->index, 0);
+    cache_one_segment(fx);
+    /* more than the device holds: cudaErrorMemoryAllocation, and the whole
+     * ladder runs before the OOM */
+    vg_oom_info oom;
+    CHECK(vg_heap_alloc(fx.heap, 70 * MiB, 0, &oom) == NULL);
+    CHECK_EQ(oom.status, VG_ERR_NOMEM);
+    vg_stats st = stats_of(fx.heap);
+    CHECK_EQ(st.num_ooms, 1);
+    CHECK_EQ(st.num_device_errors, 0);
+    CHECK_EQ(st.num_device_alloc_failed, 3);
+    CHECK_EQ(st.num_stream_releases, 1);
+    CHECK_EQ(st.num_sync_all_streams, 1);
+    CHECK_EQ(st.num_alloc_retries, 2);
+    CHECK_EQ(oom.device_total, 64 * MiB);
+    CHECK_EQ(oom.device_free, 64 * MiB);
+    CHECK_EQ(cudaGetLastError(), 0); /* our refusal is not left for the next kernel */
+    /* a refusal where there was room is an OOM too: the ladder's retry serves */
+    cache_one_segment(fx);
+    fake_fail_malloc(2, 0);
+    void *p = vg_heap_alloc(fx.heap, 40 * MiB, 0, &oom);
+    CHECK(p != NULL);
+    st = stats_of(fx.heap);
+    CHECK_EQ(st.num_device_alloc_failed, 4);
+    CHECK_EQ(st.num_stream_releases, 2);
+    CHECK_EQ(st.num_device_errors, 0);
+    CHECK_EQ(cudaGetLastError(), 0);
+    vg_heap_free(fx.heap, p);
+    CHECK_HEAP(fx.heap);
+    destroy(fx);
+}
+
+static void test_sticky_error_is_reported_as_itself(void)
+{
+    fixture fx = setup(0, NULL);
+    CHECK(fx.heap);
+    cache_one_segment(fx);
+    void *small = vg_heap_alloc(fx.heap, 1000, 0, NULL);
+    vg_heap_free(fx.heap, small);
+    fake_fail_malloc(700, 1); /* an earlier kernel's illegal address */
+    vg_oom_info info;
+    CHECK(vg_heap_alloc(fx.heap, 40 * MiB, 0, &info) == NULL);
+    CHECK_EQ(info.status, VG_ERR_DEVICE);
+    CHECK_EQ(info.device_error.code, 700);
+    CHECK(strcmp(info.device_error.call, "cudaMalloc") == 0);
+    CHECK(strcmp(info.device_error.name, "cudaErrorIllegalAddress") == 0);
+    CHECK(strcmp(info.device_error.text, "an illegal memory access was encountered") == 0);
+    CHECK_EQ(info.requested, 40 * MiB);
+    vg_stats st = stats_of(fx.heap);
+    CHECK_EQ(st.num_ooms, 0);
+    CHECK_EQ(st.num_device_errors, 1);
+    CHECK_EQ(st.num_device_alloc_failed, 0);
+    /* no ladder: nothing released, nothing retried, nothing synchronized */
+    CHECK_EQ(st.num_alloc_retries, 0);
+    CHECK_EQ(st.num_stream_releases + st.num_sync_releases + st.num_gc_releases, 0);
+    CHECK_EQ(st.num_sync_all_streams, 0);
+    CHECK_EQ(st.num_device_free, 0);
+    CHECK_EQ(st.reserved_bytes[VG_STAT_ALL].current, 32 * MiB);
+    CHECK_EQ(fake_mallocs(0), 2);
+    char msg[1536];
+    vg_format_device_error(&info, "CUDA", msg, sizeof msg);
+    CHECK(strncmp(msg, "CUDA error: an illegal memory access was encountered\n", 53) == 0);
+    CHECK(strstr(msg, "cudaMalloc failed with cudaErrorIllegalAddress (700) while allocating "
+                      "40.00 MiB on GPU 0") != NULL);
+    CHECK(strstr(msg, "out of memory") == NULL);
+    /* a sticky error stays for the user's next CUDA call to see */
+    CHECK_EQ(cudaGetLastError(), 700);
+    /* cached memory still serves, as PyTorch's cache does */
+    void *again = vg_heap_alloc(fx.heap, 1000, 0, NULL);
+    CHECK(again == small);
+    vg_heap_free(fx.heap, again);
+    CHECK_HEAP(fx.heap);
+    destroy(fx);
+    fake_reset();
+}
+
+static void test_other_errors_are_device_errors_and_cleared(void)
+{
+    fixture fx = setup(0, &vg_policy_torch);
+    CHECK(fx.heap);
+    cache_one_segment(fx);
+    fake_fail_malloc(1, 0); /* cudaErrorInvalidValue, not sticky */
+    vg_oom_info info;
+    CHECK(vg_heap_alloc(fx.heap, 40 * MiB, 0, &info) == NULL);
+    CHECK_EQ(info.status, VG_ERR_DEVICE);
+    CHECK(strcmp(info.device_error.name, "cudaErrorInvalidValue") == 0);
+    vg_stats st = stats_of(fx.heap);
+    CHECK_EQ(st.num_ooms, 0);
+    CHECK_EQ(st.num_device_errors, 1);
+    CHECK_EQ(st.num_sync_all_streams, 0);
+    CHECK_EQ(st.num_alloc_retries, 0);
+    CHECK_EQ(cudaGetLastError(), 0);
+    /* not sticky: the next allocation works */
+    void *p = vg_heap_alloc(fx.heap, 40 * MiB, 0, &info);
+    CHECK(p != NULL);
+    vg_heap_free(fx.heap, p);
+    CHECK_HEAP(fx.heap);
+    destroy(fx);
+}
+
+/* ------------------------------------------------------------------ */
+/* The current device                                                  */
+/* ------------------------------------------------------------------ */
+
+static void test_failed_set_device_is_a_device_error(void)
+{
+    fixture fx = setup(1, NULL);
+    CHECK(fx.heap);
+    CHECK_EQ(fake_current(), 0);
+    fake_fail_set_device(1, 101);
+    vg_oom_info info;
+    CHECK(vg_heap_alloc(fx.heap, 4 * MiB, 0, &info) == NULL);
+    CHECK_EQ(info.status, VG_ERR_DEVICE);
+    CHECK(strcmp(info.device_error.call, "cudaSetDevice(1)") == 0);
+    CHECK(strcmp(info.device_error.name, "cudaErrorInvalidDevice") == 0);
+    CHECK_EQ(info.device, 1);
+    /* device 1's heap got nothing, and above all nothing on device 0 */
+    CHECK_EQ(fake_mallocs(0), 0);
+    CHECK_EQ(fake_mallocs(1), 0);
+    CHECK_EQ(stats_of(fx.heap).num_device_errors, 1);
+    CHECK_EQ(stats_of(fx.heap).num_ooms, 0);
+    CHECK_EQ(fake_current(), 0);
+    fake_fail_set_device(1, 0);
+    void *p = vg_heap_alloc(fx.heap, 4 * MiB, 0, &info);
+    CHECK(p != NULL);
+    CHECK_EQ(fake_mallocs(1), 1);
+    CHECK_EQ(fake_current(), 0); /* the caller's device, back */
+    vg_heap_free(fx.heap, p);
+    destroy(fx);
+}
+
+/* ------------------------------------------------------------------ */
+/* Streams of other devices                                            */
+/* ------------------------------------------------------------------ */
+
+static void test_events_are_recorded_under_the_streams_device(void)
+{
+    fixture fx = setup(0, NULL);
+    CHECK(fx.heap);
+    void *p = vg_heap_alloc(fx.heap, 1000, 0, NULL);
+    /* device 0's own default stream: nothing to wait for */
+    CHECK_EQ(vg_heap_record_device_stream(fx.heap, p, 0, 0), VG_OK);
+    CHECK_EQ(stats_of(fx.heap).num_record_stream, 0);
+    /* device 1's default stream has the same handle, and is another stream */
+    CHECK_EQ(vg_heap_record_device_stream(fx.heap, p, 1, 0), VG_OK);
+    CHECK_EQ(vg_heap_record_device_stream(fx.heap, p, 1, fake_stream(1, 5)), VG_OK);
+    CHECK_EQ(stats_of(fx.heap).num_record_stream, 2);
+    fake_events_wait(1);
+    vg_heap_free(fx.heap, p);
+    fake_record r = fake_last_record();
+    CHECK_EQ(r.event_device, 1);
+    CHECK_EQ(r.stream_device, 1);
+    CHECK_EQ(r.current, 1);
+    CHECK_EQ(fake_current(), 0);
+    vg_stats st = stats_of(fx.heap);
+    CHECK_EQ(st.num_deferred_frees, 1);
+    CHECK_EQ(st.num_device_errors, 0);
+    CHECK_EQ(st.num_sync_all_streams, 0);
+    CHECK_EQ(fake_syncs(0) + fake_syncs(1), 0); /* both events recorded: no fallback */
+    /* device 1's work is not done: the block waits */
+    void *q = vg_heap_alloc(fx.heap, 1000, 0, NULL);
+    CHECK(q != NULL && q != p);
+    vg_heap_free(fx.heap, q);
+    fake_complete(1);
+    void *again = vg_heap_alloc(fx.heap, 1000, 0, NULL);
+    CHECK(again == p);
+    vg_heap_free(fx.heap, again);
+    CHECK_HEAP(fx.heap);
+    destroy(fx);
+}
+
+static void test_synchronize_covers_the_devices_recorded_on(void)
+{
+    fixture fx = setup(0, NULL);
+    CHECK(fx.heap);
+    void *p = vg_heap_alloc(fx.heap, 1000, 0, NULL);
+    CHECK_EQ(vg_heap_record_device_stream(fx.heap, p, 1, fake_stream(1, 3)), VG_OK);
+    fake_events_wait(1);
+    vg_heap_free(fx.heap, p);
+    vg_heap_synchronize(fx.heap);
+    CHECK_EQ(fake_syncs(0), 1);
+    CHECK_EQ(fake_syncs(1), 1);
+    CHECK_EQ(fake_current(), 0);
+    vg_fragmentation fr;
+    vg_heap_fragmentation(fx.heap, &fr);
+    CHECK_EQ(fr.pending_blocks, 0);
+    /* done with device 1: the next synchronize is device 0's alone */
+    vg_heap_synchronize(fx.heap);
+    CHECK_EQ(fake_syncs(0), 2);
+    CHECK_EQ(fake_syncs(1), 1);
+    destroy(fx);
+}
+
+static void test_failed_event_record_falls_back_to_synchronize(void)
+{
+    fixture fx = setup(0, NULL);
+    CHECK(fx.heap);
+    void *p = vg_heap_alloc(fx.heap, 1000, 0, NULL);
+    CHECK_EQ(vg_heap_record_device_stream(fx.heap, p, 1, 0), VG_OK);
+    fake_fail_set_device(1, 101);
+    vg_heap_free(fx.heap, p);
+    vg_stats st = stats_of(fx.heap);
+    /* the record and the synchronize of device 1 failed: both counted */
+    CHECK_EQ(st.num_device_errors, 2);
+    CHECK_EQ(fake_syncs(0), 1);
+    CHECK_EQ(fake_current(), 0);
+    fake_fail_set_device(1, 0);
+    CHECK_HEAP(fx.heap);
+    destroy(fx);
+}
+
+#define T(fn) {#fn, fn}
+static const harness_test tests[] = {
+    T(test_finds_the_loaded_runtime),
+    T(test_missing_device_is_named),
+    T(test_only_memory_allocation_is_an_oom),
+    T(test_sticky_error_is_reported_as_itself),
+    T(test_other_errors_are_device_errors_and_cleared),
+    T(test_failed_set_device_is_a_device_error),
+    T(test_events_are_recorded_under_the_streams_device),
+    T(test_synchronize_covers_the_devices_recorded_on),
+    T(test_failed_event_record_falls_back_to_synchronize),
+};
+
+int main(int argc, char **argv)
+{
+    return harness_run(tests, sizeof tests / sizeof tests[0], argc > 1 ? argv[1] : NULL);
+}
