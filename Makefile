@@ -49,9 +49,10 @@ $(BUILD)/test_devices: $(OBJ) tests/c/test_devices.c $(HDRS)
 $(BUILD)/test_devices_san: $(SAN_OBJ) tests/c/test_devices.c $(HDRS)
 	$(CC) $(SAN) $(CWARN) $(INC) -o $@ $(SAN_OBJ) tests/c/test_devices.c $(LIBS)
 
-# The CUDA provider's test runs over a small fake CUDA runtime, linked in,
-# so that it is already loaded when the provider looks for one.
-FAKE_CUDART = $(BUILD)/fakecudart/libcudart.so.13
+# The CUDA provider's test runs over a small fake CUDA runtime, named as
+# older PyTorch wheels name theirs and linked in, so that it is already
+# loaded when the provider looks for one.
+FAKE_CUDART = $(BUILD)/fakecudart/libcudart-9335f6a2.so.11.0
 $(FAKE_CUDART): tests/c/fake_cudart.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(CWARN) -shared -fPIC -Wl,-soname,$(@F) -o $@ $<

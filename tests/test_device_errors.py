@@ -1,8 +1,11 @@
 """A device error is a device error, not an out-of-memory; a stream belongs
-to a device. Cases that need a fresh process (device heaps) run in one."""
+to a device; the CUDA runtime found is the one torch loads, never a second.
+Cases that need a fresh process (device heaps, the runtime) run in one."""
+import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -11,10 +14,12 @@ from vramguard import Heap
 
 MiB = 1 << 20
 GiB = 1 << 30
+ROOT = Path(__file__).resolve().parent.parent
 
 
-def run(code):
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True)
+def run(code, cwd=None):
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, cwd=cwd)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -79,3 +84,34 @@ def test_record_stream_of_another_devices_default_stream():
     for line in ("own True 0", "other True 1", "waits True", "still True", "reused True",
                  "bad stream device must be in 0..63"):
         assert line in out, (line, out)
+
+
+@pytest.mark.skipif(not shutil.which("cc"), reason="needs a C compiler to build a fake CUDA runtime")
+def test_cuda_runtime_before_import_torch_finds_torchs_own(tmp_path):
+    """A `torch` whose import loads its own libcudart.so.13 (here a fake,
+    from a directory nothing else searches): cuda_runtime() called before
+    `import torch` must find that one, and load no second runtime."""
+    lib = tmp_path / "torch" / "lib" / "libcudart.so.13"
+    lib.parent.mkdir(parents=True)
+    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcudart.so.13", "-o", str(lib),
+                    str(ROOT / "tests" / "c" / "fake_cudart.c")], check=True)
+    (tmp_path / "torch" / "__init__.py").write_text(
+        "import ctypes, os\n"
+        "_cudart = ctypes.CDLL(os.path.join(os.path.dirname(__file__), 'lib', 'libcudart.so.13'))\n"
+    )
+    out = run(f"""
+        import sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        import vramguard
+        print("torch before", "torch" in sys.modules)
+        info = vramguard._core.cuda_runtime()
+        print("torch after", "torch" in sys.modules)
+        print("found", info["found"], info["device_count"])
+        print("source", info["source"])
+        maps = open("/proc/self/maps").read().split("\\n")
+        print("runtimes", len({{line.split()[-1] for line in maps if "libcudart" in line}}))
+    """)
+    assert "torch before False" in out and "torch after True" in out
+    assert "found True 2" in out
+    assert f"source {lib} (already loaded)" in out
+    assert "runtimes 1" in out

@@ -3,9 +3,11 @@
  * cached memory that streams may still use is released.
  *
  * No CUDA toolkit is needed to build this: the few runtime functions used
- * are declared here and resolved when first needed, preferring the CUDA
- * runtime already loaded in the process (PyTorch's own), else the newest
- * libcudart.so.* the dynamic loader can find.
+ * are declared here and resolved when first needed, from the CUDA runtime
+ * already loaded in the process (PyTorch's own, whatever its file name),
+ * else the newest libcudart.so.* the dynamic loader can find. A process
+ * must not hold two runtimes: each keeps its own state (current device,
+ * last error), and memory or streams of one are not the other's.
  *
  * Errors: only cudaErrorMemoryAllocation is an out-of-memory (VG_ERR_NOMEM,
  * worth releasing cache for). Every other failure of a call on the path,
@@ -59,28 +61,90 @@ static char load_error[640];
 #define PATH_CHARS 256
 static char load_source[PATH_CHARS + 32];
 
-/* Find a libcudart already mapped into the process. */
-static int find_loaded(struct dl_phdr_info *info, size_t size, void *arg)
+/* ------------------------------------------------------------------ */
+/* Finding it                                                          */
+/* ------------------------------------------------------------------ */
+
+static int all_digits(const char *s, size_t n)
+{
+    if (n == 0) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9') return 0;
+    return 1;
+}
+
+/* ".<digits>" repeated, to the end: the version after ".so". */
+static int version_suffix(const char *s)
+{
+    while (*s) {
+        if (*s != '.') return 0;
+        size_t n = strspn(s + 1, "0123456789");
+        if (!all_digits(s + 1, n)) return 0;
+        s += 1 + n;
+    }
+    return 1;
+}
+
+int vg_cuda_runtime_name_rank(const char *path)
+{
+    if (!path) return 0;
+    const char *slash = strrchr(path, '/');
+    const char *name = slash ? slash + 1 : path;
+    static const char stem[] = "libcudart";
+    if (strncmp(name, stem, sizeof stem - 1) != 0) return 0;
+    const char *p = name + sizeof stem - 1;
+    if (*p == '-') { /* libcudart-9335f6a2.so.11.0: older PyTorch wheels */
+        size_t n = strspn(p + 1, "0123456789abcdefABCDEF");
+        if (n == 0) return 0;
+        p += 1 + n;
+    }
+    if (strncmp(p, ".so", 3) != 0) return 0;
+    p += 3;
+    if (*p == '\0') return 1;
+    return version_suffix(p) ? 2 : 0;
+}
+
+typedef struct runtime_search {
+    char path[PATH_CHARS];
+    int rank;
+} runtime_search;
+
+/* The best-ranked libcudart already mapped, the first of equals. */
+static int visit_loaded(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size;
-    if (info->dlpi_name && strstr(info->dlpi_name, "libcudart.so")) {
-        snprintf(arg, PATH_CHARS, "%s", info->dlpi_name);
-        return 1;
+    runtime_search *found = arg;
+    int rank = vg_cuda_runtime_name_rank(info->dlpi_name);
+    if (rank > found->rank && strlen(info->dlpi_name) < PATH_CHARS) {
+        snprintf(found->path, PATH_CHARS, "%s", info->dlpi_name);
+        found->rank = rank;
     }
     return 0;
 }
 
+static runtime_search find_loaded(void)
+{
+    runtime_search found = {"", 0};
+    dl_iterate_phdr(visit_loaded, &found);
+    return found;
+}
+
+int vg_cuda_runtime_present(void)
+{
+    return find_loaded().rank > 0;
+}
+
 static void *open_runtime(void)
 {
-    char loaded[PATH_CHARS] = "";
-    dl_iterate_phdr(find_loaded, loaded);
-    if (loaded[0]) {
-        void *h = dlopen(loaded, RTLD_NOW | RTLD_NOLOAD);
+    runtime_search loaded = find_loaded();
+    if (loaded.rank) {
+        void *h = dlopen(loaded.path, RTLD_NOW | RTLD_NOLOAD);
         if (h) {
-            snprintf(load_source, sizeof load_source, "%s (already loaded)", loaded);
+            snprintf(load_source, sizeof load_source, "%s (already loaded)", loaded.path);
             return h;
         }
     }
+    /* None in the process: nothing can clash with the one loaded here. */
     static const char *const names[] = {
         "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so",
     };

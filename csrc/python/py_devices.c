@@ -4,6 +4,18 @@
 #include "vramguard/devices.h"
 #include "py_internal.h"
 
+/* Before the first look for a CUDA runtime, when none is in the process
+ * yet: import torch if it is installed, so that the runtime found is the
+ * one torch loads with itself, never a second one from the system beside
+ * it. Without torch, the system's runtime is the only one there will be. */
+static void import_torch_for_its_runtime(void)
+{
+    if (vg_cuda_runtime_present()) return;
+    PyObject *torch = PyImport_ImportModule("torch");
+    if (torch) Py_DECREF(torch);
+    else PyErr_Clear();
+}
+
 static PyObject *dev_device_heap(PyObject *module, PyObject *arg)
 {
     long device = PyLong_AsLong(arg);
@@ -12,6 +24,7 @@ static PyObject *dev_device_heap(PyObject *module, PyObject *arg)
         PyErr_Format(PyExc_ValueError, "device must be in 0..%d, got %ld", VG_MAX_DEVICES - 1, device);
         return NULL;
     }
+    if (!vg_devices_simulated()) import_torch_for_its_runtime();
     vg_heap *h = vg_devices_heap((int)device);
     if (!h) {
         PyErr_Format(PyExc_RuntimeError, "vramguard: %s", vg_devices_error());
@@ -67,6 +80,7 @@ static PyObject *dev_set_budget(PyObject *module, PyObject *args, PyObject *kwar
     unsigned long long budget = 0;
     double fraction = 0.0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "i|Kd", kwlist, &device, &budget, &fraction)) return NULL;
+    if (!vg_devices_simulated()) import_torch_for_its_runtime();
     int rc = vg_devices_set_budget(device, (size_t)budget, fraction);
     if (rc == VG_ERR_ARG) {
         PyErr_SetString(PyExc_ValueError, "budget_fraction must be in [0, 1]");
@@ -114,6 +128,7 @@ static PyObject *dev_runtime(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
+    import_torch_for_its_runtime();
     const char *err = vg_cuda_load();
     const char *source = vg_cuda_runtime_source();
     return Py_BuildValue("{s:O,s:s,s:s,s:i,s:O}", "found", err ? Py_False : Py_True, "error", err,
@@ -138,7 +153,9 @@ PyMethodDef vgpy_device_methods[] = {
      "record_stream_any(address, stream, device=-1) -> bool\n\nrecord_stream on whichever "
      "device heap owns it; `stream` is a stream of `device` (-1: of the block's own device)."},
     {"cuda_runtime", (PyCFunction)dev_runtime, METH_NOARGS,
-     "cuda_runtime() -> dict\n\nWhether a CUDA runtime was found, where, and how many devices."},
+     "cuda_runtime() -> dict\n\nWhether a CUDA runtime was found, where, and how many devices. "
+     "When none is loaded yet, torch is imported first (if installed), so that the runtime "
+     "found is torch's own."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -80,10 +80,20 @@ void vg_sim_complete_stream_of(vg_device *dev, int device, vg_stream_t stream);
 size_t vg_sim_used(const vg_device *dev);
 
 /* The CUDA provider (device/cuda.c). The CUDA runtime is found at run
- * time; vg_cuda_load() returns NULL when it is usable, else why not. */
+ * time, where PyTorch loaded it; vg_cuda_load() returns NULL when it is
+ * usable, else why not. */
 const char *vg_cuda_load(void);
+/* Whether a CUDA runtime is already mapped into the process (found or
+ * loaded by anyone), so that looking for one loads nothing new. */
+int vg_cuda_runtime_present(void);
 /* Which runtime was found (a path or soname), NULL if none. */
 const char *vg_cuda_runtime_source(void);
+/* 2 when a file name (with or without a directory) is a versioned shared
+ * CUDA runtime: libcudart, an optional -<hash> (as older PyTorch wheels
+ * ship it), .so and an optional .<major>[.<minor>...] ("libcudart.so.12",
+ * "libcudart-9335f6a2.so.11.0"); 1 for a bare "libcudart.so", a last
+ * resort; 0 for anything else ("libcudart_static.a"). */
+int vg_cuda_runtime_name_rank(const char *path);
 int vg_cuda_device_count(void);
 /* A provider for one device; NULL when the runtime is missing, the device
  * does not exist, or the runtime cannot say (`why`, n bytes, says which). */
