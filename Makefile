@@ -98,3 +98,4 @@ check: test-c test-c-san pytest
 
 clean:
 	rm -rf build
+include tests/fakecuda/fakecuda.mk

@@ -1,0 +1,292 @@
+/* Fake device memory: host address space, mapped MAP_NORESERVE so that a
+ * 16 GiB device costs nothing until its bytes are touched, and handed back
+ * to the system on free. "Device" pointers are ordinary host pointers, so
+ * copies are memcpy; what makes them device memory is this table of live
+ * ranges, which the copy calls consult: a copy to a freed or foreign
+ * pointer is refused with cudaErrorInvalidValue, as by a real driver,
+ * instead of crashing the test.
+ *
+ * Each device counts the bytes it has handed out against its capacity;
+ * cudaMemGetInfo reports exactly capacity - used, no rounding and no
+ * reserve, so tests can assert exact numbers.
+ */
+#include "core.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define HOST_ALREADY_REGISTERED 712
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static vgfc_range *ranges; /* sorted by base, never overlapping */
+static size_t nranges, ranges_cap;
+
+static struct {
+    size_t used, peak;
+    long live;
+} stats[VGFC_MAX_DEVICES];
+
+static size_t page_round(size_t size)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    return (size + page - 1) / page * page;
+}
+
+void *vgfc_map_anonymous(size_t size)
+{
+    void *p = mmap(NULL, page_round(size), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* ---- the range table (callers hold the lock) --------------------------- */
+
+/* Index of the first range whose base is above addr. */
+static size_t upper_bound(uintptr_t addr)
+{
+    size_t lo = 0, hi = nranges;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ranges[mid].base <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Index of the range containing addr, or -1. */
+static long containing(uintptr_t addr)
+{
+    size_t i = upper_bound(addr);
+    if (i == 0 || addr - ranges[i - 1].base >= ranges[i - 1].size)
+        return -1;
+    return (long)(i - 1);
+}
+
+static int overlaps(uintptr_t base, size_t size)
+{
+    size_t i = upper_bound(base);
+    if (i > 0 && base - ranges[i - 1].base < ranges[i - 1].size)
+        return 1;
+    return i < nranges && ranges[i].base < base + size;
+}
+
+static void insert(const vgfc_range *r)
+{
+    if (nranges == ranges_cap) {
+        size_t cap = ranges_cap ? 2 * ranges_cap : 256;
+        vgfc_range *grown = realloc(ranges, cap * sizeof *grown);
+        if (!grown)
+            abort(); /* the fake's own bookkeeping: nothing sensible to return */
+        ranges = grown;
+        ranges_cap = cap;
+    }
+    size_t i = upper_bound(r->base);
+    memmove(&ranges[i + 1], &ranges[i], (nranges - i) * sizeof *ranges);
+    ranges[i] = *r;
+    nranges++;
+}
+
+static void erase(size_t i)
+{
+    memmove(&ranges[i], &ranges[i + 1], (nranges - i - 1) * sizeof *ranges);
+    nranges--;
+}
+
+/* ---- accounting -------------------------------------------------------- */
+
+static int charge_locked(int dev, size_t size)
+{
+    size_t capacity = vgfc_capacity(dev); /* a knob may have lowered it below used */
+    if (stats[dev].used > capacity || size > capacity - stats[dev].used)
+        return VGFC_OUT_OF_MEMORY;
+    stats[dev].used += size;
+    stats[dev].live++;
+    if (stats[dev].used > stats[dev].peak)
+        stats[dev].peak = stats[dev].used;
+    return VGFC_SUCCESS;
+}
+
+static void uncharge_locked(int dev, size_t size)
+{
+    stats[dev].used -= size;
+    stats[dev].live--;
+}
+
+int vgfc_mem_charge(int dev, size_t size)
+{
+    pthread_mutex_lock(&lock);
+    int err = charge_locked(dev, size);
+    pthread_mutex_unlock(&lock);
+    return err;
+}
+
+void vgfc_mem_uncharge(int dev, size_t size)
+{
+    pthread_mutex_lock(&lock);
+    uncharge_locked(dev, size);
+    pthread_mutex_unlock(&lock);
+}
+
+size_t vgfc_mem_used(int dev)
+{
+    pthread_mutex_lock(&lock);
+    size_t used = stats[dev].used;
+    pthread_mutex_unlock(&lock);
+    return used;
+}
+
+/* ---- allocations ------------------------------------------------------- */
+
+int vgfc_mem_alloc(int dev, size_t size, enum vgfc_mem_kind kind, void **out)
+{
+    *out = NULL;
+    if (size == 0)
+        return VGFC_SUCCESS;
+    if (dev >= 0 && vgfc_mem_charge(dev, size) != VGFC_SUCCESS)
+        return VGFC_OUT_OF_MEMORY;
+    void *p = vgfc_map_anonymous(size);
+    if (!p) {
+        if (dev >= 0)
+            vgfc_mem_uncharge(dev, size);
+        return VGFC_OUT_OF_MEMORY;
+    }
+    vgfc_range r = {(uintptr_t)p, size, dev, kind};
+    pthread_mutex_lock(&lock);
+    insert(&r);
+    pthread_mutex_unlock(&lock);
+    *out = p;
+    return VGFC_SUCCESS;
+}
+
+int vgfc_mem_free(void *ptr, enum vgfc_mem_kind kind)
+{
+    pthread_mutex_lock(&lock);
+    long i = containing((uintptr_t)ptr);
+    if (i < 0 || ranges[i].base != (uintptr_t)ptr || ranges[i].kind != kind) {
+        pthread_mutex_unlock(&lock);
+        return VGFC_INVALID_VALUE;
+    }
+    vgfc_range r = ranges[i];
+    erase((size_t)i);
+    if (r.device >= 0)
+        uncharge_locked(r.device, r.size);
+    pthread_mutex_unlock(&lock);
+    if (kind != VGFC_MEM_REGISTERED)
+        munmap(ptr, page_round(r.size));
+    return VGFC_SUCCESS;
+}
+
+int vgfc_mem_register(void *ptr, size_t size)
+{
+    int err = VGFC_SUCCESS;
+    pthread_mutex_lock(&lock);
+    if (overlaps((uintptr_t)ptr, size)) {
+        err = HOST_ALREADY_REGISTERED;
+    } else {
+        vgfc_range r = {(uintptr_t)ptr, size, -1, VGFC_MEM_REGISTERED};
+        insert(&r);
+    }
+    pthread_mutex_unlock(&lock);
+    return err;
+}
+
+void vgfc_mem_add_range(const vgfc_range *r)
+{
+    pthread_mutex_lock(&lock);
+    insert(r);
+    pthread_mutex_unlock(&lock);
+}
+
+void vgfc_mem_remove_range(uintptr_t base)
+{
+    pthread_mutex_lock(&lock);
+    long i = containing(base);
+    if (i >= 0 && ranges[i].base == base)
+        erase((size_t)i);
+    pthread_mutex_unlock(&lock);
+}
+
+int vgfc_mem_find(const void *ptr, vgfc_range *out)
+{
+    pthread_mutex_lock(&lock);
+    long i = containing((uintptr_t)ptr);
+    if (i >= 0)
+        *out = ranges[i];
+    pthread_mutex_unlock(&lock);
+    return i >= 0;
+}
+
+static int is_device(const vgfc_range *r, int dev)
+{
+    return (r->kind == VGFC_MEM_DEVICE || r->kind == VGFC_MEM_MAPPED) &&
+           (dev < 0 || r->device == dev);
+}
+
+/* VMM mappings that sit side by side are one piece of memory to a copy:
+ * PyTorch's expandable segments put a tensor across several of them. */
+int vgfc_mem_check_device(const void *ptr, size_t size, int dev)
+{
+    uintptr_t addr = (uintptr_t)ptr, end = addr + size;
+    if (end < addr)
+        return VGFC_INVALID_VALUE;
+    int err = VGFC_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    long i = containing(addr);
+    if (i >= 0 && is_device(&ranges[i], dev)) {
+        dev = ranges[i].device;
+        for (;;) {
+            uintptr_t range_end = ranges[i].base + ranges[i].size;
+            if (end <= range_end) {
+                err = VGFC_SUCCESS;
+                break;
+            }
+            i++;
+            if ((size_t)i == nranges || ranges[i].kind != VGFC_MEM_MAPPED ||
+                ranges[i - 1].kind != VGFC_MEM_MAPPED || ranges[i].base != range_end ||
+                ranges[i].device != dev)
+                break;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return err;
+}
+
+/* ---- knobs ------------------------------------------------------------- */
+
+long long vg_fakecuda_bytes_in_use(int dev)
+{
+    return vgfc_valid_device(dev) ? (long long)vgfc_mem_used(dev) : -1;
+}
+
+long long vg_fakecuda_peak_bytes(int dev)
+{
+    if (!vgfc_valid_device(dev))
+        return -1;
+    pthread_mutex_lock(&lock);
+    size_t peak = stats[dev].peak;
+    pthread_mutex_unlock(&lock);
+    return (long long)peak;
+}
+
+long vg_fakecuda_live_allocations(int dev)
+{
+    if (!vgfc_valid_device(dev))
+        return -1;
+    pthread_mutex_lock(&lock);
+    long live = stats[dev].live;
+    pthread_mutex_unlock(&lock);
+    return live;
+}
+
+void vgfc_mem_reset_peaks(void)
+{
+    pthread_mutex_lock(&lock);
+    for (int d = 0; d < VGFC_MAX_DEVICES; d++)
+        stats[d].peak = stats[d].used;
+    pthread_mutex_unlock(&lock);
+}

@@ -1,0 +1,59 @@
+/* The fake CUDA's test knobs: what a test may ask of the fake device at run
+ * time, from C (link or dlsym) or from Python (ctypes.CDLL(None) in a
+ * process started with the fake preloaded). The fake driver, libcuda.so.1,
+ * defines them; the fake runtime depends on it, so a handle to either
+ * library finds them.
+ *
+ * Error codes are plain ints: a runtime code (cudaError_t) where the call
+ * that fails is a runtime one, a driver code (CUresult) for a driver call.
+ * The codes that matter here have the same number in both (2 out of memory,
+ * 700 illegal address, 801 not supported).
+ */
+#ifndef VG_FAKECUDA_H
+#define VG_FAKECUDA_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Devices and their memory. */
+int vg_fakecuda_device_count(void);
+long long vg_fakecuda_capacity(int device);   /* bytes, -1 for a bad ordinal */
+int vg_fakecuda_set_capacity(int device, long long bytes); /* 0, or -1 */
+long long vg_fakecuda_bytes_in_use(int device); /* device memory held now */
+long long vg_fakecuda_peak_bytes(int device);   /* since start or reset */
+long vg_fakecuda_live_allocations(int device);  /* cudaMalloc'd, cuMemAlloc'd, cuMemCreate'd */
+
+/* Faults. `api` is a faked function's documented name ("cudaMalloc",
+ * "cuMemCreate"); an unknown name, nth < 1 or code 0 is refused with -1.
+ * The nth call from now fails with `code`, and so do the count - 1 calls
+ * after it (count < 0: every call from the nth on, until a reset). A
+ * failing call does nothing else: a failed cudaMalloc allocates nothing.
+ * Setting a fault on an api replaces the one pending there. */
+int vg_fakecuda_fail_calls(const char *api, long nth, long count, int code);
+int vg_fakecuda_fail_call(const char *api, long nth, int code);  /* count 1 */
+int vg_fakecuda_fail_malloc(long nth, int code);                 /* "cudaMalloc" */
+
+/* A sticky error, like an illegal memory access: from now on every call
+ * that would touch the device (memory, copies, streams, events,
+ * synchronisation, launches, cudaGetLastError) returns `code`. Device
+ * queries and selection keep working, as on a real GPU. 0 clears it. */
+void vg_fakecuda_set_sticky_error(int code);
+int vg_fakecuda_sticky_error(void);
+
+/* Counters: calls of a faked function since start or reset (-1 for an
+ * unknown name), and calls of functions the fake does not implement. */
+long vg_fakecuda_calls(const char *api);
+long vg_fakecuda_malloc_calls(void);  /* "cudaMalloc" */
+long vg_fakecuda_free_calls(void);    /* "cudaFree" */
+long vg_fakecuda_unsupported_calls(void);
+const char *vg_fakecuda_last_unsupported(void); /* "" when none */
+
+/* Clears faults, the sticky error and the counters; peaks restart at the
+ * bytes in use now. Live allocations and capacities stay. */
+void vg_fakecuda_reset(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,66 @@
+"""Finds the CUDA runtime that the installed PyTorch uses, and prints it as
+make variables for the fake's build (tests/fakecuda/fakecuda.mk):
+
+    CUDA_INC := <the runtime wheel's include directory>
+    CUDART_LIB := <its libcudart.so.N>
+    CUDA_MAJOR := N
+
+PyTorch is not imported (that takes seconds and loads the real runtime):
+its CUDA version is read from torch/version.py, and the runtime from pip's
+nvidia wheels beside it (nvidia/cu13 for CUDA 13, nvidia/cuda_runtime for
+CUDA 12). VG_FAKECUDA_INCLUDE and VG_FAKECUDA_CUDART, set together, name
+another runtime instead (another wheel's, unpacked anywhere).
+"""
+import importlib.util
+import os
+import re
+import sys
+from pathlib import Path
+
+
+def fail(message):
+    sys.exit("find_cuda.py: " + message)
+
+
+def torch_cuda_major():
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        fail("PyTorch is not installed for %s (make's TORCH_PYTHON names the Python to ask)"
+             % sys.executable)
+    version_py = Path(list(spec.submodule_search_locations)[0]) / "version.py"
+    match = re.search(r"^cuda\b[^=]*=\s*['\"](\d+)\.", version_py.read_text(), re.M)
+    if not match:
+        fail("this PyTorch (%s) is built without CUDA" % version_py.parent)
+    return match.group(1)
+
+
+def wheel_runtime(major):
+    spec = importlib.util.find_spec("nvidia")
+    roots = list(spec.submodule_search_locations) if spec else []
+    for root in roots:
+        for lib in sorted(Path(root).glob("*/lib/libcudart.so.%s" % major)):
+            inc = lib.parent.parent / "include"
+            if (inc / "cuda_runtime_api.h").is_file() and (inc / "cuda.h").is_file():
+                return inc, lib
+    fail("no CUDA %s runtime wheel with headers under %s (pip's nvidia-cuda-runtime)"
+         % (major, roots or "site-packages/nvidia"))
+
+
+def main():
+    inc, lib = os.environ.get("VG_FAKECUDA_INCLUDE"), os.environ.get("VG_FAKECUDA_CUDART")
+    if inc or lib:
+        if not (inc and lib):
+            fail("set VG_FAKECUDA_INCLUDE and VG_FAKECUDA_CUDART together")
+        inc, lib = Path(inc), Path(lib)
+    else:
+        inc, lib = wheel_runtime(torch_cuda_major())
+    match = re.fullmatch(r"libcudart\.so\.(\d+)", lib.name)
+    if not match or not lib.is_file():
+        fail("%s is not a libcudart.so.N" % lib)
+    print("CUDA_INC := %s" % inc.resolve())
+    print("CUDART_LIB := %s" % lib.resolve())
+    print("CUDA_MAJOR := %s" % match.group(1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,262 @@
+/* Runtime API: device and pinned host memory, memory info, copies and
+ * sets. Device pointers are host pointers into the fake device memory
+ * (core_memory.c), so a copy is a memmove once both ends are checked: a
+ * device-side pointer must lie inside live device memory, else the call
+ * fails with cudaErrorInvalidValue, as a real one does for a pointer it
+ * does not know. Async calls complete before they return.
+ */
+#include "rt.h"
+
+#include <string.h>
+
+/* ---- allocation -------------------------------------------------------- */
+
+static cudaError_t device_malloc(void **ptr, size_t size)
+{
+    if (!ptr)
+        return rt_error(cudaErrorInvalidValue);
+    int dev = rt_current_device();
+    if (dev < 0)
+        return rt_error(cudaErrorNoDevice);
+    return rt_error(vgfc_mem_alloc(dev, size, VGFC_MEM_DEVICE, ptr));
+}
+
+static cudaError_t device_free(void *ptr)
+{
+    if (rt_current_device() < 0)
+        return rt_error(cudaErrorNoDevice);
+    if (!ptr)
+        return cudaSuccess;
+    return rt_error(vgfc_mem_free(ptr, VGFC_MEM_DEVICE));
+}
+
+cudaError_t cudaMalloc(void **ptr, size_t size)
+{
+    RT_ENTER(cudaMalloc);
+    return device_malloc(ptr, size);
+}
+
+cudaError_t cudaFree(void *ptr)
+{
+    RT_ENTER(cudaFree);
+    return device_free(ptr);
+}
+
+cudaError_t cudaMallocAsync(void **ptr, size_t size, cudaStream_t stream)
+{
+    RT_ENTER(cudaMallocAsync);
+    if (rt_stream_device(stream) < 0)
+        return rt_error(cudaErrorInvalidResourceHandle);
+    return device_malloc(ptr, size);
+}
+
+cudaError_t cudaFreeAsync(void *ptr, cudaStream_t stream)
+{
+    RT_ENTER(cudaFreeAsync);
+    if (rt_stream_device(stream) < 0)
+        return rt_error(cudaErrorInvalidResourceHandle);
+    return device_free(ptr);
+}
+
+static cudaError_t host_alloc(void **ptr, size_t size)
+{
+    if (!ptr)
+        return rt_error(cudaErrorInvalidValue);
+    return rt_error(vgfc_mem_alloc(-1, size, VGFC_MEM_HOST, ptr));
+}
+
+cudaError_t cudaMallocHost(void **ptr, size_t size)
+{
+    RT_ENTER(cudaMallocHost);
+    return host_alloc(ptr, size);
+}
+
+cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int flags)
+{
+    RT_ENTER(cudaHostAlloc);
+    (void)flags; /* portable, mapped, write-combined: all the same host memory */
+    return host_alloc(ptr, size);
+}
+
+cudaError_t cudaFreeHost(void *ptr)
+{
+    RT_ENTER(cudaFreeHost);
+    if (!ptr)
+        return cudaSuccess;
+    return rt_error(vgfc_mem_free(ptr, VGFC_MEM_HOST));
+}
+
+cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
+{
+    RT_ENTER(cudaHostRegister);
+    (void)flags;
+    if (!ptr || size == 0)
+        return rt_error(cudaErrorInvalidValue);
+    return rt_error(vgfc_mem_register(ptr, size));
+}
+
+cudaError_t cudaHostUnregister(void *ptr)
+{
+    RT_ENTER(cudaHostUnregister);
+    if (vgfc_mem_free(ptr, VGFC_MEM_REGISTERED) != VGFC_SUCCESS)
+        return rt_error(cudaErrorHostMemoryNotRegistered);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
+{
+    RT_ENTER(cudaMemGetInfo);
+    if (!free_bytes || !total)
+        return rt_error(cudaErrorInvalidValue);
+    int dev = rt_current_device();
+    if (dev < 0)
+        return rt_error(cudaErrorNoDevice);
+    size_t cap = vgfc_capacity(dev), used = vgfc_mem_used(dev);
+    *total = cap;
+    *free_bytes = used < cap ? cap - used : 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attrs, const void *ptr)
+{
+    RT_ENTER(cudaPointerGetAttributes);
+    if (!attrs)
+        return rt_error(cudaErrorInvalidValue);
+    memset(attrs, 0, sizeof *attrs);
+    vgfc_range r;
+    if (!vgfc_mem_find(ptr, &r)) {
+        attrs->type = cudaMemoryTypeUnregistered;
+        attrs->device = -2; /* what the real runtime reports for plain host memory */
+    } else if (r.device >= 0) {
+        attrs->type = cudaMemoryTypeDevice;
+        attrs->device = r.device;
+        attrs->devicePointer = (void *)ptr;
+    } else {
+        attrs->type = cudaMemoryTypeHost;
+        attrs->device = vgfc_current_device();
+        attrs->devicePointer = (void *)ptr;
+        attrs->hostPointer = (void *)ptr;
+    }
+    return cudaSuccess;
+}
+
+/* ---- copies and sets --------------------------------------------------- */
+
+/* Whether the end of a copy `kind` says is on the device, or (Default) the
+ * memory table does, lies in device memory: 0, or cudaErrorInvalidValue. */
+static int check_end(const void *ptr, size_t size, int on_device, int inferred)
+{
+    vgfc_range r;
+    if (inferred)
+        on_device = vgfc_mem_find(ptr, &r) && r.device >= 0;
+    return on_device ? vgfc_mem_check_device(ptr, size, -1) : VGFC_SUCCESS;
+}
+
+static cudaError_t check_copy(void *dst, const void *src, size_t span_dst, size_t span_src,
+                              enum cudaMemcpyKind kind)
+{
+    if ((unsigned)kind > cudaMemcpyDefault)
+        return rt_error(cudaErrorInvalidMemcpyDirection);
+    int inferred = kind == cudaMemcpyDefault;
+    int dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    int src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if ((span_dst || span_src) && (!dst || !src))
+        return rt_error(cudaErrorInvalidValue);
+    if (check_end(dst, span_dst, dst_dev, inferred) || check_end(src, span_src, src_dev, inferred))
+        return rt_error(cudaErrorInvalidValue);
+    return cudaSuccess;
+}
+
+static cudaError_t copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind)
+{
+    cudaError_t err = n ? check_copy(dst, src, n, n, kind) : cudaSuccess;
+    if (err == cudaSuccess && n)
+        memmove(dst, src, n);
+    return err;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind)
+{
+    RT_ENTER(cudaMemcpy);
+    return copy(dst, src, n, kind);
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
+                            cudaStream_t stream)
+{
+    RT_ENTER(cudaMemcpyAsync);
+    if (rt_stream_device(stream) < 0)
+        return rt_error(cudaErrorInvalidResourceHandle);
+    return copy(dst, src, n, kind);
+}
+
+static cudaError_t copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                           size_t height, enum cudaMemcpyKind kind)
+{
+    if (width == 0 || height == 0)
+        return cudaSuccess;
+    if (width > dpitch || width > spitch)
+        return rt_error(cudaErrorInvalidPitchValue);
+    /* Both ends span from their first byte to the last row's end. */
+    cudaError_t err = check_copy(dst, src, (height - 1) * dpitch + width, (height - 1) * spitch + width, kind);
+    if (err != cudaSuccess)
+        return err;
+    for (size_t row = 0; row < height; row++)
+        memmove((char *)dst + row * dpitch, (const char *)src + row * spitch, width);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                         size_t height, enum cudaMemcpyKind kind)
+{
+    RT_ENTER(cudaMemcpy2D);
+    return copy_2d(dst, dpitch, src, spitch, width, height, kind);
+}
+
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                              size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+    RT_ENTER(cudaMemcpy2DAsync);
+    if (rt_stream_device(stream) < 0)
+        return rt_error(cudaErrorInvalidResourceHandle);
+    return copy_2d(dst, dpitch, src, spitch, width, height, kind);
+}
+
+/* Each end must be memory of the device named for it. */
+cudaError_t cudaMemcpyPeerAsync(void *dst, int dst_dev, const void *src, int src_dev, size_t n,
+                                cudaStream_t stream)
+{
+    RT_ENTER(cudaMemcpyPeerAsync);
+    if (rt_stream_device(stream) < 0)
+        return rt_error(cudaErrorInvalidResourceHandle);
+    if (!vgfc_valid_device(dst_dev) || !vgfc_valid_device(src_dev))
+        return rt_error(cudaErrorInvalidDevice);
+    if (n == 0)
+        return cudaSuccess;
+    if (vgfc_mem_check_device(dst, n, dst_dev) || vgfc_mem_check_device(src, n, src_dev))
+        return rt_error(cudaErrorInvalidValue);
+    memmove(dst, src, n);
+    return cudaSuccess;
+}
+
+static cudaError_t set(void *dst, int value, size_t n)
+{
+    if (n && vgfc_mem_check_device(dst, n, -1) != VGFC_SUCCESS)
+        return rt_error(cudaErrorInvalidValue);
+    memset(dst, value, n);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *dst, int value, size_t n)
+{
+    RT_ENTER(cudaMemset);
+    return set(dst, value, n);
+}
+
+cudaError_t cudaMemsetAsync(void *dst, int value, size_t n, cudaStream_t stream)
+{
+    RT_ENTER(cudaMemsetAsync);
+    if (rt_stream_device(stream) < 0)
+        return rt_error(cudaErrorInvalidResourceHandle);
+    return set(dst, value, n);
+}

@@ -1,0 +1,115 @@
+/* Runtime API: what every CUDA library calls when it loads (fat binary and
+ * kernel registration), the launch configuration that nvcc's kernel stubs
+ * push and pop, and driver entry points.
+ *
+ * Registration succeeds and keeps nothing: no kernel will run. A launch
+ * (cudaLaunchKernel and the rest, all generated stubs) fails with
+ * cudaErrorNotSupported and sets the last error, so PyTorch's check after
+ * the launch raises a clean error.
+ *
+ * The registration functions are private to nvcc's generated code and
+ * declared in no public header; their signatures are the ones nvcc emits.
+ */
+#include "rt.h"
+
+#include <cuda.h>
+#include <stddef.h>
+
+void **__cudaRegisterFatBinary(void *fat_cubin);
+void __cudaRegisterFatBinaryEnd(void **handle);
+void __cudaUnregisterFatBinary(void **handle);
+void __cudaRegisterFunction(void **handle, const char *host_fun, char *device_fun, const char *device_name,
+                            int thread_limit, uint3 *tid, uint3 *bid, dim3 *block, dim3 *grid, int *wsize);
+void __cudaRegisterVar(void **handle, char *host_var, char *device_address, const char *device_name,
+                       int ext, size_t size, int constant, int global);
+unsigned __cudaPushCallConfiguration(dim3 grid, dim3 block, size_t shared_mem, void *stream);
+cudaError_t __cudaPopCallConfiguration(dim3 *grid, dim3 *block, size_t *shared_mem, void *stream);
+
+/* One handle for every fat binary: nothing is ever looked up in it. */
+static void *fat_binary_handle;
+
+void **__cudaRegisterFatBinary(void *fat_cubin)
+{
+    (void)fat_cubin;
+    return &fat_binary_handle;
+}
+
+void __cudaRegisterFatBinaryEnd(void **handle)
+{
+    (void)handle;
+}
+
+void __cudaUnregisterFatBinary(void **handle)
+{
+    (void)handle;
+}
+
+void __cudaRegisterFunction(void **handle, const char *host_fun, char *device_fun, const char *device_name,
+                            int thread_limit, uint3 *tid, uint3 *bid, dim3 *block, dim3 *grid, int *wsize)
+{
+    (void)handle, (void)host_fun, (void)device_fun, (void)device_name, (void)thread_limit;
+    (void)tid, (void)bid, (void)block, (void)grid, (void)wsize;
+}
+
+void __cudaRegisterVar(void **handle, char *host_var, char *device_address, const char *device_name,
+                       int ext, size_t size, int constant, int global)
+{
+    (void)handle, (void)host_var, (void)device_address, (void)device_name;
+    (void)ext, (void)size, (void)constant, (void)global;
+}
+
+/* nvcc's `kernel<<<grid, block, shmem, stream>>>(...)` pushes the
+ * configuration, and the kernel's host stub pops it before launching. */
+static _Thread_local struct {
+    dim3 grid, block;
+    size_t shared_mem;
+    void *stream;
+} call_config;
+
+unsigned __cudaPushCallConfiguration(dim3 grid, dim3 block, size_t shared_mem, void *stream)
+{
+    call_config.grid = grid;
+    call_config.block = block;
+    call_config.shared_mem = shared_mem;
+    call_config.stream = stream;
+    return 0;
+}
+
+cudaError_t __cudaPopCallConfiguration(dim3 *grid, dim3 *block, size_t *shared_mem, void *stream)
+{
+    *grid = call_config.grid;
+    *block = call_config.block;
+    *shared_mem = call_config.shared_mem;
+    *(void **)stream = call_config.stream;
+    return cudaSuccess;
+}
+
+/* ---- driver entry points ----------------------------------------------- */
+
+static cudaError_t entry_point(const char *symbol, void **fn, int version, unsigned long long flags,
+                               enum cudaDriverEntryPointQueryResult *status)
+{
+    if (!symbol || !fn)
+        return rt_error(cudaErrorInvalidValue);
+    CUdriverProcAddressQueryResult found;
+    CUresult res = cuGetProcAddress(symbol, fn, version, (cuuint64_t)flags, &found);
+    if (status)
+        *status = res == CUDA_SUCCESS ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
+    /* A name the driver lacks is an answer (status), not an error. */
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **fn, unsigned long long flags,
+                                    enum cudaDriverEntryPointQueryResult *status)
+{
+    RT_ENTER(cudaGetDriverEntryPoint);
+    return entry_point(symbol, fn, CUDART_VERSION, flags, status);
+}
+
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned int version,
+                                             unsigned long long flags,
+                                             enum cudaDriverEntryPointQueryResult *status)
+{
+    RT_ENTER(cudaGetDriverEntryPointByVersion);
+    return entry_point(symbol, fn, (int)version, flags, status);
+}

@@ -1,0 +1,362 @@
+/* The fake CUDA's own test, linked against the fake runtime and driver:
+ * two devices of 1 GiB and 512 MiB (set below, before the first call),
+ * exact memory accounting, the fault knobs, streams and events, the stubs,
+ * and the driver's contexts, entry points and VMM calls.
+ *
+ *   make test-fakecuda       all of it
+ *   build/fakecuda/test_fakecuda vmm    the tests whose name contains "vmm"
+ */
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../c/harness.h"
+#include "fakecuda.h"
+
+#define MiB (1ull << 20)
+#define GiB (1ull << 30)
+
+static size_t free_bytes(int dev)
+{
+    size_t free_b = 0, total = 0;
+    cudaSetDevice(dev);
+    cudaMemGetInfo(&free_b, &total);
+    return free_b;
+}
+
+static void test_devices(void)
+{
+    int n = -1;
+    CHECK_EQ(cudaGetDeviceCount(&n), cudaSuccess);
+    CHECK_EQ(n, 2);
+    struct cudaDeviceProp prop;
+    CHECK_EQ(cudaGetDeviceProperties(&prop, 1), cudaSuccess);
+    CHECK_EQ(prop.totalGlobalMem, 512 * MiB);
+    CHECK_EQ(prop.major, 9);
+    CHECK_EQ(prop.warpSize, 32);
+    CHECK(strcmp(prop.name, "vramguard fake GPU") == 0);
+    int sms = 0;
+    CHECK_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+    CHECK_EQ(sms, prop.multiProcessorCount);
+    char bus[32];
+    CHECK_EQ(cudaDeviceGetPCIBusId(bus, sizeof bus, 1), cudaSuccess);
+    CHECK(strcmp(bus, "0000:02:00.0") == 0);
+    CHECK_EQ(cudaSetDevice(2), cudaErrorInvalidDevice);
+    CHECK_EQ(cudaGetLastError(), cudaErrorInvalidDevice);
+    CHECK_EQ(cudaGetLastError(), cudaSuccess);
+    int dev = -1;
+    CHECK_EQ(cudaSetDevice(1), cudaSuccess);
+    CHECK_EQ(cudaGetDevice(&dev), cudaSuccess);
+    CHECK_EQ(dev, 1);
+    cudaSetDevice(0);
+}
+
+static void test_malloc_to_capacity(void)
+{
+    vg_fakecuda_reset();
+    void *a = NULL, *b = NULL;
+    cudaSetDevice(0);
+    CHECK_EQ(free_bytes(0), 1 * GiB);
+    CHECK_EQ(cudaMalloc(&a, 1 * GiB - 100), cudaSuccess);
+    CHECK_EQ(free_bytes(0), 100);
+    CHECK_EQ(cudaMalloc(&b, 101), cudaErrorMemoryAllocation);
+    CHECK(b == NULL);
+    CHECK_EQ(cudaPeekAtLastError(), cudaErrorMemoryAllocation);
+    CHECK_EQ(cudaGetLastError(), cudaErrorMemoryAllocation);
+    CHECK_EQ(cudaGetLastError(), cudaSuccess);
+    CHECK_EQ(cudaMalloc(&b, 100), cudaSuccess);
+    CHECK_EQ(vg_fakecuda_bytes_in_use(0), 1 * GiB);
+    CHECK_EQ(vg_fakecuda_live_allocations(0), 2);
+    CHECK_EQ(cudaFree(a), cudaSuccess);
+    CHECK_EQ(cudaFree(b), cudaSuccess);
+    CHECK_EQ(cudaFree(b), cudaErrorInvalidValue);
+    CHECK_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+    CHECK_EQ(vg_fakecuda_bytes_in_use(0), 0);
+    CHECK_EQ(vg_fakecuda_peak_bytes(0), 1 * GiB);
+    CHECK_EQ(vg_fakecuda_malloc_calls(), 3);
+    CHECK_EQ(vg_fakecuda_free_calls(), 3);
+
+    /* The second device has its own, smaller capacity. */
+    cudaSetDevice(1);
+    CHECK_EQ(cudaMalloc(&a, 512 * MiB + 1), cudaErrorMemoryAllocation);
+    CHECK_EQ(cudaMalloc(&a, 512 * MiB), cudaSuccess);
+    CHECK_EQ(free_bytes(1), 0);
+    CHECK_EQ(free_bytes(0), 1 * GiB);
+    CHECK_EQ(cudaFree(a), cudaSuccess);
+    cudaGetLastError();
+    cudaSetDevice(0);
+}
+
+static void test_capacity_knob(void)
+{
+    vg_fakecuda_reset();
+    void *a = NULL;
+    CHECK_EQ(vg_fakecuda_set_capacity(0, 10 * MiB), 0);
+    CHECK_EQ(cudaMalloc(&a, 11 * MiB), cudaErrorMemoryAllocation);
+    CHECK_EQ(vg_fakecuda_set_capacity(0, (long long)GiB), 0);
+    CHECK_EQ(cudaMalloc(&a, 11 * MiB), cudaSuccess);
+    cudaFree(a);
+    CHECK_EQ(vg_fakecuda_set_capacity(5, 1), -1);
+    cudaGetLastError();
+}
+
+static void test_fail_malloc(void)
+{
+    vg_fakecuda_reset();
+    void *a = NULL, *b = NULL, *c = NULL;
+    CHECK_EQ(vg_fakecuda_fail_malloc(2, cudaErrorMemoryAllocation), 0);
+    CHECK_EQ(cudaMalloc(&a, 1 * MiB), cudaSuccess);
+    CHECK_EQ(cudaMalloc(&b, 1 * MiB), cudaErrorMemoryAllocation);
+    CHECK(b == NULL);
+    CHECK_EQ(vg_fakecuda_bytes_in_use(0), 1 * MiB); /* the failed call took nothing */
+    CHECK_EQ(cudaGetLastError(), cudaErrorMemoryAllocation);
+    CHECK_EQ(cudaMalloc(&c, 1 * MiB), cudaSuccess);
+
+    /* Any other code is given as itself: not an out-of-memory. */
+    CHECK_EQ(vg_fakecuda_fail_malloc(1, cudaErrorIllegalAddress), 0);
+    CHECK_EQ(cudaMalloc(&b, 1 * MiB), cudaErrorIllegalAddress);
+    CHECK_EQ(cudaGetLastError(), cudaErrorIllegalAddress);
+
+    /* A run of failures, then a recovery. */
+    CHECK_EQ(vg_fakecuda_fail_calls("cudaFree", 1, 2, cudaErrorLaunchFailure), 0);
+    CHECK_EQ(cudaFree(a), cudaErrorLaunchFailure);
+    CHECK_EQ(cudaFree(a), cudaErrorLaunchFailure);
+    CHECK_EQ(cudaFree(a), cudaSuccess);
+    CHECK_EQ(cudaFree(c), cudaSuccess);
+    cudaGetLastError();
+
+    CHECK_EQ(vg_fakecuda_fail_call("cudaMallocc", 1, 2), -1);
+    CHECK_EQ(vg_fakecuda_fail_call("cudaMalloc", 0, 2), -1);
+    CHECK_EQ(vg_fakecuda_calls("cudaMallocc"), -1);
+    CHECK_EQ(vg_fakecuda_calls("cudaMalloc"), 4);
+}
+
+static void test_sticky_error(void)
+{
+    vg_fakecuda_reset();
+    void *a = NULL;
+    CHECK_EQ(cudaMalloc(&a, 4096), cudaSuccess);
+    vg_fakecuda_set_sticky_error(cudaErrorIllegalAddress);
+    void *b = NULL;
+    CHECK_EQ(cudaMalloc(&b, 4096), cudaErrorIllegalAddress);
+    CHECK_EQ(cudaDeviceSynchronize(), cudaErrorIllegalAddress);
+    CHECK_EQ(cudaGetLastError(), cudaErrorIllegalAddress);
+    CHECK_EQ(cudaGetLastError(), cudaErrorIllegalAddress); /* never cleared */
+    CHECK_EQ(cudaLaunchKernel(NULL, (dim3){1, 1, 1}, (dim3){1, 1, 1}, NULL, 0, NULL), cudaErrorIllegalAddress);
+    int n = 0;
+    CHECK_EQ(cudaGetDeviceCount(&n), cudaSuccess); /* queries still answer */
+    CHECK_EQ(cudaSetDevice(0), cudaSuccess);
+    CHECK(strcmp(cudaGetErrorString(cudaErrorIllegalAddress), "an illegal memory access was encountered") == 0);
+    CHECK_EQ(vg_fakecuda_sticky_error(), cudaErrorIllegalAddress);
+    vg_fakecuda_reset();
+    CHECK_EQ(cudaGetLastError(), cudaErrorIllegalAddress); /* the thread's last error */
+    CHECK_EQ(cudaGetLastError(), cudaSuccess);
+    CHECK_EQ(cudaFree(a), cudaSuccess);
+}
+
+static void test_copies(void)
+{
+    vg_fakecuda_reset();
+    char host[64], back[64];
+    for (int i = 0; i < 64; i++)
+        host[i] = (char)i;
+    char *dev = NULL;
+    CHECK_EQ(cudaMalloc((void **)&dev, 64), cudaSuccess);
+    CHECK_EQ(cudaMemset(dev, 0, 64), cudaSuccess);
+    CHECK_EQ(cudaMemcpy(back, dev, 64, cudaMemcpyDeviceToHost), cudaSuccess);
+    CHECK_EQ(back[63], 0);
+    CHECK_EQ(cudaMemcpyAsync(dev, host, 64, cudaMemcpyHostToDevice, NULL), cudaSuccess);
+    CHECK_EQ(cudaMemcpy(back, dev, 64, cudaMemcpyDefault), cudaSuccess);
+    CHECK(memcmp(host, back, 64) == 0);
+    /* Past the end of the allocation, or into host memory said to be device. */
+    CHECK_EQ(cudaMemcpy(dev + 1, host, 64, cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+    CHECK_EQ(cudaMemcpy(back, host, 64, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+    CHECK_EQ(cudaMemset(host, 0, 1), cudaErrorInvalidValue);
+    CHECK_EQ(cudaMemcpy2DAsync(back, 8, dev, 16, 8, 4, cudaMemcpyDeviceToHost, NULL), cudaSuccess);
+    CHECK_EQ(back[8], 16);
+    CHECK_EQ(cudaFree(dev), cudaSuccess);
+    CHECK_EQ(cudaMemcpy(back, dev, 1, cudaMemcpyDeviceToHost), cudaErrorInvalidValue); /* freed */
+    cudaGetLastError();
+
+    struct cudaPointerAttributes attrs;
+    void *pinned = NULL;
+    CHECK_EQ(cudaHostAlloc(&pinned, 4096, 0), cudaSuccess);
+    CHECK_EQ(cudaPointerGetAttributes(&attrs, pinned), cudaSuccess);
+    CHECK_EQ(attrs.type, cudaMemoryTypeHost);
+    CHECK_EQ(cudaPointerGetAttributes(&attrs, host), cudaSuccess);
+    CHECK_EQ(attrs.type, cudaMemoryTypeUnregistered);
+    CHECK_EQ(cudaFreeHost(pinned), cudaSuccess);
+    CHECK_EQ(vg_fakecuda_bytes_in_use(0), 0); /* host memory is not device memory */
+}
+
+static void test_streams_and_events(void)
+{
+    vg_fakecuda_reset();
+    cudaStream_t s;
+    int least, greatest, prio;
+    CHECK_EQ(cudaDeviceGetStreamPriorityRange(&least, &greatest), cudaSuccess);
+    CHECK_EQ(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest - 3), cudaSuccess);
+    CHECK_EQ(cudaStreamGetPriority(s, &prio), cudaSuccess);
+    CHECK_EQ(prio, greatest); /* clamped */
+    CHECK_EQ(cudaStreamQuery(s), cudaSuccess);
+    enum cudaStreamCaptureStatus st;
+    CHECK_EQ(cudaStreamIsCapturing(s, &st), cudaSuccess);
+    CHECK_EQ(st, cudaStreamCaptureStatusNone);
+
+    cudaEvent_t a, b, untimed;
+    CHECK_EQ(cudaEventCreate(&a), cudaSuccess);
+    CHECK_EQ(cudaEventCreate(&b), cudaSuccess);
+    CHECK_EQ(cudaEventCreateWithFlags(&untimed, cudaEventDisableTiming), cudaSuccess);
+    float ms = -1;
+    CHECK_EQ(cudaEventElapsedTime(&ms, a, b), cudaErrorInvalidResourceHandle); /* not recorded */
+    CHECK_EQ(cudaEventRecord(a, s), cudaSuccess);
+    CHECK_EQ(cudaEventRecord(b, s), cudaSuccess);
+    CHECK_EQ(cudaStreamWaitEvent(NULL, b, 0), cudaSuccess);
+    CHECK_EQ(cudaEventSynchronize(b), cudaSuccess);
+    CHECK_EQ(cudaEventQuery(b), cudaSuccess);
+    CHECK_EQ(cudaEventElapsedTime(&ms, a, b), cudaSuccess);
+    CHECK(ms >= 0 && ms < 1000);
+    CHECK_EQ(cudaEventRecord(untimed, s), cudaSuccess);
+    CHECK_EQ(cudaEventElapsedTime(&ms, a, untimed), cudaErrorInvalidResourceHandle);
+
+    CHECK_EQ(cudaEventDestroy(a), cudaSuccess);
+    CHECK_EQ(cudaEventDestroy(b), cudaSuccess);
+    CHECK_EQ(cudaEventDestroy(untimed), cudaSuccess);
+    CHECK_EQ(cudaStreamDestroy(s), cudaSuccess);
+    CHECK_EQ(cudaStreamDestroy(NULL), cudaErrorInvalidResourceHandle);
+    cudaGetLastError();
+    CHECK_EQ(vg_fakecuda_calls("cudaEventRecord"), 3);
+}
+
+static void test_unsupported(void)
+{
+    vg_fakecuda_reset();
+    dim3 one = {1, 1, 1};
+    CHECK_EQ(cudaLaunchKernel(NULL, one, one, NULL, 0, NULL), cudaErrorNotSupported);
+    CHECK_EQ(cudaGetLastError(), cudaErrorNotSupported);
+    CHECK_EQ(vg_fakecuda_unsupported_calls(), 1);
+    CHECK(strcmp(vg_fakecuda_last_unsupported(), "cudaLaunchKernel") == 0);
+    CHECK(strcmp(cudaGetErrorName(cudaErrorNotSupported), "cudaErrorNotSupported") == 0);
+    CHECK(strcmp(cudaGetErrorString(cudaErrorMemoryAllocation), "out of memory") == 0);
+    CHECK(strcmp(cudaGetErrorString(cudaErrorInvalidKernelImage), "cudaErrorInvalidKernelImage") == 0);
+}
+
+static void test_driver(void)
+{
+    vg_fakecuda_reset();
+    CHECK_EQ(cuInit(0), CUDA_SUCCESS);
+    int version = 0, count = 0, active = -1;
+    unsigned flags;
+    CHECK_EQ(cuDriverGetVersion(&version), CUDA_SUCCESS);
+    CHECK(version >= CUDART_VERSION);
+    CHECK_EQ(cuDeviceGetCount(&count), CUDA_SUCCESS);
+    CHECK_EQ(count, 2);
+    CHECK_EQ(cuDevicePrimaryCtxGetState(0, &flags, &active), CUDA_SUCCESS);
+    CHECK_EQ(active, 1); /* the runtime has used device 0 */
+    size_t total = 0;
+    CHECK_EQ(cuDeviceTotalMem(&total, 1), CUDA_SUCCESS);
+    CHECK_EQ(total, 512 * MiB);
+    CUcontext ctx = NULL;
+    CHECK_EQ(cuCtxGetCurrent(&ctx), CUDA_SUCCESS);
+    CHECK(ctx != NULL);
+
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult found;
+    CHECK_EQ(cudaGetDriverEntryPointByVersion("cuMemAlloc", &fn, 12000, cudaEnableDefault, &found), cudaSuccess);
+    CHECK_EQ(found, cudaDriverEntryPointSuccess);
+    CHECK(fn == (void *)&cuMemAlloc);
+    CHECK_EQ(cudaGetDriverEntryPointByVersion("cuNoSuchThing", &fn, 12000, cudaEnableDefault, &found), cudaSuccess);
+    CHECK_EQ(found, cudaDriverEntryPointSymbolNotFound);
+
+    const char *msg = NULL;
+    CHECK_EQ(cuGetErrorString(CUDA_ERROR_OUT_OF_MEMORY, &msg), CUDA_SUCCESS);
+    CHECK(strcmp(msg, "out of memory") == 0);
+    CHECK_EQ(cuGetErrorName(CUDA_ERROR_ILLEGAL_ADDRESS, &msg), CUDA_SUCCESS);
+    CHECK(strcmp(msg, "CUDA_ERROR_ILLEGAL_ADDRESS") == 0);
+    /* A stub: found, and fails. */
+    CHECK_EQ(cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL), CUDA_ERROR_NOT_SUPPORTED);
+}
+
+static void test_vmm(void)
+{
+    vg_fakecuda_reset();
+    cudaSetDevice(1);
+    CUmemAllocationProp prop = {0};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 1;
+    size_t gran = 0;
+    CHECK_EQ(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), CUDA_SUCCESS);
+    CHECK_EQ(gran, 2 * MiB);
+
+    CUdeviceptr va = 0;
+    CHECK_EQ(cuMemAddressReserve(&va, 64 * MiB, 0, 0, 0), CUDA_SUCCESS);
+    CHECK_EQ(va % gran, 0);
+    CHECK_EQ(free_bytes(1), 512 * MiB); /* address space costs nothing */
+
+    CUmemGenericAllocationHandle h1, h2, big;
+    CHECK_EQ(cuMemCreate(&h1, 2 * MiB, &prop, 0), CUDA_SUCCESS);
+    CHECK_EQ(cuMemCreate(&h2, 4 * MiB, &prop, 0), CUDA_SUCCESS);
+    CHECK_EQ(free_bytes(1), 506 * MiB);
+    CHECK_EQ(cuMemCreate(&big, 508 * MiB, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ(cuMemCreate(&big, 3 * MiB, &prop, 0), CUDA_ERROR_INVALID_VALUE); /* not granular */
+
+    /* Two handles side by side: one piece of memory to a copy. */
+    CHECK_EQ(cuMemMap(va, 2 * MiB, 0, h1, 0), CUDA_SUCCESS);
+    CHECK_EQ(cuMemMap(va + 2 * MiB, 4 * MiB, 0, h2, 0), CUDA_SUCCESS);
+    CHECK_EQ(cuMemMap(va, 2 * MiB, 0, h2, 0), CUDA_ERROR_INVALID_VALUE); /* already mapped */
+    char *p = (char *)(uintptr_t)va;
+    CHECK_EQ(cudaMemset(p, 1, 3 * MiB), cudaErrorInvalidValue); /* no access yet */
+    CUmemAccessDesc access = {.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = 1;
+    CHECK_EQ(cuMemSetAccess(va, 6 * MiB, &access, 1), CUDA_SUCCESS);
+    CHECK_EQ(cudaMemset(p + MiB, 7, 3 * MiB), cudaSuccess);
+    CHECK_EQ(p[4 * MiB - 1], 7);
+
+    /* The same handle mapped twice shows the same bytes. */
+    CHECK_EQ(cuMemMap(va + 8 * MiB, 2 * MiB, 0, h1, 0), CUDA_SUCCESS);
+    CHECK_EQ(cuMemSetAccess(va + 8 * MiB, 2 * MiB, &access, 1), CUDA_SUCCESS);
+    CHECK_EQ(p[8 * MiB + MiB], 7);
+
+    CUmemGenericAllocationHandle again;
+    CHECK_EQ(cuMemRetainAllocationHandle(&again, p + 3 * MiB), CUDA_SUCCESS);
+    CHECK(again == h2);
+    CHECK_EQ(cuMemRelease(again), CUDA_SUCCESS);
+
+    /* Released handles live on while mapped. */
+    CHECK_EQ(cuMemRelease(h1), CUDA_SUCCESS);
+    CHECK_EQ(cuMemRelease(h2), CUDA_SUCCESS);
+    CHECK_EQ(free_bytes(1), 506 * MiB);
+    CHECK_EQ(cuMemAddressFree(va, 64 * MiB), CUDA_ERROR_INVALID_VALUE); /* still mapped */
+    CHECK_EQ(cuMemUnmap(va, 6 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(free_bytes(1), 510 * MiB); /* h2 gone, h1 still mapped at +8 MiB */
+    CHECK_EQ(cuMemUnmap(va + 8 * MiB, 2 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(free_bytes(1), 512 * MiB);
+    CHECK_EQ(cuMemAddressFree(va, 64 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(vg_fakecuda_live_allocations(1), 0);
+    cudaGetLastError();
+    cudaSetDevice(0);
+}
+
+int main(int argc, char **argv)
+{
+    /* Before the first CUDA call, which reads them. */
+    setenv("VG_FAKECUDA_DEVICES", "2", 1);
+    setenv("VG_FAKECUDA_MEM", "1GiB,512MiB", 1);
+    static const harness_test tests[] = {
+        {"devices", test_devices},
+        {"malloc_to_capacity", test_malloc_to_capacity},
+        {"capacity_knob", test_capacity_knob},
+        {"fail_malloc", test_fail_malloc},
+        {"sticky_error", test_sticky_error},
+        {"copies", test_copies},
+        {"streams_and_events", test_streams_and_events},
+        {"unsupported", test_unsupported},
+        {"driver", test_driver},
+        {"vmm", test_vmm},
+    };
+    return harness_run(tests, sizeof tests / sizeof tests[0], argc > 1 ? argv[1] : NULL);
+}
