@@ -262,14 +262,17 @@ int vgfc_ctx_active(int dev)
     return active;
 }
 
+/* Every runtime call on the device comes here: the lock only the first time. */
 void vgfc_use_device(int dev)
 {
-    pthread_mutex_lock(&ctx_lock);
-    if (!runtime_retained[dev]) {
-        runtime_retained[dev] = 1;
-        ctx_refs[dev]++;
+    if (!__atomic_load_n(&runtime_retained[dev], __ATOMIC_ACQUIRE)) {
+        pthread_mutex_lock(&ctx_lock);
+        if (!runtime_retained[dev]) {
+            ctx_refs[dev]++;
+            __atomic_store_n(&runtime_retained[dev], 1, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&ctx_lock);
     }
-    pthread_mutex_unlock(&ctx_lock);
     current = &primary[dev];
 }
 

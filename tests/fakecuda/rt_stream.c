@@ -168,6 +168,8 @@ cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCapture
     return capture_info(stream, status, id);
 }
 #else
+/* CUDA 12 names this one cudaStreamGetCaptureInfo_v2, and from 12.3 also
+ * has _v3 (with edges): a cu12 PyTorch may use either. */
 cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus *status,
                                      unsigned long long *id, cudaGraph_t *graph,
                                      const cudaGraphNode_t **deps, size_t *ndeps)
@@ -176,6 +178,17 @@ cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCapture
     (void)graph, (void)deps, (void)ndeps;
     return capture_info(stream, status, id);
 }
+#if CUDART_VERSION >= 12030
+cudaError_t cudaStreamGetCaptureInfo_v3(cudaStream_t stream, enum cudaStreamCaptureStatus *status,
+                                        unsigned long long *id, cudaGraph_t *graph,
+                                        const cudaGraphNode_t **deps, const cudaGraphEdgeData **edges,
+                                        size_t *ndeps)
+{
+    RT_ENTER(cudaStreamGetCaptureInfo);
+    (void)graph, (void)deps, (void)edges, (void)ndeps;
+    return capture_info(stream, status, id);
+}
+#endif
 #endif
 
 cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)

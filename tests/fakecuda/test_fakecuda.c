@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../c/harness.h"
 #include "fakecuda.h"
@@ -341,8 +343,57 @@ static void test_vmm(void)
     cudaSetDevice(0);
 }
 
+/* Run in a child with the environment test_env_knobs gives it: knobs read
+ * at start-up. The exit status says which check failed (6: a sticky error). */
+static int env_child(void)
+{
+    int n = 0;
+    void *a = NULL, *b = NULL;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n != 3)
+        return 1;
+    cudaSetDevice(2);
+    if (vg_fakecuda_capacity(2) != (long long)(3 * MiB)) /* the last entry repeats */
+        return 2;
+    cudaError_t first = cudaMalloc(&a, 1);
+    if (first == cudaErrorLaunchFailure)
+        return 6;
+    if (first != cudaSuccess || cudaMalloc(&b, 1) != cudaErrorMemoryAllocation)
+        return 3;
+    if (cudaMalloc(&b, 1) != cudaSuccess) /* count 1 by default */
+        return 4;
+    return 0;
+}
+
+/* Runs this program again with `env` in front; its exit status. */
+static int rerun(const char *env, const char *arg)
+{
+    char self[4096], cmd[8192];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len < 0)
+        return -1;
+    self[len] = 0;
+    snprintf(cmd, sizeof cmd, "env %s '%s' %s 2>/dev/null", env, self, arg);
+    int status = system(cmd);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void test_env_knobs(void)
+{
+    CHECK_EQ(rerun("VG_FAKECUDA_DEVICES=3 VG_FAKECUDA_MEM=1MiB,3MiB "
+                   "VG_FAKECUDA_FAIL=cudaMalloc:2:cudaErrorMemoryAllocation", "--env-child"), 0);
+    /* A sticky error from the start, named by its driver name. */
+    CHECK_EQ(rerun("VG_FAKECUDA_DEVICES=3 VG_FAKECUDA_MEM=3MiB VG_FAKECUDA_STICKY=CUDA_ERROR_LAUNCH_FAILED",
+                   "--env-child"), 6);
+    /* Malformed settings stop the process rather than run on other devices. */
+    CHECK(rerun("VG_FAKECUDA_MEM=12XB", "--env-child") >= 128);
+    CHECK(rerun("VG_FAKECUDA_DEVICES=17", "--env-child") >= 128);
+    CHECK(rerun("VG_FAKECUDA_FAIL=cudaMallocc:1:2", "--env-child") >= 128);
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--env-child") == 0)
+        return env_child();
     /* Before the first CUDA call, which reads them. */
     setenv("VG_FAKECUDA_DEVICES", "2", 1);
     setenv("VG_FAKECUDA_MEM", "1GiB,512MiB", 1);
@@ -357,6 +408,7 @@ int main(int argc, char **argv)
         {"unsupported", test_unsupported},
         {"driver", test_driver},
         {"vmm", test_vmm},
+        {"env_knobs", test_env_knobs},
     };
     return harness_run(tests, sizeof tests / sizeof tests[0], argc > 1 ? argv[1] : NULL);
 }
