@@ -3,7 +3,7 @@
 #
 #   make fakecuda        build/fakecuda/libcudart.so.N and libcuda.so.1, for
 #                        the CUDA major of the PyTorch that TORCH_PYTHON has
-#   make test-fakecuda   the fake's own C test
+#   make test-fakecuda   the fake's own C test (test-fakecuda-san: sanitized)
 #   make check-torch     the real PyTorch (tests/torch-requirements.txt) in
 #                        .venv-torch, on the fake, runs the tests marked torch
 #
@@ -22,7 +22,7 @@ FC_DRV = $(FC_CORE) drv_device drv_context drv_memory drv_vmm drv_entry
 FC_RT = rt_errors rt_device rt_memory rt_stream rt_module
 FC_HDRS = $(wildcard $(FC_SRC)/*.h) $(FC_SRC)/shim/crt/host_defines.h
 
-.PHONY: fakecuda fakecuda-libs test-fakecuda check-torch
+.PHONY: fakecuda fakecuda-libs test-fakecuda test-fakecuda-san check-torch
 
 fakecuda:
 	@mkdir -p $(FAKECUDA)
@@ -33,6 +33,11 @@ fakecuda:
 
 test-fakecuda: fakecuda
 	$(FAKECUDA)/test_fakecuda
+
+# The same, the fake built with AddressSanitizer and UBSan, in its own directory.
+test-fakecuda-san:
+	$(MAKE) --no-print-directory test-fakecuda FAKECUDA=build/fakecuda-san \
+		CC="$(CC) -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all"
 
 ifdef FAKECUDA_CONF
 include $(FAKECUDA_CONF)
