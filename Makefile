@@ -98,4 +98,7 @@ check: test-c test-c-san pytest
 
 clean:
 	rm -rf build
+
+# The fake CUDA and the real-PyTorch checks: fakecuda, test-fakecuda,
+# check-torch (tests/fakecuda/README.md).
 include tests/fakecuda/fakecuda.mk
