@@ -1,8 +1,9 @@
-# The fake CUDA runtime and driver (tests/fakecuda/README.md), included by
-# the Makefile.
+# The fake CUDA runtime, driver and NVML (tests/fakecuda/README.md),
+# included by the Makefile.
 #
-#   make fakecuda        build/fakecuda/libcudart.so.N and libcuda.so.1, for
-#                        the CUDA major of the PyTorch that TORCH_PYTHON has
+#   make fakecuda        build/fakecuda/libcudart.so.N, libcuda.so.1 and
+#                        libnvidia-ml.so.1, for the CUDA major of the
+#                        PyTorch that TORCH_PYTHON has
 #   make test-fakecuda   the fake's own C test (test-fakecuda-san: sanitized)
 #   make check-torch     the real PyTorch (tests/torch-requirements.txt) in
 #                        .venv-torch, on the fake, runs the tests marked torch

@@ -127,8 +127,10 @@ def test_copies_round_trip_and_zeros():
         print("round_trip=%s" % torch.equal(b.cpu(), a))
         c = b.to("cuda:1")                                    # device to device
         print("peer=%s" % torch.equal(c.cpu(), a))
+        old = b.data_ptr()
         del b
-        z = torch.zeros(1 << 20, device="cuda")              # reuses b's block: memset
+        z = torch.zeros(1 << 20, device="cuda")              # b's block, b's bytes: a memset
+        print("reused=%s" % (z.data_ptr() == old))
         print("zeros=%s" % (z.cpu().abs().sum().item() == 0))
         h = torch.arange(8, dtype=torch.int64).pin_memory()
         print("pinned=%s" % h.is_pinned())
@@ -138,6 +140,7 @@ def test_copies_round_trip_and_zeros():
     """))
     assert v["round_trip"] == "True"
     assert v["peer"] == "True"
+    assert v["reused"] == "True"
     assert v["zeros"] == "True"
     assert v["pinned"] == "True"
     assert v["pinned_round_trip"] == str(list(range(8)))
