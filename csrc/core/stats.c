@@ -84,18 +84,20 @@ void vg_heap_fragmentation(vg_heap *h, vg_fragmentation *out)
     vg_lock_release(&h->lock);
 }
 
+_Static_assert(VG_NBINS == VG_SIZE_CLASSES, "heap.h's VG_SIZE_CLASSES is the number of bins");
+
+/* Returns what it wrote, never what exists: a caller that sized its buffers
+ * earlier must not read past them when a class appeared since. */
 size_t vg_heap_histogram(vg_heap *h, uint64_t *lower_bounds, uint64_t *counts, size_t n)
 {
-    size_t found = 0;
+    size_t written = 0;
     vg_lock_acquire(&h->lock);
-    for (uint32_t bin = 0; bin < VG_NBINS; bin++) {
+    for (uint32_t bin = 0; bin < VG_NBINS && written < n; bin++) {
         if (!h->live_per_bin[bin]) continue;
-        if (found < n) {
-            lower_bounds[found] = vg__bin_lower_bound(bin);
-            counts[found] = h->live_per_bin[bin];
-        }
-        found++;
+        lower_bounds[written] = vg__bin_lower_bound(bin);
+        counts[written] = h->live_per_bin[bin];
+        written++;
     }
     vg_lock_release(&h->lock);
-    return found;
+    return written;
 }

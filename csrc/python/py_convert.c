@@ -1,6 +1,7 @@
 /* Conversions between the core's structs and Python objects. */
 #include "py_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------ */
@@ -156,76 +157,104 @@ PyObject *vgpy_stats_dict(vg_heap *h)
 /* Segments and histogram                                              */
 /* ------------------------------------------------------------------ */
 
-typedef struct segments_walk {
-    PyObject *list;
-    PyObject *blocks; /* of the current segment */
-} segments_walk;
+/* Walks copy what they need into C memory while the heap is locked, and
+ * build Python objects only after the lock is released: creating an object
+ * can run the cyclic GC, and with it any finalizer (one that frees a tensor
+ * into this heap, or one that lets another thread take the GIL and then
+ * wait for this heap). Nothing here runs Python with the lock held. */
+
+typedef struct segments_copy {
+    vg_segment_info *segs;
+    vg_block_info *blocks;
+    size_t nsegs, nblocks, segs_cap, blocks_cap;
+} segments_copy;
+
+/* Host memory only (no Python allocator): this runs with the heap locked. */
+static int grow(void **items, size_t *cap, size_t used, size_t item_size)
+{
+    if (used < *cap) return 0;
+    size_t cap2 = *cap ? *cap * 2 : 64;
+    void *grown = realloc(*items, cap2 * item_size);
+    if (!grown) return -1;
+    *items = grown;
+    *cap = cap2;
+    return 0;
+}
+
+static int copy_segment(void *arg, const vg_segment_info *si)
+{
+    segments_copy *c = arg;
+    if (grow((void **)&c->segs, &c->segs_cap, c->nsegs, sizeof *c->segs) < 0) return -1;
+    c->segs[c->nsegs++] = *si;
+    return 0;
+}
+
+static int copy_block(void *arg, const vg_block_info *bi)
+{
+    segments_copy *c = arg;
+    if (grow((void **)&c->blocks, &c->blocks_cap, c->nblocks, sizeof *c->blocks) < 0) return -1;
+    c->blocks[c->nblocks++] = *bi;
+    return 0;
+}
 
 static const char *const state_names[] = {"free", "live", "pending"};
 
-static int on_segment(void *arg, const vg_segment_info *si)
+static PyObject *block_dict(const vg_block_info *bi)
 {
-    segments_walk *w = arg;
-    w->blocks = PyList_New(0);
-    if (!w->blocks) return -1;
-    PyObject *seg = Py_BuildValue("{s:K,s:K,s:K,s:s,s:K,s:O}", "address",
-                                  (unsigned long long)si->addr, "size", (unsigned long long)si->size,
-                                  "stream", (unsigned long long)si->stream, "pool",
-                                  si->pool == VG_POOL_SMALL ? "small" : "large", "allocated",
-                                  (unsigned long long)si->allocated, "blocks", w->blocks);
-    Py_DECREF(w->blocks); /* the dict holds it; on_block appends to it */
-    if (!seg) return -1;
-    int rc = PyList_Append(w->list, seg);
-    Py_DECREF(seg);
-    return rc;
+    return Py_BuildValue("{s:K,s:K,s:K,s:s}", "address", (unsigned long long)bi->addr, "size",
+                         (unsigned long long)bi->size, "requested",
+                         (unsigned long long)bi->requested, "state", state_names[bi->state]);
 }
 
-static int on_block(void *arg, const vg_block_info *bi)
+/* A segment's dict, with the list of its blocks (its si->blocks entries of
+ * `blocks`, in address order). */
+static PyObject *segment_dict(const vg_segment_info *si, const vg_block_info *blocks)
 {
-    segments_walk *w = arg;
-    PyObject *blk = Py_BuildValue("{s:K,s:K,s:K,s:s}", "address", (unsigned long long)bi->addr,
-                                  "size", (unsigned long long)bi->size, "requested",
-                                  (unsigned long long)bi->requested, "state",
-                                  state_names[bi->state]);
-    if (!blk) return -1;
-    int rc = PyList_Append(w->blocks, blk);
-    Py_DECREF(blk);
-    return rc;
+    PyObject *list = PyList_New((Py_ssize_t)si->blocks);
+    for (size_t i = 0; list && i < si->blocks; i++) {
+        PyObject *blk = block_dict(&blocks[i]);
+        if (!blk) Py_CLEAR(list);
+        else if (PyList_SetItem(list, (Py_ssize_t)i, blk) < 0) Py_CLEAR(list);
+    }
+    if (!list) return NULL;
+    return Py_BuildValue("{s:K,s:K,s:K,s:s,s:K,s:N}", "address", (unsigned long long)si->addr,
+                         "size", (unsigned long long)si->size, "stream",
+                         (unsigned long long)si->stream, "pool",
+                         si->pool == VG_POOL_SMALL ? "small" : "large", "allocated",
+                         (unsigned long long)si->allocated, "blocks", list);
 }
 
 PyObject *vgpy_segments_list(vg_heap *h)
 {
-    segments_walk w = {PyList_New(0), NULL};
-    if (!w.list) return NULL;
-    /* The walk runs under the heap's lock; building Python objects there is
-     * safe because nothing it calls re-enters the heap. */
-    if (vg_heap_visit(h, on_segment, on_block, &w)) {
-        Py_DECREF(w.list);
-        return NULL;
+    segments_copy c = {NULL, NULL, 0, 0, 0, 0};
+    int rc = vg_heap_visit(h, copy_segment, copy_block, &c);
+    PyObject *list = rc ? PyErr_NoMemory() : PyList_New((Py_ssize_t)c.nsegs);
+    const vg_block_info *blocks = c.blocks;
+    for (size_t i = 0; list && i < c.nsegs; i++) {
+        PyObject *seg = segment_dict(&c.segs[i], blocks);
+        blocks += c.segs[i].blocks;
+        if (!seg) Py_CLEAR(list);
+        else if (PyList_SetItem(list, (Py_ssize_t)i, seg) < 0) Py_CLEAR(list);
     }
-    return w.list;
+    free(c.segs);
+    free(c.blocks);
+    return list;
 }
 
 PyObject *vgpy_histogram_list(vg_heap *h)
 {
-    size_t n = vg_heap_histogram(h, NULL, NULL, 0);
-    uint64_t *lower = PyMem_Malloc((n ? n : 1) * sizeof *lower);
-    uint64_t *count = PyMem_Malloc((n ? n : 1) * sizeof *count);
-    PyObject *list = lower && count ? PyList_New(0) : PyErr_NoMemory();
-    if (list) {
-        n = vg_heap_histogram(h, lower, count, n);
-        for (size_t i = 0; i < n; i++) {
-            PyObject *pair = Py_BuildValue("(KK)", (unsigned long long)lower[i], (unsigned long long)count[i]);
-            if (!pair || PyList_Append(list, pair) < 0) {
-                Py_XDECREF(pair);
-                Py_CLEAR(list);
-                break;
-            }
-            Py_DECREF(pair);
-        }
+    /* One call, with room for every class: what it returns was written. */
+    uint64_t *lower = malloc(VG_SIZE_CLASSES * sizeof *lower);
+    uint64_t *count = malloc(VG_SIZE_CLASSES * sizeof *count);
+    size_t n = lower && count ? vg_heap_histogram(h, lower, count, VG_SIZE_CLASSES) : 0;
+    PyObject *list = lower && count ? PyList_New((Py_ssize_t)n) : PyErr_NoMemory();
+    for (size_t i = 0; list && i < n; i++) {
+        PyObject *pair = Py_BuildValue("(KK)", (unsigned long long)lower[i], (unsigned long long)count[i]);
+        if (!pair) Py_CLEAR(list);
+        else if (PyList_SetItem(list, (Py_ssize_t)i, pair) < 0) Py_CLEAR(list);
     }
-    PyMem_Free(lower);
-    PyMem_Free(count);
+    free(lower);
+    free(count);
     return list;
 }
 

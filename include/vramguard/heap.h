@@ -151,8 +151,13 @@ double vg_heap_gc_threshold(const vg_heap *h);
 
 void vg_heap_stats(vg_heap *h, vg_stats *out);
 void vg_heap_fragmentation(vg_heap *h, vg_fragmentation *out);
+/* How many size classes there are: a histogram of this many pairs holds
+ * every class. */
+#define VG_SIZE_CLASSES 1280
 /* Live blocks per size class: fills up to `n` (class lower bound, count)
- * pairs with a non-zero count, smallest first; returns how many exist. */
+ * pairs with a non-zero count, smallest first, in one pass under the lock;
+ * returns how many it wrote (n when there were more: pass VG_SIZE_CLASSES
+ * to get them all). */
 size_t vg_heap_histogram(vg_heap *h, uint64_t *lower_bounds, uint64_t *counts, size_t n);
 /* Size of the live block at ptr, 0 if none. */
 size_t vg_heap_block_size(vg_heap *h, void *ptr);
@@ -164,7 +169,9 @@ const char *vg_heap_policy_name(const vg_heap *h);
 const char *vg_heap_check(vg_heap *h);
 
 /* Visiting segments and blocks, for reports. The callbacks run with the heap
- * locked: they must not call back into the heap. */
+ * locked: they must not call back into the heap, nor run Python or wait for
+ * anything that may itself wait for this heap. Copy what is needed, and
+ * build reports after the walk. */
 typedef struct vg_segment_info {
     uintptr_t addr;
     size_t size;

@@ -589,6 +589,31 @@ static void test_visit_and_histogram(void)
     destroy(f);
 }
 
+/* A caller sizes its buffers, then a class appears before it fills them:
+ * the second call writes what fits and says so, never what exists. */
+static void test_histogram_class_appearing_between_calls(void)
+{
+    fixture f = make(GiB, 0, 0, NULL);
+    void *a = vg_heap_alloc(f.heap, 1000, 0, NULL);
+    void *b = vg_heap_alloc(f.heap, 30 * MiB, 0, NULL);
+    uint64_t lo[VG_SIZE_CLASSES + 1], n[VG_SIZE_CLASSES + 1];
+    size_t sized = vg_heap_histogram(f.heap, lo, n, VG_SIZE_CLASSES);
+    CHECK_EQ(sized, 2);
+    void *c = vg_heap_alloc(f.heap, 5000, 0, NULL); /* a class between the two */
+    lo[sized] = n[sized] = 0xC0FFEE;
+    CHECK_EQ(vg_heap_histogram(f.heap, lo, n, sized), sized);
+    CHECK_EQ(lo[sized], 0xC0FFEE);
+    CHECK_EQ(n[sized], 0xC0FFEE);
+    CHECK_EQ(lo[0], 1024);
+    CHECK_EQ(lo[1], 5120);
+    CHECK_EQ(vg_heap_histogram(f.heap, lo, n, VG_SIZE_CLASSES), 3);
+    CHECK_EQ(vg_heap_histogram(f.heap, lo, n, 0), 0);
+    vg_heap_free(f.heap, a);
+    vg_heap_free(f.heap, b);
+    vg_heap_free(f.heap, c);
+    destroy(f);
+}
+
 static void test_history_ring(void)
 {
     fixture f = make(GiB, 0, 0, NULL);
@@ -778,6 +803,7 @@ static const harness_test tests[] = {
     T(test_lowering_budget_releases_idle),
     T(test_bad_input),
     T(test_visit_and_histogram),
+    T(test_histogram_class_appearing_between_calls),
     T(test_history_ring),
     T(test_random_default),
     T(test_random_budget),
