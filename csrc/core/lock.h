@@ -1,39 +1,51 @@
-/* The heap's lock: a test-and-test-and-set spinlock that yields the CPU
- * after a short spin. Critical sections are tens of nanoseconds except on
- * the slow path (a device call), where yielding keeps a waiting thread from
- * burning its core. An uncontended lock + unlock is one atomic exchange and
- * one release store, cheaper than a pthread mutex. */
+/* The heap's lock: a mutex that spins briefly, then sleeps in the kernel.
+ *
+ * The rule that makes it safe to wait for from Python: no holder of a heap
+ * lock ever runs Python or waits for the GIL. Walks copy what they need
+ * while locked and build Python objects after the release (see
+ * csrc/python/py_convert.c), and nothing else a holder calls is Python. So a
+ * thread may wait for this lock with the GIL held without a deadlock.
+ *
+ * A holder may wait for the device, though (cudaMalloc, cudaFree, a
+ * synchronize on the out-of-memory path), for milliseconds: a waiter spins
+ * for about a microsecond, the length of a few critical sections on the hot
+ * path, then sleeps on a futex instead of burning its core.
+ *
+ * States: 0 free, 1 held, 2 held and a waiter may be asleep (the third mutex
+ * of Drepper's "Futexes Are Tricky"). Uncontended, taking is one
+ * compare-exchange and giving back one exchange: no syscall. */
 #ifndef VG_LOCK_H
 #define VG_LOCK_H
 
-#include <sched.h>
 #include <stdatomic.h>
 
 typedef struct vg_lock {
-    atomic_int held;
+    atomic_int state;
 } vg_lock;
+
+/* lock.c: the contended paths, out of line. */
+void vg__lock_wait(vg_lock *l);
+void vg__lock_wake(vg_lock *l);
 
 static inline void vg_lock_init(vg_lock *l)
 {
-    atomic_init(&l->held, 0);
+    atomic_init(&l->state, 0);
 }
 
 static inline void vg_lock_acquire(vg_lock *l)
 {
-    for (;;) {
-        if (!atomic_exchange_explicit(&l->held, 1, memory_order_acquire)) return;
-        for (int spin = 0; atomic_load_explicit(&l->held, memory_order_relaxed); spin++) {
-            if (spin >= 64) {
-                sched_yield();
-                spin = 0;
-            }
-        }
-    }
+    int expected = 0;
+    if (__builtin_expect(atomic_compare_exchange_strong_explicit(
+                             &l->state, &expected, 1, memory_order_acquire, memory_order_relaxed),
+                         1))
+        return;
+    vg__lock_wait(l);
 }
 
 static inline void vg_lock_release(vg_lock *l)
 {
-    atomic_store_explicit(&l->held, 0, memory_order_release);
+    if (__builtin_expect(atomic_exchange_explicit(&l->state, 0, memory_order_release) == 2, 0))
+        vg__lock_wake(l);
 }
 
 #endif
