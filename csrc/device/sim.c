@@ -14,9 +14,15 @@
  *
  * Device errors: vg_sim_fail_device injects a failure that is not an
  * out-of-memory, one-shot or sticky, as CUDA reports an illegal address.
+ *
+ * Locking: the heap calls the ops with its own lock held, but the vg_sim_*
+ * hooks come from any thread (a test completing a stream while another
+ * frees), so every op and every hook takes the sim's own mutex. None of them
+ * is on the heap's hot path.
  */
 #include "vramguard/device.h"
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +39,7 @@ typedef struct sim_stream {
 
 typedef struct vg_sim {
     vg_device base;
+    pthread_mutex_t lock; /* everything below */
     size_t capacity;
     size_t used;
     uintptr_t next_addr;
@@ -170,17 +177,68 @@ static void sim_event_release(vg_device *dev, vg_event_t ev)
 static void sim_destroy(vg_device *dev)
 {
     vg_sim *sim = as_sim(dev);
+    pthread_mutex_destroy(&sim->lock);
     free(sim->streams);
     free(sim);
 }
 
+/* The ops as the heap sees them: each one under the sim's mutex. */
+#define LOCKED(sim, call)                    \
+    do {                                     \
+        pthread_mutex_lock(&(sim)->lock);    \
+        call;                                \
+        pthread_mutex_unlock(&(sim)->lock);  \
+    } while (0)
+
+static int locked_reserve(vg_device *dev, size_t size, uintptr_t *addr)
+{
+    int rc;
+    LOCKED(as_sim(dev), rc = sim_reserve(dev, size, addr));
+    return rc;
+}
+
+static int locked_release(vg_device *dev, uintptr_t addr, size_t size)
+{
+    int rc;
+    LOCKED(as_sim(dev), rc = sim_release(dev, addr, size));
+    return rc;
+}
+
+static int locked_mem_info(vg_device *dev, size_t *free_bytes, size_t *total_bytes)
+{
+    int rc;
+    LOCKED(as_sim(dev), rc = sim_mem_info(dev, free_bytes, total_bytes));
+    return rc;
+}
+
+static int locked_synchronize(vg_device *dev)
+{
+    int rc;
+    LOCKED(as_sim(dev), rc = sim_synchronize(dev));
+    return rc;
+}
+
+static int locked_event_record(vg_device *dev, int device, vg_stream_t stream, vg_event_t *ev)
+{
+    int rc;
+    LOCKED(as_sim(dev), rc = sim_event_record(dev, device, stream, ev));
+    return rc;
+}
+
+static int locked_event_query(vg_device *dev, vg_event_t ev)
+{
+    int rc;
+    LOCKED(as_sim(dev), rc = sim_event_query(dev, ev));
+    return rc;
+}
+
 static const vg_device_ops sim_ops = {
-    .reserve = sim_reserve,
-    .release = sim_release,
-    .mem_info = sim_mem_info,
-    .synchronize = sim_synchronize,
-    .event_record = sim_event_record,
-    .event_query = sim_event_query,
+    .reserve = locked_reserve,
+    .release = locked_release,
+    .mem_info = locked_mem_info,
+    .synchronize = locked_synchronize,
+    .event_record = locked_event_record,
+    .event_query = locked_event_query,
     .event_release = sim_event_release,
     .destroy = sim_destroy,
 };
@@ -189,6 +247,10 @@ vg_device *vg_sim_create(size_t capacity)
 {
     vg_sim *sim = calloc(1, sizeof *sim);
     if (!sim) return NULL;
+    if (pthread_mutex_init(&sim->lock, NULL)) {
+        free(sim);
+        return NULL;
+    }
     sim->base.ops = &sim_ops;
     sim->capacity = capacity;
     sim->next_addr = SIM_BASE;
@@ -206,23 +268,22 @@ void vg_sim_fail_nth(vg_device *dev, uint64_t nth)
 {
     vg_sim *sim = sim_of(dev);
     if (!sim) return;
-    sim->fail_at = nth ? sim->reserves + nth : 0;
+    LOCKED(sim, sim->fail_at = nth ? sim->reserves + nth : 0);
 }
 
 void vg_sim_fail_random(vg_device *dev, double probability, uint64_t seed)
 {
     vg_sim *sim = sim_of(dev);
     if (!sim) return;
-    sim->fail_probability = probability;
-    sim->rng = seed;
+    LOCKED(sim, sim->fail_probability = probability; sim->rng = seed);
 }
 
 void vg_sim_fail_device(vg_device *dev, uint64_t nth, int sticky)
 {
     vg_sim *sim = sim_of(dev);
     if (!sim) return;
-    sim->device_fail_at = nth ? sim->reserves + nth : 0;
-    sim->device_fail_sticky = nth && sticky;
+    LOCKED(sim, sim->device_fail_at = nth ? sim->reserves + nth : 0;
+           sim->device_fail_sticky = nth && sticky);
 }
 
 void vg_sim_complete_stream(vg_device *dev, vg_stream_t stream)
@@ -230,15 +291,22 @@ void vg_sim_complete_stream(vg_device *dev, vg_stream_t stream)
     if (dev) vg_sim_complete_stream_of(dev, dev->index, stream);
 }
 
+static void complete_stream(vg_sim *sim, int device, vg_stream_t stream)
+{
+    sim_stream *s = find_stream(sim, device, stream, false);
+    if (s) s->completed = s->recorded;
+}
+
 void vg_sim_complete_stream_of(vg_device *dev, int device, vg_stream_t stream)
 {
     vg_sim *sim = sim_of(dev);
-    sim_stream *s = sim ? find_stream(sim, device, stream, false) : NULL;
-    if (s) s->completed = s->recorded;
+    if (sim) LOCKED(sim, complete_stream(sim, device, stream));
 }
 
 size_t vg_sim_used(const vg_device *dev)
 {
-    const vg_sim *sim = sim_of(dev);
-    return sim ? sim->used : 0;
+    vg_sim *sim = sim_of(dev);
+    size_t used = 0;
+    if (sim) LOCKED(sim, used = sim->used);
+    return used;
 }
