@@ -627,9 +627,12 @@ int vg_heap_set_budget(vg_heap *h, size_t budget)
     return VG_OK;
 }
 
-size_t vg_heap_budget(const vg_heap *h)
+size_t vg_heap_budget(vg_heap *h)
 {
-    return h->budget;
+    vg_lock_acquire(&h->lock);
+    size_t budget = h->budget;
+    vg_lock_release(&h->lock);
+    return budget;
 }
 
 int vg_heap_set_gc_threshold(vg_heap *h, double fraction)
@@ -641,9 +644,20 @@ int vg_heap_set_gc_threshold(vg_heap *h, double fraction)
     return VG_OK;
 }
 
-double vg_heap_gc_threshold(const vg_heap *h)
+double vg_heap_gc_threshold(vg_heap *h)
 {
-    return h->gc_threshold;
+    vg_lock_acquire(&h->lock);
+    double fraction = h->gc_threshold;
+    vg_lock_release(&h->lock);
+    return fraction;
+}
+
+size_t vg_heap_device_total(vg_heap *h)
+{
+    vg_lock_acquire(&h->lock);
+    size_t total = h->device_total;
+    vg_lock_release(&h->lock);
+    return total;
 }
 
 size_t vg_heap_block_size(vg_heap *h, void *ptr)

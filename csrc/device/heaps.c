@@ -16,7 +16,6 @@
 #include <string.h>
 
 static _Atomic(vg_heap *) heaps[VG_MAX_DEVICES];
-static vg_device *devices[VG_MAX_DEVICES];
 static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER;
 
 static struct settings {
@@ -26,7 +25,9 @@ static struct settings {
     size_t simulated;       /* capacity of simulated devices, 0 = real ones */
 } settings;
 
-static char last_error[768];
+/* Per thread, as errno: a caller reads the message of its own failure,
+ * never one that another thread is writing. */
+static _Thread_local char last_error[768];
 static atomic_int warned_invalid_free;
 
 const char *vg_devices_error(void)
@@ -35,12 +36,19 @@ const char *vg_devices_error(void)
 }
 
 /* The budget a device gets: a fraction of its total, or bytes. */
-static size_t budget_for(vg_device *dev, size_t budget, double fraction)
+static size_t budget_for(size_t total, size_t budget, double fraction)
 {
-    if (fraction <= 0.0) return budget;
-    size_t free_bytes = 0, total = 0;
-    if (dev->ops->mem_info(dev, &free_bytes, &total) != VG_OK) return budget;
+    if (fraction <= 0.0 || !total) return budget;
     return (size_t)((double)total * fraction);
+}
+
+/* A device's total before its heap exists; afterwards the heap's own record
+ * of it is read under the heap's lock (vg_heap_device_total), since the
+ * provider is called with that lock held. */
+static size_t fresh_device_total(vg_device *dev)
+{
+    size_t free_bytes = 0, total = 0;
+    return dev->ops->mem_info(dev, &free_bytes, &total) == VG_OK ? total : 0;
 }
 
 static vg_heap *create_locked(int device)
@@ -54,7 +62,8 @@ static vg_heap *create_locked(int device)
         return NULL;
     }
     dev->index = device;
-    vg_heap_config cfg = {NULL, budget_for(dev, settings.budget, settings.budget_fraction),
+    vg_heap_config cfg = {NULL,
+                          budget_for(fresh_device_total(dev), settings.budget, settings.budget_fraction),
                           settings.gc_threshold};
     vg_heap *h = vg_heap_create(dev, &cfg);
     if (!h) {
@@ -62,7 +71,6 @@ static vg_heap *create_locked(int device)
         snprintf(last_error, sizeof last_error, "cannot create a heap for device %d", device);
         return NULL;
     }
-    devices[device] = dev;
     atomic_store(&heaps[device], h);
     return h;
 }
@@ -100,7 +108,7 @@ int vg_devices_configure(size_t budget, double budget_fraction, double gc_thresh
     for (int d = 0; d < VG_MAX_DEVICES; d++) {
         vg_heap *h = atomic_load(&heaps[d]);
         if (!h) continue;
-        vg_heap_set_budget(h, budget_for(devices[d], budget, budget_fraction));
+        vg_heap_set_budget(h, budget_for(vg_heap_device_total(h), budget, budget_fraction));
         vg_heap_set_gc_threshold(h, gc_threshold);
     }
     pthread_mutex_unlock(&registry);
@@ -112,7 +120,7 @@ int vg_devices_set_budget(int device, size_t budget, double budget_fraction)
     if (budget_fraction < 0.0 || budget_fraction > 1.0) return VG_ERR_ARG;
     vg_heap *h = vg_devices_heap(device);
     if (!h) return VG_ERR_DEVICE;
-    return vg_heap_set_budget(h, budget_for(devices[device], budget, budget_fraction));
+    return vg_heap_set_budget(h, budget_for(vg_heap_device_total(h), budget, budget_fraction));
 }
 
 int vg_devices_simulate(size_t capacity)
@@ -128,7 +136,10 @@ int vg_devices_simulate(size_t capacity)
 
 int vg_devices_simulated(void)
 {
-    return settings.simulated != 0;
+    pthread_mutex_lock(&registry);
+    int simulated = settings.simulated != 0;
+    pthread_mutex_unlock(&registry);
+    return simulated;
 }
 
 /* ------------------------------------------------------------------ */

@@ -39,8 +39,7 @@ static PyObject *dev_device_heap(PyObject *module, PyObject *arg)
     obj->dev = vg_heap_device(h);
     obj->borrowed = 1;
     obj->device_kind = vg_devices_simulated() ? "Simulated device" : "CUDA";
-    size_t free_bytes = 0, total = 0;
-    if (obj->dev->ops->mem_info(obj->dev, &free_bytes, &total) == VG_OK) obj->capacity = total;
+    obj->capacity = vg_heap_device_total(h);
     return (PyObject *)obj;
 }
 

@@ -224,9 +224,7 @@ static PyObject *Heap_stats(HeapObject *self, PyObject *unused)
     if (!vgpy_heap_ready(self)) return NULL;
     PyObject *d = vgpy_stats_dict(self->heap);
     if (d) {
-        size_t free_bytes = 0, total = 0;
-        self->dev->ops->mem_info(self->dev, &free_bytes, &total);
-        PyObject *v = PyLong_FromSize_t(total);
+        PyObject *v = PyLong_FromSize_t(vg_heap_device_total(self->heap));
         if (!v || PyDict_SetItemString(d, "device_total_bytes", v) < 0) Py_CLEAR(d);
         Py_XDECREF(v);
     }

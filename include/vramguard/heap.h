@@ -5,7 +5,11 @@
  * and follows an empty-cache policy when the device or the budget says no.
  * Every decision it takes is counted in vg_stats.
  *
- * Thread safety: every vg_heap_* call takes the heap's lock once.
+ * Thread safety: every vg_heap_* call that reads or changes the heap takes
+ * the heap's lock once (vg_heap_device and vg_heap_policy_name read what
+ * never changes after vg_heap_create; create and destroy are the caller's
+ * to order). No lock holder ever runs Python or waits for the GIL, so the
+ * calls may be made with the GIL held.
  */
 #ifndef VRAMGUARD_HEAP_H
 #define VRAMGUARD_HEAP_H
@@ -145,9 +149,13 @@ void vg_heap_reset_accumulated(vg_heap *h);
 /* 0 = no budget (the device's capacity rules). Lowering it releases idle
  * segments until reserved memory fits, as far as live blocks allow. */
 int vg_heap_set_budget(vg_heap *h, size_t budget);
-size_t vg_heap_budget(const vg_heap *h);
+size_t vg_heap_budget(vg_heap *h);
 int vg_heap_set_gc_threshold(vg_heap *h, double fraction);
-double vg_heap_gc_threshold(const vg_heap *h);
+double vg_heap_gc_threshold(vg_heap *h);
+/* The device's total memory, as it said when the heap was created (0 if it
+ * could not say): for budget fractions and reports, without calling the
+ * provider outside the lock. */
+size_t vg_heap_device_total(vg_heap *h);
 
 void vg_heap_stats(vg_heap *h, vg_stats *out);
 void vg_heap_fragmentation(vg_heap *h, vg_fragmentation *out);
