@@ -121,3 +121,86 @@ def test_histogram_holds_every_class():
     for p in live:
         heap.free(p)
     assert heap.histogram() == []
+
+
+def replay_columns(pairs):
+    # alloc id i, free id i, for i in 0..pairs-1, sizes cycling over 1..64 KiB.
+    from array import array
+
+    kinds = array("B", [1, 2] * pairs)
+    ids = array("I", [i // 2 for i in range(2 * pairs)])
+    sizes = array("Q", [(1 + (i // 2) % 64) << 10 if i % 2 == 0 else 0 for i in range(2 * pairs)])
+    streams = array("Q", [0] * (2 * pairs))
+    return kinds.tobytes(), ids.tobytes(), sizes.tobytes(), streams.tobytes(), pairs
+
+
+def test_replay_lets_other_threads_run_and_refuses_the_heap_to_them():
+    # A replay releases the GIL, so a thread waiting for it runs at once; it
+    # finds the heap refused (the replay reads its counters as it goes), and
+    # other heaps usable.
+    import threading
+
+    from vramguard import Heap
+
+    heap, other = Heap(1 << 40), Heap(1 << 30)
+    columns = replay_columns(200_000)
+    seen = {"refused": None, "other_ops": 0}
+    done = threading.Event()
+
+    def neighbour():
+        while not done.is_set() and seen["refused"] is None:
+            other.free(other.malloc(4096))
+            seen["other_ops"] += 1
+            try:
+                heap.stats()
+            except RuntimeError as e:
+                seen["refused"] = str(e)
+
+    rounds = 0
+    while seen["refused"] is None and rounds < 20:
+        done.clear()
+        t = threading.Thread(target=neighbour)
+        t.start()
+        r = heap.replay(*columns)
+        done.set()
+        t.join()
+        rounds += 1
+        assert (r["ops"], r["allocs"], r["frees"], r["ooms"]) == (400_000, 200_000, 200_000, 0)
+    assert seen["refused"] is not None, "no thread ran during 20 replays"
+    assert "replaying a trace in another thread" in seen["refused"]
+    assert heap.stats()["allocation.all.current"] == 0
+    heap.check()
+    other.check()
+
+
+def test_waiting_calls_from_many_threads():
+    # synchronize and empty_cache release the GIL while they wait for the
+    # device: four threads calling them between deferred frees, exact counts.
+    import threading
+
+    from vramguard import Heap
+
+    heap = Heap(1 << 30)
+    errors = []
+
+    def worker(stream):
+        try:
+            for _ in range(200):
+                p = heap.malloc(1 << 20, stream)
+                heap.record_stream(p, stream + 100)
+                heap.free(p)
+                heap.synchronize()
+                heap.empty_cache()
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    s = heap.stats()
+    assert (s["allocation.all.allocated"], s["num_deferred_frees"], s["active.all.current"]) == (800, 800, 0)
+    assert s["num_empty_cache"] == 800
+    heap.check()

@@ -61,9 +61,38 @@ static void Heap_dealloc(HeapObject *self)
 
 int vgpy_heap_ready(HeapObject *self)
 {
-    if (self->heap) return 1;
-    PyErr_SetString(PyExc_RuntimeError, "Heap.__init__ was not called");
-    return 0;
+    if (!self->heap) {
+        PyErr_SetString(PyExc_RuntimeError, "Heap.__init__ was not called");
+        return 0;
+    }
+    if (self->replaying) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "this Heap is replaying a trace in another thread; use it after the replay");
+        return 0;
+    }
+    return 1;
+}
+
+/* Every heap call is thread-safe on its own; a replay is not a heap call but
+ * a sequence of them that reads the heap's counters as it goes, so it wants
+ * the heap alone. */
+int vgpy_heap_begin_unlocked(HeapObject *self, int exclusive)
+{
+    if (!vgpy_heap_ready(self)) return 0;
+    if (exclusive && self->gil_released_calls) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "this Heap is in use by another thread; a replay needs it alone");
+        return 0;
+    }
+    if (exclusive) self->replaying = 1;
+    else self->gil_released_calls++;
+    return 1;
+}
+
+void vgpy_heap_end_unlocked(HeapObject *self, int exclusive)
+{
+    if (exclusive) self->replaying = 0;
+    else self->gil_released_calls--;
 }
 
 /* ------------------------------------------------------------------ */
@@ -135,18 +164,27 @@ static PyObject *Heap_block_size(HeapObject *self, PyObject *addr_obj)
 /* Cache control and the simulated device                              */
 /* ------------------------------------------------------------------ */
 
+/* These wait for the device: other Python threads run meanwhile. */
 static PyObject *Heap_empty_cache(HeapObject *self, PyObject *unused)
 {
     (void)unused;
-    if (!vgpy_heap_ready(self)) return NULL;
-    return PyLong_FromSize_t(vg_heap_empty_cache(self->heap));
+    if (!vgpy_heap_begin_unlocked(self, 0)) return NULL;
+    size_t released;
+    Py_BEGIN_ALLOW_THREADS
+    released = vg_heap_empty_cache(self->heap);
+    Py_END_ALLOW_THREADS
+    vgpy_heap_end_unlocked(self, 0);
+    return PyLong_FromSize_t(released);
 }
 
 static PyObject *Heap_synchronize(HeapObject *self, PyObject *unused)
 {
     (void)unused;
-    if (!vgpy_heap_ready(self)) return NULL;
+    if (!vgpy_heap_begin_unlocked(self, 0)) return NULL;
+    Py_BEGIN_ALLOW_THREADS
     vg_heap_synchronize(self->heap);
+    Py_END_ALLOW_THREADS
+    vgpy_heap_end_unlocked(self, 0);
     Py_RETURN_NONE;
 }
 

@@ -34,11 +34,20 @@ typedef struct {
     uint64_t capacity;
     int borrowed;            /* a device heap: owned by device/heaps.c */
     const char *device_kind; /* for OOM messages: "Simulated device", "CUDA" */
+    /* Read and written with the GIL held, around calls that release it. */
+    int replaying;           /* a replay runs: every other call is refused */
+    int gil_released_calls;  /* calls in flight without the GIL */
 } HeapObject;
 
 extern PyType_Spec vgpy_heap_spec;
-/* 1 when __init__ ran, else 0 with RuntimeError set. */
+/* 1 when __init__ ran and no replay runs on the heap, else 0 with
+ * RuntimeError set. */
 int vgpy_heap_ready(HeapObject *self);
+/* Around a call that releases the GIL: begin returns 0 with RuntimeError set
+ * when the heap is not ready, or, for a replay (`exclusive`), when another
+ * call is in flight; the caller holds a reference to `self` throughout. */
+int vgpy_heap_begin_unlocked(HeapObject *self, int exclusive);
+void vgpy_heap_end_unlocked(HeapObject *self, int exclusive);
 
 /* py_replay.c: Heap methods for replay and recording, and module functions. */
 PyObject *vgpy_heap_replay(HeapObject *self, PyObject *args, PyObject *kwargs);

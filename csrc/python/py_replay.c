@@ -75,10 +75,18 @@ PyObject *vgpy_heap_replay(HeapObject *self, PyObject *args, PyObject *kwargs)
     if (nsamples && !samples) return PyErr_NoMemory();
     size_t window = nsamples ? (t.n + (size_t)nsamples - 1) / (size_t)nsamples : 1;
     vg_replay_result r;
-    /* The GIL stays held: the replay owns the heap and its simulated device,
-     * which other threads could otherwise touch (complete_stream does so
-     * without the heap's lock). A replay takes milliseconds. */
-    int rc = vg_replay(self->heap, &t, samples, (size_t)nsamples, window ? window : 1, &r);
+    int rc;
+    /* Other threads run during a long replay; the heap refuses them meanwhile
+     * (the replay reads its counters as it goes). The trace's bytes objects
+     * are immutable and held by the arguments. */
+    if (!vgpy_heap_begin_unlocked(self, 1)) {
+        PyMem_Free(samples);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = vg_replay(self->heap, &t, samples, (size_t)nsamples, window ? window : 1, &r);
+    Py_END_ALLOW_THREADS
+    vgpy_heap_end_unlocked(self, 1);
     if (rc != VG_OK) {
         PyMem_Free(samples);
         return PyErr_NoMemory();
@@ -112,7 +120,11 @@ PyObject *vgpy_trace_peak_live(PyObject *module, PyObject *args)
         PyErr_Format(PyExc_ValueError, "invalid trace at op %zu: %s", bad, err);
         return NULL;
     }
-    return PyLong_FromUnsignedLongLong(vg_trace_peak_live(&t));
+    uint64_t peak;
+    Py_BEGIN_ALLOW_THREADS /* the bytes objects are immutable and held by args */
+    peak = vg_trace_peak_live(&t);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromUnsignedLongLong(peak);
 }
 
 /* ------------------------------------------------------------------ */
