@@ -9,6 +9,7 @@ WARN = -Wall -Wextra -Werror -Wshadow
 CWARN = -std=c11 -D_GNU_SOURCE $(WARN) -Wstrict-prototypes -Wmissing-prototypes
 CXXWARN = -std=c++17 -D_GNU_SOURCE $(WARN)
 SAN = -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+TSAN = -O1 -g -fsanitize=thread -fno-omit-frame-pointer
 LIBS = -lpthread -ldl
 
 # The C library the tests link: the core and the device layer (the Python
@@ -18,8 +19,8 @@ INC = -Iinclude -Icsrc/core
 HDRS = $(wildcard include/vramguard/*.h csrc/*/*.h) tests/c/harness.h
 BUILD = build/c
 
-.PHONY: all test-c test-c-san bench check pytest clean
-C_TESTS = test_core test_devices test_cuda test_hook
+.PHONY: all test-c test-c-san test-c-tsan bench check pytest clean
+C_TESTS = test_core test_devices test_cuda test_hook test_threads
 all: $(C_TESTS:%=$(BUILD)/%)
 
 # Objects, plain and sanitized.
@@ -35,9 +36,16 @@ $(BUILD)/san/%.o: csrc/%.c $(HDRS)
 $(BUILD)/san/%.o: csrc/%.cc $(HDRS)
 	@mkdir -p $(@D)
 	$(CXX) $(SAN) $(CXXWARN) $(INC) -c $< -o $@
+$(BUILD)/tsan/%.o: csrc/%.c $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(TSAN) $(CWARN) $(INC) -c $< -o $@
+$(BUILD)/tsan/%.o: csrc/%.cc $(HDRS)
+	@mkdir -p $(@D)
+	$(CXX) $(TSAN) $(CXXWARN) $(INC) -c $< -o $@
 
 OBJ = $(LIB_SRC:csrc/%.c=$(BUILD)/obj/%.o)
 SAN_OBJ = $(LIB_SRC:csrc/%.c=$(BUILD)/san/%.o)
+TSAN_OBJ = $(LIB_SRC:csrc/%.c=$(BUILD)/tsan/%.o)
 HOOK = torch/torch_hook.o
 
 $(BUILD)/test_core: $(OBJ) tests/c/test_core.c $(HDRS)
@@ -48,6 +56,14 @@ $(BUILD)/test_devices: $(OBJ) tests/c/test_devices.c $(HDRS)
 	$(CC) $(CFLAGS) $(CWARN) $(INC) -o $@ $(OBJ) tests/c/test_devices.c $(LIBS)
 $(BUILD)/test_devices_san: $(SAN_OBJ) tests/c/test_devices.c $(HDRS)
 	$(CC) $(SAN) $(CWARN) $(INC) -o $@ $(SAN_OBJ) tests/c/test_devices.c $(LIBS)
+$(BUILD)/test_devices_tsan: $(TSAN_OBJ) tests/c/test_devices.c $(HDRS)
+	$(CC) $(TSAN) $(CWARN) $(INC) -o $@ $(TSAN_OBJ) tests/c/test_devices.c $(LIBS)
+$(BUILD)/test_threads: $(OBJ) tests/c/test_threads.c $(HDRS)
+	$(CC) $(CFLAGS) $(CWARN) $(INC) -o $@ $(OBJ) tests/c/test_threads.c $(LIBS)
+$(BUILD)/test_threads_san: $(SAN_OBJ) tests/c/test_threads.c $(HDRS)
+	$(CC) $(SAN) $(CWARN) $(INC) -o $@ $(SAN_OBJ) tests/c/test_threads.c $(LIBS)
+$(BUILD)/test_threads_tsan: $(TSAN_OBJ) tests/c/test_threads.c $(HDRS)
+	$(CC) $(TSAN) $(CWARN) $(INC) -o $@ $(TSAN_OBJ) tests/c/test_threads.c $(LIBS)
 
 # The CUDA provider's test runs over a small fake CUDA runtime, named as
 # older PyTorch wheels name theirs and linked in, so that it is already
@@ -61,11 +77,17 @@ $(BUILD)/test_cuda: $(OBJ) tests/c/test_cuda.c $(FAKE_CUDART) $(HDRS)
 	$(CC) $(CFLAGS) $(CWARN) $(INC) -o $@ $(OBJ) tests/c/test_cuda.c $(FAKE_LINK) $(LIBS)
 $(BUILD)/test_cuda_san: $(SAN_OBJ) tests/c/test_cuda.c $(FAKE_CUDART) $(HDRS)
 	$(CC) $(SAN) $(CWARN) $(INC) -o $@ $(SAN_OBJ) tests/c/test_cuda.c $(FAKE_LINK) $(LIBS)
+$(BUILD)/test_cuda_tsan: $(TSAN_OBJ) tests/c/test_cuda.c $(FAKE_CUDART) $(HDRS)
+	$(CC) $(TSAN) $(CWARN) $(INC) -o $@ $(TSAN_OBJ) tests/c/test_cuda.c $(FAKE_LINK) $(LIBS)
 
 $(BUILD)/test_core_san: $(SAN_OBJ) tests/c/test_core.c $(HDRS)
 	$(CC) $(SAN) $(CWARN) $(INC) -o $@ $(SAN_OBJ) tests/c/test_core.c $(LIBS)
 $(BUILD)/test_hook_san: $(SAN_OBJ) $(BUILD)/san/$(HOOK) tests/c/test_torch_hook.cc $(HDRS)
 	$(CXX) $(SAN) $(CXXWARN) $(INC) -o $@ $(SAN_OBJ) $(BUILD)/san/$(HOOK) tests/c/test_torch_hook.cc $(LIBS)
+$(BUILD)/test_core_tsan: $(TSAN_OBJ) tests/c/test_core.c $(HDRS)
+	$(CC) $(TSAN) $(CWARN) $(INC) -o $@ $(TSAN_OBJ) tests/c/test_core.c $(LIBS)
+$(BUILD)/test_hook_tsan: $(TSAN_OBJ) $(BUILD)/tsan/$(HOOK) tests/c/test_torch_hook.cc $(HDRS)
+	$(CXX) $(TSAN) $(CXXWARN) $(INC) -o $@ $(TSAN_OBJ) $(BUILD)/tsan/$(HOOK) tests/c/test_torch_hook.cc $(LIBS)
 $(BUILD)/bench_hot_path: $(LIB_SRC) bench/bench_hot_path.c $(HDRS)
 	@mkdir -p $(@D)
 	$(CC) -O2 -DNDEBUG $(CWARN) $(INC) -o $@ $(LIB_SRC) bench/bench_hot_path.c $(LIBS)
@@ -76,6 +98,23 @@ test-c: $(C_TESTS:%=$(BUILD)/%)
 test-c-san: $(C_TESTS:%=$(BUILD)/%_san)
 	set -e; for t in $(C_TESTS); do \
 	  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/$${t}_san; done
+
+# ThreadSanitizer: any data race fails the run. Its runtime needs its shadow
+# memory at fixed addresses, which kernels with more than 28 bits of mmap
+# randomisation (vm.mmap_rnd_bits = 32) can refuse ("unexpected memory
+# mapping"); the tests then run with ASLR off for their own process
+# (setarch -R, no root needed). When neither works the target fails and says
+# why: a sanitizer that cannot run is not a pass.
+TSAN_ENV = TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+test-c-tsan: $(C_TESTS:%=$(BUILD)/%_tsan)
+	@probe="$(BUILD)/test_threads_tsan no-test-is-named-this"; \
+	if $$probe >/dev/null 2>&1; then run=""; \
+	elif setarch "$$(uname -m)" -R $$probe >/dev/null 2>&1; then run="setarch $$(uname -m) -R"; \
+	else echo "ThreadSanitizer cannot run on this machine:"; $$probe; \
+	  echo "(vm.mmap_rnd_bits is $$(cat /proc/sys/vm/mmap_rnd_bits 2>/dev/null || echo unknown);" \
+	       "setarch -R did not help; try: sudo sysctl vm.mmap_rnd_bits=28)"; exit 1; fi; \
+	for t in $(C_TESTS); do echo "$(TSAN_ENV) $$run $(BUILD)/$${t}_tsan"; \
+	  $(TSAN_ENV) $$run $(BUILD)/$${t}_tsan || exit 1; done
 
 bench: $(BUILD)/bench_hot_path
 	$(BUILD)/bench_hot_path
@@ -94,7 +133,7 @@ $(VENV)/.installed: $(PY_SOURCES)
 pytest: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -q -rs
 
-check: test-c test-c-san pytest
+check: test-c test-c-san test-c-tsan pytest
 
 clean:
 	rm -rf build
