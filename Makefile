@@ -18,8 +18,8 @@ INC = -Iinclude -Icsrc/core
 HDRS = $(wildcard include/vramguard/*.h csrc/*/*.h) tests/c/harness.h
 BUILD = build/c
 
-.PHONY: all test-c test-c-san bench check pytest clean
-C_TESTS = test_core test_devices test_cuda test_hook
+.PHONY: all test-c test-c-san bench check pytest clean fuzz
+C_TESTS = test_core test_hostile test_devices test_cuda test_hook
 all: $(C_TESTS:%=$(BUILD)/%)
 
 # Objects, plain and sanitized.
@@ -42,6 +42,10 @@ HOOK = torch/torch_hook.o
 
 $(BUILD)/test_core: $(OBJ) tests/c/test_core.c $(HDRS)
 	$(CC) $(CFLAGS) $(CWARN) $(INC) -o $@ $(OBJ) tests/c/test_core.c $(LIBS)
+$(BUILD)/test_hostile: $(OBJ) tests/c/test_hostile.c $(HDRS)
+	$(CC) $(CFLAGS) $(CWARN) $(INC) -o $@ $(OBJ) tests/c/test_hostile.c $(LIBS)
+$(BUILD)/test_hostile_san: $(SAN_OBJ) tests/c/test_hostile.c $(HDRS)
+	$(CC) $(SAN) $(CWARN) $(INC) -o $@ $(SAN_OBJ) tests/c/test_hostile.c $(LIBS)
 $(BUILD)/test_hook: $(OBJ) $(BUILD)/obj/$(HOOK) tests/c/test_torch_hook.cc $(HDRS)
 	$(CXX) $(CFLAGS) $(CXXWARN) $(INC) -o $@ $(OBJ) $(BUILD)/obj/$(HOOK) tests/c/test_torch_hook.cc $(LIBS)
 $(BUILD)/test_devices: $(OBJ) tests/c/test_devices.c $(HDRS)

@@ -84,7 +84,7 @@ static PyObject *Heap_malloc(HeapObject *self, PyObject *args, PyObject *kwargs)
         vg_heap_alloc(self->heap, 0, (vg_stream_t)stream, NULL); /* counted */
         return PyLong_FromLong(0);
     }
-    vg_oom_info oom;
+    vg_oom_info oom = {0};
     void *p = vg_heap_alloc(self->heap, (size_t)size, (vg_stream_t)stream, &oom);
     if (!p) {
         vgpy_raise_oom(&oom, self->device_kind);
@@ -98,10 +98,11 @@ static PyObject *Heap_free(HeapObject *self, PyObject *addr_obj)
     uint64_t addr;
     if (!vgpy_heap_ready(self) || vgpy_as_u64(addr_obj, "address", &addr) < 0) return NULL;
     if (vg_heap_free(self->heap, (void *)(uintptr_t)addr) != VG_OK) {
+        char hex[24];
         PyErr_Format(PyExc_ValueError,
-                     "free(0x%llx): not a live block of this heap (never allocated, "
+                     "free(%s): not a live block of this heap (never allocated, "
                      "already freed, or not the start of a block)",
-                     (unsigned long long)addr);
+                     vgpy_hex(addr, hex, sizeof hex));
         return NULL;
     }
     Py_RETURN_NONE;
@@ -116,8 +117,9 @@ static PyObject *Heap_record_stream(HeapObject *self, PyObject *args)
     if (vgpy_as_u64(stream_obj, "stream", &stream) < 0) return NULL;
     int rc = vg_heap_record_stream(self->heap, (void *)(uintptr_t)addr, (vg_stream_t)stream);
     if (rc == VG_ERR_INVALID) {
-        PyErr_Format(PyExc_ValueError, "record_stream(0x%llx): not a live block of this heap",
-                     (unsigned long long)addr);
+        char hex[24];
+        PyErr_Format(PyExc_ValueError, "record_stream(%s): not a live block of this heap",
+                     vgpy_hex(addr, hex, sizeof hex));
         return NULL;
     }
     if (rc != VG_OK) return PyErr_NoMemory();
