@@ -84,6 +84,19 @@ def test_dict_key_nested_200000_deep_is_refused_before_unpickling(tmp_path):
     assert "refused at" in proc.stdout
 
 
+def test_memo_key_past_the_pickle_is_refused_before_the_unpickler_sizes_for_it(tmp_path):
+    # LONG_BINPUT 2**26: CPython's unpickler makes its memo array 2**27
+    # pointers long (1 GiB) for these 5 bytes. Found by fuzzing.
+    data = snapshot([ev("alloc", 1, 512)], protocol=2)
+    assert data[:2] == b"\x80\x02" and data[2:3] == b"}"
+    data = data[:3] + b"r" + struct.pack("<I", 1 << 26) + data[3:]
+    tracemalloc.start()
+    with pytest.raises(TraceFormatError, match=r"offset 3: .*memo key larger than the pickle"):
+        load_trace(write(tmp_path / "memo.pickle", data))
+    assert tracemalloc.get_traced_memory()[1] < 16 * MiB
+    tracemalloc.stop()
+
+
 def test_shallow_tuples_still_read(tmp_path):
     # The pre-check refuses depth, not tuples: a tuple-valued field is then
     # refused by its type, with the field named.

@@ -10,7 +10,10 @@
  * the stack, the memo maps keys to objects, MEMOIZE uses the count of keys.
  * Wherever the model is unsure, or the unpickler would fail anyway, the
  * walk refuses: it may refuse a pickle the unpickler would read, never
- * accept one holding a deeper tuple than it says. */
+ * accept one holding a deeper tuple than it says.
+ *
+ * It also refuses memo keys larger than the pickle: CPython's unpickler
+ * sizes its memo array from the largest key it is given. */
 #include "pickle_scan.h"
 
 #include <stdbool.h>
@@ -238,6 +241,10 @@ static const char *do_get(scanner *sc, uint64_t key)
 static const char *do_put(scanner *sc, uint64_t key)
 {
     if (sc->len <= fence(sc)) return ERR_UNDERFLOW;
+    /* The unpickler sizes its memo array from the key (twice it, 8 bytes
+     * each), and a pickler numbers keys from 0, one per object: a key past
+     * the pickle's own length is 5 bytes asking for gigabytes. */
+    if (key > sc->n) return "memo key larger than the pickle (would make the unpickler allocate for it)";
     return memo_put(&sc->memo, key, sc->stack[sc->len - 1]);
 }
 

@@ -13,9 +13,10 @@
 #define VG_PICKLE_MAX_TUPLE_DEPTH 100
 
 /* NULL when the pickle holds plain data only (no classes, no persistent
- * ids, no out-of-band buffers) and no tuple nested deeper than `max_depth`;
- * else a static message and *offset the byte of the opcode at fault. Runs
- * in time linear in `n`; its memory is bounded by `n` too. */
+ * ids, no out-of-band buffers), no tuple nested deeper than `max_depth` and
+ * no memo key larger than `n`; else a static message and *offset the byte
+ * of the opcode at fault. Runs in time linear in `n`; its memory is bounded
+ * by `n` too. */
 const char *vg_pickle_scan(const uint8_t *data, size_t n, unsigned max_depth, size_t *offset);
 
 #endif
