@@ -111,13 +111,14 @@ def load_trace(path, device=None, max_expansion=None):
     path = str(path)
     factor = _expansion_factor(max_expansion)
     with open(path, "rb") as f:
-        allowance = _Allowance(path, os.fstat(f.fileno()).st_size, factor)
-        if f.read(2) == b"\x1f\x8b":
-            f.seek(0)
-            data = _inflate(f, path, allowance)
-        else:
-            f.seek(0)
-            data = f.read()
+        return _read(f, path, device, _Allowance(path, os.fstat(f.fileno()).st_size, factor))
+
+
+def _read(f, path, device, allowance):
+    """A Trace from an open binary file of any format load_trace reads."""
+    gzipped = f.read(2) == b"\x1f\x8b"
+    f.seek(0)
+    data = _inflate(f, path, allowance) if gzipped else f.read()
     if data.startswith(MAGIC):
         return parse_vgtrace(data, path)
     if data[:1] == b"\x80":
