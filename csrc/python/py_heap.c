@@ -330,7 +330,8 @@ static PyMethodDef Heap_methods[] = {
     {"reset_peaks", (PyCFunction)Heap_reset_peaks, METH_NOARGS,
      "reset_peaks()\n\nSet every peak to its current value."},
     {"reset_accumulated", (PyCFunction)Heap_reset_accumulated, METH_NOARGS,
-     "reset_accumulated()\n\nTotals restart from the current values, counters from 0."},
+     "reset_accumulated()\n\nTotals (allocated, freed) and counters restart from 0, as "
+     "torch.cuda.reset_accumulated_memory_stats() does."},
     {"complete_stream", (PyCFunction)Heap_complete_stream, METH_VARARGS,
      "complete_stream(stream, device=-1)\n\nSimulated device: all work queued on `stream` (of "
      "`device`, else of this heap's own) has finished."},
@@ -353,9 +354,11 @@ static PyMethodDef Heap_methods[] = {
      "check()\n\nVerify every invariant; raises AssertionError naming the first broken one."},
     {"replay", (PyCFunction)(void (*)(void))vgpy_heap_replay, METH_VARARGS | METH_KEYWORDS,
      "replay(kinds, ids, sizes, streams, nids, samples=1000) -> dict\n\nDrive the heap with "
-     "a columnar trace (bytes: u8 kinds, u32 ids, u64 sizes, u64 streams)."},
+     "a columnar trace (bytes: u8 kinds, u32 ids, u64 sizes, u64 streams). Not on a device "
+     "heap (RuntimeError): a replay needs a heap nobody else uses."},
     {"history_start", (PyCFunction)(void (*)(void))vgpy_heap_history_start, METH_VARARGS | METH_KEYWORDS,
-     "history_start(capacity=1048576)\n\nRecord events into a fresh ring of `capacity` events."},
+     "history_start(capacity=1048576)\n\nRecord events into a fresh ring of `capacity` events. "
+     "RuntimeError while a recording runs or a stopped one's events are not yet taken."},
     {"history_stop", (PyCFunction)vgpy_heap_history_stop, METH_NOARGS,
      "history_stop()\n\nStop recording; events stay until taken."},
     {"history_take", (PyCFunction)vgpy_heap_history_take, METH_NOARGS,
