@@ -260,6 +260,25 @@ def test_header_counts_the_file_cannot_hold(tmp_path):
         load_trace(write(tmp_path / "ids.vgtrace", data))
 
 
+def vgtrace_with_meta(meta):
+    body = meta + bytes([1, 2]) + b"\0" * 8 + struct.pack("<Q", 512) + b"\0" * 8 + b"\0" * 16
+    return _HEADER.pack(MAGIC, 1, 0, len(meta), 2, 1, zlib.crc32(body)) + body
+
+
+@pytest.mark.parametrize(
+    "meta, what",
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "bad metadata: maximum recursion depth"),
+        (b'{"recorded_peak_reserved_bytes": "lots"}', "bad metadata: 'recorded_peak_reserved_bytes' must be an int .*not a str"),
+        (b'{"recorded_peak_reserved_bytes": -5}', "bad metadata: 'recorded_peak_reserved_bytes' must be an int .*not -5"),
+        (b'{"name": [[[]]]}', "bad metadata: 'name' must be a str, not a list"),
+    ],
+)
+def test_metadata_vramguard_reads_is_type_checked(tmp_path, meta, what):
+    with pytest.raises(TraceFormatError, match=r"offset 32: " + what):
+        load_trace(write(tmp_path / "m.vgtrace", vgtrace_with_meta(meta)))
+
+
 def test_core_refuses_more_ids_than_ops():
     t = Trace("x")
     t.free(t.alloc(MiB))

@@ -229,6 +229,25 @@ def save_trace(trace, path, compress=None):
         f.write(data)
 
 
+#: Metadata vramguard itself reads, and the types it reads them as; the
+#: rest is carried along as it is.
+_META_TYPES = {
+    "name": (str,), "source": (str,), "recorded_peak_reserved_bytes": (int, type(None)),
+    "recorded_reserved_start_bytes": (int, type(None)),
+}
+
+
+def _check_meta(meta):
+    if not isinstance(meta, dict):
+        raise ValueError("metadata is not an object")
+    for key, types in _META_TYPES.items():
+        value = meta.get(key)
+        if key in meta and (type(value) not in types or (type(value) is int and not 0 <= value <= MAX_STREAM)):
+            want = "a str" if str in types else "an int from 0 to 2**64-1 or null"
+            got = value if type(value) is int else f"a {type(value).__name__}"
+            raise ValueError(f"'{key}' must be {want}, not {got}")
+
+
 def parse_vgtrace(data, path):
     """A Trace from the bytes of a vramguard trace file."""
     if len(data) < _HEADER.size:
@@ -252,9 +271,8 @@ def parse_vgtrace(data, path):
         raise TraceFormatError(path, _HEADER.size, "checksum mismatch: the file is corrupt")
     try:
         meta = json.loads(bytes(body[:meta_len]).decode())
-        if not isinstance(meta, dict):
-            raise ValueError("metadata is not an object")
-    except ValueError as exc:
+        _check_meta(meta)
+    except (ValueError, RecursionError) as exc:  # JSON nested past the recursion limit
         raise TraceFormatError(path, _HEADER.size, f"bad metadata: {exc}") from None
     trace = Trace(meta.pop("name", "trace"), meta)
     offset = _HEADER.size + meta_len
