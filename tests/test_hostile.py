@@ -211,6 +211,12 @@ def test_gzip_that_inflates_past_the_cap_is_refused_early(tmp_path, monkeypatch)
         load_trace(p)
 
 
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+def test_an_endless_file_is_read_within_bounds():
+    with pytest.raises(TraceFormatError, match="reads as more than 128 times the file's 0 bytes"):
+        load_trace("/dev/zero")
+
+
 def shared_record_pickle(n):
     """A snapshot whose segments list names one segment `n` times, whose
     blocks list names one live block `n` times: n * n allocations live at

@@ -80,23 +80,26 @@ class _Allowance:
             self.refuse("its snapshot names records whose ops would take")
 
 
-def _inflate(f, path, allowance):
-    """The decompressed bytes of a gzip file, read a chunk at a time and
-    never past the allowance."""
+def _read_capped(f, allowance, what):
+    """All of `f`, a chunk at a time, never past the allowance."""
     chunks, total = [], 0
+    while True:
+        chunk = f.read(_CHUNK)
+        if not chunk:
+            return b"".join(chunks)
+        total += len(chunk)
+        if total > allowance.bytes:
+            allowance.refuse(what)
+        chunks.append(chunk)
+
+
+def _inflate(f, path, allowance):
+    """The decompressed bytes of a gzip file, never past the allowance."""
     try:
         with gzip.GzipFile(fileobj=f, mode="rb") as z:
-            while True:
-                chunk = z.read(_CHUNK)
-                if not chunk:
-                    break
-                total += len(chunk)
-                if total > allowance.bytes:
-                    allowance.refuse("it decompresses to")
-                chunks.append(chunk)
+            return _read_capped(z, allowance, "it decompresses to")
     except (OSError, EOFError, zlib.error) as exc:
         raise TraceFormatError(path, 0, f"broken gzip stream: {exc}") from None
-    return b"".join(chunks)
 
 
 # ------------------------------------------------------------------ dispatch
@@ -116,9 +119,12 @@ def load_trace(path, device=None, max_expansion=None):
 
 def _read(f, path, device, allowance):
     """A Trace from an open binary file of any format load_trace reads."""
-    gzipped = f.read(2) == b"\x1f\x8b"
-    f.seek(0)
-    data = _inflate(f, path, allowance) if gzipped else f.read()
+    head = f.read(2)
+    if head == b"\x1f\x8b":
+        f.seek(0)
+        data = _inflate(f, path, allowance)
+    else:  # not seekable, maybe, and endless (/dev/zero): read on, within bounds
+        data = head + _read_capped(f, allowance, "it reads as")
     if data.startswith(MAGIC):
         return parse_vgtrace(data, path)
     if data[:1] == b"\x80":
