@@ -1,7 +1,7 @@
 /* libFuzzer harness: the fuzzer's bytes are a program of heap operations
  * (alloc, free, double free, record_stream, empty_cache, set_budget,
  * set_gc_threshold, synchronize, stream completion, resets) on a simulated
- * device that refuses reserves at random. After every operation the heap's
+ * device that refuses reserves at random and fails with device errors. After every operation the heap's
  * own check must pass and the harness's model must agree with it: live
  * blocks never overlap, a freed block is unknown to the heap, the live
  * count is the heap's, and at the end everything goes back to the device. */
@@ -60,6 +60,8 @@ static void do_alloc(world *w, fuzz_input *in)
     void *p = vg_heap_alloc(w->heap, size, stream, &oom);
     if (!p) {
         FUZZ_ASSERT(size == 0 || oom.requested == size, "OOM record of %zu for %zu", oom.requested, size);
+        FUZZ_ASSERT(size == 0 || oom.status == VG_ERR_NOMEM || oom.status == VG_ERR_DEVICE,
+                    "failure status %d", oom.status);
         return;
     }
     uintptr_t a = (uintptr_t)p;
@@ -107,7 +109,7 @@ static void do_record_stream(world *w, fuzz_input *in)
 
 static void do_settings(world *w, fuzz_input *in)
 {
-    switch (fuzz_take(in, 1) % 5) {
+    switch (fuzz_take(in, 1) % 6) {
     case 0: {
         size_t budget = (size_t)(fuzz_take(in, 2) * 8 * MiB);
         FUZZ_ASSERT(vg_heap_set_budget(w->heap, budget) == VG_OK, "set_budget");
@@ -126,7 +128,12 @@ static void do_settings(world *w, fuzz_input *in)
     }
     case 2: vg_heap_reset_peaks(w->heap); break;
     case 3: vg_heap_reset_accumulated(w->heap); break;
-    default: vg_sim_fail_nth(w->dev, fuzz_take(in, 1) % 4); break;
+    case 4: vg_sim_fail_nth(w->dev, fuzz_take(in, 1) % 4); break;
+    default: { /* a device error that is not an out-of-memory, maybe sticky */
+        uint64_t v = fuzz_take(in, 1);
+        vg_sim_fail_device(w->dev, (v >> 1) % 4, (int)(v & 1));
+        break;
+    }
     }
 }
 
@@ -162,6 +169,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_world(&w);
     }
     while (w.nlive) FUZZ_ASSERT(vg_heap_free(w.heap, (void *)w.live[--w.nlive].addr) == VG_OK, "final free");
+    vg_sim_fail_device(w.dev, 0, 0); /* a device that recovered gives everything back */
     vg_heap_synchronize(w.heap);
     vg_heap_empty_cache(w.heap);
     check_world(&w);
