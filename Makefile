@@ -19,8 +19,8 @@ INC = -Iinclude -Icsrc/core
 HDRS = $(wildcard include/vramguard/*.h csrc/*/*.h) tests/c/harness.h
 BUILD = build/c
 
-.PHONY: all test-c test-c-san test-c-tsan bench check pytest clean
-C_TESTS = test_core test_devices test_cuda test_hook test_threads
+.PHONY: all test-c test-c-san test-c-tsan bench check pytest clean fuzz
+C_TESTS = test_core test_hostile test_devices test_cuda test_hook test_threads
 all: $(C_TESTS:%=$(BUILD)/%)
 
 # Objects, plain and sanitized.
@@ -50,6 +50,12 @@ HOOK = torch/torch_hook.o
 
 $(BUILD)/test_core: $(OBJ) tests/c/test_core.c $(HDRS)
 	$(CC) $(CFLAGS) $(CWARN) $(INC) -o $@ $(OBJ) tests/c/test_core.c $(LIBS)
+$(BUILD)/test_hostile: $(OBJ) tests/c/test_hostile.c $(HDRS)
+	$(CC) $(CFLAGS) $(CWARN) $(INC) -o $@ $(OBJ) tests/c/test_hostile.c $(LIBS)
+$(BUILD)/test_hostile_san: $(SAN_OBJ) tests/c/test_hostile.c $(HDRS)
+	$(CC) $(SAN) $(CWARN) $(INC) -o $@ $(SAN_OBJ) tests/c/test_hostile.c $(LIBS)
+$(BUILD)/test_hostile_tsan: $(TSAN_OBJ) tests/c/test_hostile.c $(HDRS)
+	$(CC) $(TSAN) $(CWARN) $(INC) -o $@ $(TSAN_OBJ) tests/c/test_hostile.c $(LIBS)
 $(BUILD)/test_hook: $(OBJ) $(BUILD)/obj/$(HOOK) tests/c/test_torch_hook.cc $(HDRS)
 	$(CXX) $(CFLAGS) $(CXXWARN) $(INC) -o $@ $(OBJ) $(BUILD)/obj/$(HOOK) tests/c/test_torch_hook.cc $(LIBS)
 $(BUILD)/test_devices: $(OBJ) tests/c/test_devices.c $(HDRS)
@@ -134,6 +140,39 @@ pytest: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -q -rs
 
 check: test-c test-c-san test-c-tsan pytest
+
+# Fuzzing (not in CI): libFuzzer harnesses, built with clang under ASan and
+# UBSan, each run FUZZ_SECONDS from a corpus kept in build/fuzz/corpus;
+# then the Python readers under atheris when it is installed in .venv.
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 120
+FUZZ_FLAGS = -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	-fno-omit-frame-pointer $(CWARN) $(INC) -Icsrc/python -Itests/fuzz
+FUZZ = build/fuzz
+FUZZ_RUN = -max_total_time=$(FUZZ_SECONDS) -timeout=10 -max_len=8192 -print_final_stats=1
+FUZZ_HDRS = $(HDRS) tests/fuzz/fuzz_input.h csrc/python/pickle_scan.h
+
+$(FUZZ)/heap_ops: $(LIB_SRC) tests/fuzz/fuzz_heap_ops.c $(FUZZ_HDRS)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $(LIB_SRC) tests/fuzz/fuzz_heap_ops.c $(LIBS)
+$(FUZZ)/trace: $(LIB_SRC) tests/fuzz/fuzz_trace.c $(FUZZ_HDRS)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $(LIB_SRC) tests/fuzz/fuzz_trace.c $(LIBS)
+$(FUZZ)/pickle_scan: csrc/python/pickle_scan.c tests/fuzz/fuzz_pickle_scan.c $(FUZZ_HDRS)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ csrc/python/pickle_scan.c tests/fuzz/fuzz_pickle_scan.c
+
+fuzz: $(FUZZ)/heap_ops $(FUZZ)/trace $(FUZZ)/pickle_scan $(VENV)/.installed
+	mkdir -p $(FUZZ)/corpus/heap_ops $(FUZZ)/corpus/trace $(FUZZ)/corpus/pickle $(FUZZ)/corpus/readers
+	$(VENV)/bin/python tests/fuzz/fuzz_support.py $(FUZZ)/corpus/pickle
+	$(VENV)/bin/python tests/fuzz/fuzz_support.py $(FUZZ)/corpus/readers
+	$(FUZZ)/heap_ops $(FUZZ_RUN) $(FUZZ)/corpus/heap_ops
+	$(FUZZ)/trace $(FUZZ_RUN) $(FUZZ)/corpus/trace
+	$(FUZZ)/pickle_scan $(FUZZ_RUN) $(FUZZ)/corpus/pickle
+	if $(VENV)/bin/python -c "import atheris" 2>/dev/null; then \
+		PYTHONPATH=tests/fuzz $(VENV)/bin/python tests/fuzz/fuzz_readers.py $(FUZZ_RUN) $(FUZZ)/corpus/readers; \
+	else echo "atheris is not installed in $(VENV): the Python readers were not fuzzed" \
+		"($(VENV)/bin/pip install atheris)"; fi
 
 clean:
 	rm -rf build

@@ -349,7 +349,7 @@ static void defer_free(vg_heap *h, vg_block *blk)
 vg_heap *vg_heap_create(vg_device *dev, const vg_heap_config *cfg)
 {
     if (!dev || !dev->ops) return NULL;
-    if (cfg && (cfg->gc_threshold < 0.0 || cfg->gc_threshold > 1.0)) return NULL;
+    if (cfg && !vg_valid_fraction(cfg->gc_threshold)) return NULL;
     vg_heap *h = calloc(1, sizeof *h);
     if (!h) return NULL;
     if (vg__map_init(&h->live, 1024) != VG_OK) {
@@ -637,7 +637,7 @@ size_t vg_heap_budget(vg_heap *h)
 
 int vg_heap_set_gc_threshold(vg_heap *h, double fraction)
 {
-    if (!(fraction >= 0.0 && fraction <= 1.0)) return VG_ERR_ARG;
+    if (!vg_valid_fraction(fraction)) return VG_ERR_ARG;
     vg_lock_acquire(&h->lock);
     h->gc_threshold = fraction;
     vg_lock_release(&h->lock);

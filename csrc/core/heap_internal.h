@@ -146,6 +146,9 @@ void vg__history_destroy(vg_history *r);
 
 #define VG_BLOCK_SLAB 256
 
+/* The vg_stat arrays of vg_stats that keep totals (allocated, freed). */
+#define VG_TOTALED_STATS 7
+
 typedef struct vg_slab {
     struct vg_slab *next;
 } vg_slab;
@@ -173,6 +176,9 @@ struct vg_heap {
     size_t free_blocks;
 
     vg_stats stats;
+    /* Each totaled stat's current at the last reset_accumulated, so that
+     * allocated - freed == current - base always holds (stats.c). */
+    int64_t totals_base[VG_TOTALED_STATS][VG_STAT_TYPES];
     uint64_t live_per_bin[VG_NBINS];
     vg_history *history;         /* the ring, kept after a stop until taken */
     bool recording;              /* recording into it now */
@@ -215,22 +221,31 @@ void vg__collect_before_growth(vg_heap *h, size_t growth);
 
 /* stats.c, with the heap locked. */
 void vg__fragmentation_locked(vg_heap *h, vg_fragmentation *out);
+/* allocated - freed == current - (current at the last reset), every stat. */
+bool vg__totals_consistent(vg_heap *h);
 
 /* ------------------------------------------------------------------ */
 /* Stats helpers (hot path, so inline)                                 */
 /* ------------------------------------------------------------------ */
 
+/* Totals only grow: 2^63 bytes of churn is reachable (131,072 segments of
+ * 128 TiB), so they wrap, as unsigned numbers do, rather than overflow. */
+static inline int64_t vg__total_add(int64_t total, int64_t v)
+{
+    return (int64_t)((uint64_t)total + (uint64_t)v);
+}
+
 static inline void vg__stat_add(vg_stat *s, int64_t v)
 {
     s->current += v;
-    s->allocated += v;
+    s->allocated = vg__total_add(s->allocated, v);
     if (s->current > s->peak) s->peak = s->current;
 }
 
 static inline void vg__stat_sub(vg_stat *s, int64_t v)
 {
     s->current -= v;
-    s->freed += v;
+    s->freed = vg__total_add(s->freed, v);
 }
 
 /* Add to the all-pools entry and the pool's own. */

@@ -50,6 +50,13 @@ void vg__history_destroy(vg_history *t)
     free(t);
 }
 
+/* Whether a ring still holds events a reader has not taken (its dropped
+ * count is told by every take, so it is never left untold). */
+static bool untaken(const vg_history *t)
+{
+    return t && t->count;
+}
+
 int vg_heap_history_start(vg_heap *h, size_t capacity)
 {
     if (capacity == 0 || capacity > ((size_t)1 << 32)) return VG_ERR_ARG;
@@ -61,13 +68,18 @@ int vg_heap_history_start(vg_heap *h, size_t capacity)
         return VG_ERR_NOMEM;
     }
     t->capacity = capacity;
+    /* One ring, one reader: a second start would throw away what the first
+     * recording has not taken yet, so it is refused instead. */
     vg_lock_acquire(&h->lock);
     vg_history *old = h->history;
-    h->history = t;
-    h->recording = true;
+    bool busy = h->recording || untaken(old);
+    if (!busy) {
+        h->history = t;
+        h->recording = true;
+    }
     vg_lock_release(&h->lock);
-    vg__history_destroy(old);
-    return VG_OK;
+    vg__history_destroy(busy ? t : old);
+    return busy ? VG_ERR_BUSY : VG_OK;
 }
 
 void vg_heap_history_stop(vg_heap *h)

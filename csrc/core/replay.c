@@ -14,34 +14,62 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+const char vg_trace_out_of_memory[] = "out of host memory";
+
+_Static_assert(VG_MAX_REQUEST == (size_t)1 << 47, "op_fault's message names 128 TiB");
+
+/* The first fault of one op, given which ids are live before it. */
+static const char *op_fault(const vg_trace_ops *t, size_t i, const uint8_t *live)
+{
+    uint8_t kind = t->kinds[i];
+    if (kind == VG_OP_EMPTY_CACHE || kind == VG_OP_SYNCHRONIZE) return NULL;
+    if (kind != VG_OP_ALLOC && kind != VG_OP_FREE) return "unknown op kind";
+    if (t->ids[i] >= t->nids) return "allocation id out of range";
+    if (kind == VG_OP_FREE) return live[t->ids[i]] ? NULL : "free of an id that is not live";
+    if (live[t->ids[i]]) return "id allocated again while live";
+    if (t->sizes[i] == 0) return "allocation of 0 bytes";
+    if (t->sizes[i] > VG_MAX_REQUEST) return "allocation larger than any heap serves (128 TiB)";
+    return NULL;
+}
+
 const char *vg_trace_validate(const vg_trace_ops *t, size_t *bad_op)
 {
+    /* Every id is allocated by an op, so a count above the ops is a lie
+     * that would size the arrays below (and a replay's) from nothing. */
+    if (t->nids > t->n) {
+        if (bad_op) *bad_op = SIZE_MAX;
+        return "more allocation ids than ops";
+    }
     uint8_t *live = calloc(t->nids ? t->nids : 1, 1);
-    if (!live) return "out of host memory";
+    if (!live) {
+        if (bad_op) *bad_op = SIZE_MAX;
+        return vg_trace_out_of_memory;
+    }
     const char *err = NULL;
     size_t i = 0;
-    for (; i < t->n && !err; i++) {
-        uint8_t kind = t->kinds[i];
-        if (kind == VG_OP_EMPTY_CACHE || kind == VG_OP_SYNCHRONIZE) continue;
-        if (kind != VG_OP_ALLOC && kind != VG_OP_FREE) err = "unknown op kind";
-        else if (t->ids[i] >= t->nids) err = "allocation id out of range";
-        else if (kind == VG_OP_ALLOC && live[t->ids[i]]) err = "id allocated again while live";
-        else if (kind == VG_OP_ALLOC && t->sizes[i] == 0) err = "allocation of 0 bytes";
-        else if (kind == VG_OP_FREE && !live[t->ids[i]]) err = "free of an id that is not live";
-        else live[t->ids[i]] = kind == VG_OP_ALLOC;
+    for (; i < t->n; i++) {
+        err = op_fault(t, i, live);
+        if (err) break;
+        if (t->kinds[i] == VG_OP_ALLOC || t->kinds[i] == VG_OP_FREE)
+            live[t->ids[i]] = t->kinds[i] == VG_OP_ALLOC;
     }
-    if (err && bad_op) *bad_op = i - 1;
+    if (err && bad_op) *bad_op = i;
     free(live);
     return err;
 }
 
-uint64_t vg_trace_peak_live(const vg_trace_ops *t)
+int vg_trace_peak_live(const vg_trace_ops *t, uint64_t *peak_out)
 {
     uint64_t *size_of = calloc(t->nids ? t->nids : 1, sizeof *size_of);
-    if (!size_of) return 0;
+    if (!size_of) return VG_ERR_NOMEM;
     uint64_t live = 0, peak = 0;
+    int rc = VG_OK;
     for (size_t i = 0; i < t->n; i++) {
         if (t->kinds[i] == VG_OP_ALLOC) {
+            if (t->sizes[i] > UINT64_MAX - live) {
+                rc = VG_ERR_ARG; /* more than 2^64 bytes live at once */
+                break;
+            }
             size_of[t->ids[i]] = t->sizes[i];
             live += t->sizes[i];
             if (live > peak) peak = live;
@@ -50,7 +78,8 @@ uint64_t vg_trace_peak_live(const vg_trace_ops *t)
         }
     }
     free(size_of);
-    return peak;
+    if (rc == VG_OK) *peak_out = peak;
+    return rc;
 }
 
 typedef struct window {

@@ -34,24 +34,49 @@ void vg_heap_reset_peaks(vg_heap *h)
     vg_lock_release(&h->lock);
 }
 
-static void reset_totals(vg_stat *s)
+/* The stats with totals, in the order of heap_internal.h's totals_base. */
+static const size_t stats_with_totals[VG_TOTALED_STATS] = {
+    offsetof(vg_stats, requested_bytes), offsetof(vg_stats, allocated_bytes),
+    offsetof(vg_stats, allocation),      offsetof(vg_stats, active),
+    offsetof(vg_stats, active_bytes),    offsetof(vg_stats, reserved_bytes),
+    offsetof(vg_stats, segment),
+};
+
+static vg_stat *stat_at(vg_stats *st, size_t k)
 {
-    for (int i = 0; i < VG_STAT_TYPES; i++) {
-        s[i].allocated = s[i].current;
-        s[i].freed = 0;
-    }
+    return (vg_stat *)(void *)((char *)st + stats_with_totals[k]);
 }
 
+/* As PyTorch's Stat::reset_accumulated: allocated and freed restart from 0.
+ * Where current stood is kept so that the check still holds them to it. */
 void vg_heap_reset_accumulated(vg_heap *h)
 {
     vg_lock_acquire(&h->lock);
     vg_stats *st = &h->stats;
-    vg_stat *all[] = {st->requested_bytes, st->allocated_bytes, st->allocation, st->active,
-                      st->active_bytes, st->reserved_bytes, st->segment};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) reset_totals(all[i]);
+    for (size_t k = 0; k < VG_TOTALED_STATS; k++) {
+        vg_stat *s = stat_at(st, k);
+        for (int i = 0; i < VG_STAT_TYPES; i++) {
+            h->totals_base[k][i] = s[i].current;
+            s[i].allocated = 0;
+            s[i].freed = 0;
+        }
+    }
     /* The counters follow the last of the stats, up to the end. */
     memset(&st->num_device_alloc, 0, sizeof *st - offsetof(vg_stats, num_device_alloc));
     vg_lock_release(&h->lock);
+}
+
+bool vg__totals_consistent(vg_heap *h)
+{
+    for (size_t k = 0; k < VG_TOTALED_STATS; k++) {
+        const vg_stat *s = stat_at(&h->stats, k);
+        for (int i = 0; i < VG_STAT_TYPES; i++) {
+            /* In unsigned arithmetic, as the totals wrap (heap_internal.h). */
+            uint64_t net = (uint64_t)s[i].allocated - (uint64_t)s[i].freed;
+            if (net != (uint64_t)s[i].current - (uint64_t)h->totals_base[k][i]) return false;
+        }
+    }
+    return true;
 }
 
 void vg__fragmentation_locked(vg_heap *h, vg_fragmentation *out)

@@ -35,7 +35,8 @@ const char *vg_devices_error(void)
     return last_error;
 }
 
-/* The budget a device gets: a fraction of its total, or bytes. */
+/* The budget a device gets: a fraction of its total, or bytes. The
+ * fraction is a vg_valid_fraction, so the product fits in size_t. */
 static size_t budget_for(size_t total, size_t budget, double fraction)
 {
     if (fraction <= 0.0 || !total) return budget;
@@ -99,8 +100,7 @@ vg_heap *vg_devices_existing(int device)
 
 int vg_devices_configure(size_t budget, double budget_fraction, double gc_threshold)
 {
-    if (budget_fraction < 0.0 || budget_fraction > 1.0) return VG_ERR_ARG;
-    if (gc_threshold < 0.0 || gc_threshold > 1.0) return VG_ERR_ARG;
+    if (!vg_valid_fraction(budget_fraction) || !vg_valid_fraction(gc_threshold)) return VG_ERR_ARG;
     pthread_mutex_lock(&registry);
     settings.budget = budget;
     settings.budget_fraction = budget_fraction;
@@ -117,7 +117,7 @@ int vg_devices_configure(size_t budget, double budget_fraction, double gc_thresh
 
 int vg_devices_set_budget(int device, size_t budget, double budget_fraction)
 {
-    if (budget_fraction < 0.0 || budget_fraction > 1.0) return VG_ERR_ARG;
+    if (!vg_valid_fraction(budget_fraction)) return VG_ERR_ARG;
     vg_heap *h = vg_devices_heap(device);
     if (!h) return VG_ERR_DEVICE;
     return vg_heap_set_budget(h, budget_for(vg_heap_device_total(h), budget, budget_fraction));

@@ -3,7 +3,9 @@
  *
  * Addresses are handed out by a bump pointer and never reused, so a stale
  * pointer can never alias a newer segment (tests rely on that to catch
- * use-after-release). 2^64 bytes of address space outlast any test.
+ * use-after-release). The pointer never wraps: once the space up to SIM_END
+ * is spent (2^64 bytes reserved in all, 131,072 segments of 128 TiB) every
+ * reserve says VG_ERR_NOMEM, so no address is handed out twice, and none is 0.
  *
  * Events: each stream counts the events recorded on it and how many of them
  * have completed. An event is (stream slot, sequence number) packed into the
@@ -28,6 +30,8 @@
 #include <stdlib.h>
 
 #define SIM_BASE ((uintptr_t)1 << 40)
+/* The end of the address space, granule-aligned as every address is. */
+#define SIM_END (UINTPTR_MAX & ~(uintptr_t)(VG_SEGMENT_GRANULE - 1))
 #define SIM_MAX_STREAMS 4096
 
 typedef struct sim_stream {
@@ -102,6 +106,9 @@ static int sim_reserve(vg_device *dev, size_t size, uintptr_t *addr)
     if (device_failing(sim)) return device_error(sim, "cudaMalloc");
     if (injected_fault(sim)) return VG_ERR_NOMEM;
     if (size > sim->capacity - sim->used) return VG_ERR_NOMEM;
+    /* next_addr and SIM_END are granule-aligned, so a size that fits fits
+     * rounded up too, and the rounding cannot overflow. */
+    if (size > SIM_END - sim->next_addr) return VG_ERR_NOMEM;
     sim->used += size;
     *addr = sim->next_addr;
     sim->next_addr += (size + VG_SEGMENT_GRANULE - 1) & ~(VG_SEGMENT_GRANULE - 1);
@@ -118,7 +125,9 @@ static int sim_release(vg_device *dev, uintptr_t addr, size_t size)
 static int sim_mem_info(vg_device *dev, size_t *free_bytes, size_t *total_bytes)
 {
     vg_sim *sim = as_sim(dev);
-    *free_bytes = sim->capacity - sim->used;
+    size_t unused = sim->capacity - sim->used, space_left = SIM_END - sim->next_addr;
+    /* Once the address space runs low it is what limits the next reserve. */
+    *free_bytes = unused < space_left ? unused : space_left;
     *total_bytes = sim->capacity;
     return VG_OK;
 }

@@ -10,6 +10,11 @@
 
 int vgpy_as_u64(PyObject *obj, const char *what, uint64_t *out)
 {
+    /* True is an int to Python, never a size or an address to a person. */
+    if (PyBool_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int, not bool", what);
+        return -1;
+    }
     if (!PyLong_Check(obj)) {
         PyErr_Format(PyExc_TypeError, "%s must be an int, not %R", what, (PyObject *)Py_TYPE(obj));
         return -1;
@@ -47,18 +52,50 @@ int vgpy_as_budget(PyObject *obj, uint64_t *out)
     return 0;
 }
 
+static int fraction_error(PyObject *obj, const char *what)
+{
+    PyErr_Format(PyExc_ValueError, "%s must be a fraction in (0, 1], got %R", what, obj);
+    return -1;
+}
+
 int vgpy_as_fraction(PyObject *obj, const char *what, double *out)
 {
     *out = 0.0;
     if (!obj || obj == Py_None) return 0;
-    double v = PyFloat_AsDouble(obj);
-    if (v == -1.0 && PyErr_Occurred()) return -1;
-    if (!(v > 0.0 && v <= 1.0)) {
-        PyErr_Format(PyExc_ValueError, "%s must be a fraction in (0, 1], got %R", what, obj);
+    if (PyBool_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a number, not bool", what);
         return -1;
     }
+    double v = PyFloat_AsDouble(obj);
+    if (v == -1.0 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
+        PyErr_Clear(); /* an int past any float: out of range, like 1e400 */
+        return fraction_error(obj, what);
+    }
+    /* The core's rule (vg_valid_fraction), less 0: here None is off. */
+    if (!vg_valid_fraction(v) || v == 0.0) return fraction_error(obj, what);
     *out = v;
     return 0;
+}
+
+int vgpy_as_setting(PyObject *obj, const char *what, double *out)
+{
+    /* The core's own convention: 0 is off too. */
+    if (obj && !PyBool_Check(obj) && (PyLong_Check(obj) || PyFloat_Check(obj))) {
+        int zero = PyObject_Not(obj);
+        if (zero < 0) return -1;
+        if (zero) {
+            *out = 0.0;
+            return 0;
+        }
+    }
+    return vgpy_as_fraction(obj, what, out);
+}
+
+const char *vgpy_hex(uint64_t value, char *buf, size_t n)
+{
+    snprintf(buf, n, "0x%llx", (unsigned long long)value);
+    return buf;
 }
 
 /* ------------------------------------------------------------------ */

@@ -18,6 +18,10 @@ static void import_torch_for_its_runtime(void)
 
 static PyObject *dev_device_heap(PyObject *module, PyObject *arg)
 {
+    if (PyBool_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "device must be an int, not bool");
+        return NULL;
+    }
     long device = PyLong_AsLong(arg);
     if (device == -1 && PyErr_Occurred()) return NULL;
     if (device < 0 || device >= VG_MAX_DEVICES) {
@@ -57,14 +61,29 @@ static PyObject *dev_existing(PyObject *module, PyObject *unused)
     return list;
 }
 
+/* A budget of bytes, 0 for none: an int (not a bool) of at most 64 bits,
+ * never taken modulo 2^64 as the "K" format would. */
+static int as_budget_or_none(PyObject *obj, uint64_t *out)
+{
+    *out = 0;
+    return obj && obj != Py_None ? vgpy_as_u64(obj, "budget", out) : 0;
+}
+
 static PyObject *dev_configure(PyObject *module, PyObject *args, PyObject *kwargs)
 {
     (void)module;
     static char *kwlist[] = {"budget", "budget_fraction", "gc_threshold", NULL};
-    unsigned long long budget = 0;
-    double fraction = 0.0, gc = 0.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|Kdd", kwlist, &budget, &fraction, &gc)) return NULL;
+    PyObject *budget_obj = NULL, *fraction_obj = NULL, *gc_obj = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OOO", kwlist, &budget_obj, &fraction_obj, &gc_obj))
+        return NULL;
+    uint64_t budget;
+    double fraction, gc;
+    if (as_budget_or_none(budget_obj, &budget) < 0 ||
+        vgpy_as_setting(fraction_obj, "budget_fraction", &fraction) < 0 ||
+        vgpy_as_setting(gc_obj, "gc_threshold", &gc) < 0)
+        return NULL;
     if (vg_devices_configure((size_t)budget, fraction, gc) != VG_OK) {
+        /* Not reached: the conversions above apply the core's rule. */
         PyErr_SetString(PyExc_ValueError, "budget_fraction and gc_threshold must be in [0, 1]");
         return NULL;
     }
@@ -76,9 +95,14 @@ static PyObject *dev_set_budget(PyObject *module, PyObject *args, PyObject *kwar
     (void)module;
     static char *kwlist[] = {"device", "budget", "budget_fraction", NULL};
     int device;
-    unsigned long long budget = 0;
-    double fraction = 0.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "i|Kd", kwlist, &device, &budget, &fraction)) return NULL;
+    PyObject *budget_obj = NULL, *fraction_obj = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "i|OO", kwlist, &device, &budget_obj, &fraction_obj))
+        return NULL;
+    uint64_t budget;
+    double fraction;
+    if (as_budget_or_none(budget_obj, &budget) < 0 ||
+        vgpy_as_setting(fraction_obj, "budget_fraction", &fraction) < 0)
+        return NULL;
     if (!vg_devices_simulated()) import_torch_for_its_runtime();
     int rc = vg_devices_set_budget(device, (size_t)budget, fraction);
     if (rc == VG_ERR_ARG) {
@@ -143,7 +167,7 @@ PyMethodDef vgpy_device_methods[] = {
      "existing_devices() -> list\n\nDevices whose heap exists."},
     {"configure_devices", (PyCFunction)(void (*)(void))dev_configure, METH_VARARGS | METH_KEYWORDS,
      "configure_devices(budget=0, budget_fraction=0.0, gc_threshold=0.0)\n\nSettings for every "
-     "device heap, now and to come (a positive fraction wins over bytes)."},
+     "device heap, now and to come (a positive fraction wins over bytes; 0 or None: off)."},
     {"set_device_budget", (PyCFunction)(void (*)(void))dev_set_budget, METH_VARARGS | METH_KEYWORDS,
      "set_device_budget(device, budget=0, budget_fraction=0.0)"},
     {"simulate_devices", (PyCFunction)dev_simulate, METH_O,

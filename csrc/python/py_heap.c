@@ -113,7 +113,7 @@ static PyObject *Heap_malloc(HeapObject *self, PyObject *args, PyObject *kwargs)
         vg_heap_alloc(self->heap, 0, (vg_stream_t)stream, NULL); /* counted */
         return PyLong_FromLong(0);
     }
-    vg_oom_info oom;
+    vg_oom_info oom = {0};
     void *p = vg_heap_alloc(self->heap, (size_t)size, (vg_stream_t)stream, &oom);
     if (!p) {
         vgpy_raise_oom(&oom, self->device_kind);
@@ -127,10 +127,11 @@ static PyObject *Heap_free(HeapObject *self, PyObject *addr_obj)
     uint64_t addr;
     if (!vgpy_heap_ready(self) || vgpy_as_u64(addr_obj, "address", &addr) < 0) return NULL;
     if (vg_heap_free(self->heap, (void *)(uintptr_t)addr) != VG_OK) {
+        char hex[24];
         PyErr_Format(PyExc_ValueError,
-                     "free(0x%llx): not a live block of this heap (never allocated, "
+                     "free(%s): not a live block of this heap (never allocated, "
                      "already freed, or not the start of a block)",
-                     (unsigned long long)addr);
+                     vgpy_hex(addr, hex, sizeof hex));
         return NULL;
     }
     Py_RETURN_NONE;
@@ -145,8 +146,9 @@ static PyObject *Heap_record_stream(HeapObject *self, PyObject *args)
     if (vgpy_as_u64(stream_obj, "stream", &stream) < 0) return NULL;
     int rc = vg_heap_record_stream(self->heap, (void *)(uintptr_t)addr, (vg_stream_t)stream);
     if (rc == VG_ERR_INVALID) {
-        PyErr_Format(PyExc_ValueError, "record_stream(0x%llx): not a live block of this heap",
-                     (unsigned long long)addr);
+        char hex[24];
+        PyErr_Format(PyExc_ValueError, "record_stream(%s): not a live block of this heap",
+                     vgpy_hex(addr, hex, sizeof hex));
         return NULL;
     }
     if (rc != VG_OK) return PyErr_NoMemory();
@@ -364,7 +366,8 @@ static PyMethodDef Heap_methods[] = {
     {"reset_peaks", (PyCFunction)Heap_reset_peaks, METH_NOARGS,
      "reset_peaks()\n\nSet every peak to its current value."},
     {"reset_accumulated", (PyCFunction)Heap_reset_accumulated, METH_NOARGS,
-     "reset_accumulated()\n\nTotals restart from the current values, counters from 0."},
+     "reset_accumulated()\n\nTotals (allocated, freed) and counters restart from 0, as "
+     "torch.cuda.reset_accumulated_memory_stats() does."},
     {"complete_stream", (PyCFunction)Heap_complete_stream, METH_VARARGS,
      "complete_stream(stream, device=-1)\n\nSimulated device: all work queued on `stream` (of "
      "`device`, else of this heap's own) has finished."},
@@ -387,9 +390,11 @@ static PyMethodDef Heap_methods[] = {
      "check()\n\nVerify every invariant; raises AssertionError naming the first broken one."},
     {"replay", (PyCFunction)(void (*)(void))vgpy_heap_replay, METH_VARARGS | METH_KEYWORDS,
      "replay(kinds, ids, sizes, streams, nids, samples=1000) -> dict\n\nDrive the heap with "
-     "a columnar trace (bytes: u8 kinds, u32 ids, u64 sizes, u64 streams)."},
+     "a columnar trace (bytes: u8 kinds, u32 ids, u64 sizes, u64 streams). Not on a device "
+     "heap (RuntimeError): a replay needs a heap nobody else uses."},
     {"history_start", (PyCFunction)(void (*)(void))vgpy_heap_history_start, METH_VARARGS | METH_KEYWORDS,
-     "history_start(capacity=1048576)\n\nRecord events into a fresh ring of `capacity` events."},
+     "history_start(capacity=1048576)\n\nRecord events into a fresh ring of `capacity` events. "
+     "RuntimeError while a recording runs or a stopped one's events are not yet taken."},
     {"history_stop", (PyCFunction)vgpy_heap_history_stop, METH_NOARGS,
      "history_stop()\n\nStop recording; events stay until taken."},
     {"history_take", (PyCFunction)vgpy_heap_history_take, METH_NOARGS,

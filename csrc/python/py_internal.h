@@ -15,8 +15,12 @@
 int vgpy_as_u64(PyObject *obj, const char *what, uint64_t *out);
 /* None -> 0, else a positive int of bytes. */
 int vgpy_as_budget(PyObject *obj, uint64_t *out);
-/* None -> 0.0, else a number in (0, 1]. */
+/* None -> 0.0, else a number (not a bool) in (0, 1]. */
 int vgpy_as_fraction(PyObject *obj, const char *what, double *out);
+/* As vgpy_as_fraction, and 0 -> 0.0 (off), as the core's settings take it. */
+int vgpy_as_setting(PyObject *obj, const char *what, double *out);
+/* "0x1f000" into buf: PyErr_Format has no %llx. Returns buf. */
+const char *vgpy_hex(uint64_t value, char *buf, size_t n);
 
 /* The flat stats dict: PyTorch's key names where the quantity is the same. */
 PyObject *vgpy_stats_dict(vg_heap *h);
@@ -56,6 +60,10 @@ PyObject *vgpy_heap_history_stop(HeapObject *self, PyObject *unused);
 PyObject *vgpy_heap_history_take(HeapObject *self, PyObject *unused);
 PyObject *vgpy_trace_peak_live(PyObject *module, PyObject *args);
 PyObject *vgpy_take_events(vg_heap *h);
+
+/* py_pickle.c: None when a pickle holds plain data only, nested shallowly
+ * enough to hash; else (byte offset, why). */
+PyObject *vgpy_pickle_problem(PyObject *module, PyObject *data);
 
 /* py_devices.c: the per-device heaps the torch entry points use. */
 extern PyMethodDef vgpy_device_methods[];

@@ -7,10 +7,12 @@
 
 /* The columns of a trace, checked for consistent lengths. */
 static int parse_columns(PyObject *kinds, PyObject *ids, PyObject *sizes, PyObject *streams,
-                         unsigned long long nids, vg_trace_ops *t)
+                         PyObject *nids_obj, vg_trace_ops *t)
 {
     char *k, *i, *s, *st = NULL;
     Py_ssize_t nk, ni, ns, nst = 0;
+    uint64_t nids;
+    if (vgpy_as_u64(nids_obj, "nids", &nids) < 0) return -1;
     if (PyBytes_AsStringAndSize(kinds, &k, &nk) < 0) return -1;
     if (PyBytes_AsStringAndSize(ids, &i, &ni) < 0) return -1;
     if (PyBytes_AsStringAndSize(sizes, &s, &ns) < 0) return -1;
@@ -22,8 +24,8 @@ static int parse_columns(PyObject *kinds, PyObject *ids, PyObject *sizes, PyObje
                      nk, ni, 4 * nk, ns, 8 * nk, nst, 8 * nk);
         return -1;
     }
-    if (nids > UINT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "nids must fit in 32 bits");
+    if (nids > (uint64_t)UINT32_MAX + 1) { /* ids are u32 */
+        PyErr_SetString(PyExc_ValueError, "nids must be at most 2**32");
         return -1;
     }
     t->kinds = (const uint8_t *)k;
@@ -33,6 +35,18 @@ static int parse_columns(PyObject *kinds, PyObject *ids, PyObject *sizes, PyObje
     t->n = (size_t)nk;
     t->nids = (size_t)nids;
     return 0;
+}
+
+/* ValueError naming the op at fault, or the trace as a whole. */
+static int validate(const vg_trace_ops *t)
+{
+    size_t bad = 0;
+    const char *err = vg_trace_validate(t, &bad);
+    if (!err) return 0;
+    if (err == vg_trace_out_of_memory) PyErr_NoMemory();
+    else if (bad == SIZE_MAX) PyErr_Format(PyExc_ValueError, "invalid trace: %s", err);
+    else PyErr_Format(PyExc_ValueError, "invalid trace at op %zu: %s", bad, err);
+    return -1;
 }
 
 static PyObject *samples_list(const vg_replay_sample *samples, uint64_t n)
@@ -52,25 +66,27 @@ static PyObject *samples_list(const vg_replay_sample *samples, uint64_t n)
 PyObject *vgpy_heap_replay(HeapObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"kinds", "ids", "sizes", "streams", "nids", "samples", NULL};
-    PyObject *kinds, *ids, *sizes, *streams;
-    unsigned long long nids;
+    PyObject *kinds, *ids, *sizes, *streams, *nids;
     Py_ssize_t nsamples = 1000;
     if (!vgpy_heap_ready(self) ||
-        !PyArg_ParseTupleAndKeywords(args, kwargs, "SSSSK|n", kwlist, &kinds, &ids, &sizes,
+        !PyArg_ParseTupleAndKeywords(args, kwargs, "SSSSO|n", kwlist, &kinds, &ids, &sizes,
                                      &streams, &nids, &nsamples))
         return NULL;
+    /* A replay drives the heap from C and reads its counters unlocked: a
+     * heap that PyTorch allocates from must never be handed to it. */
+    if (self->borrowed) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "replay needs a heap of its own: this is a device heap, in use by "
+                        "PyTorch; replay on vramguard.Heap(capacity) or use vramguard.replay()");
+        return NULL;
+    }
     vg_trace_ops t;
     if (parse_columns(kinds, ids, sizes, streams, nids, &t) < 0) return NULL;
     if (nsamples < 0) {
         PyErr_SetString(PyExc_ValueError, "samples must not be negative");
         return NULL;
     }
-    size_t bad = 0;
-    const char *err = vg_trace_validate(&t, &bad);
-    if (err) {
-        PyErr_Format(PyExc_ValueError, "invalid trace at op %zu: %s", bad, err);
-        return NULL;
-    }
+    if (validate(&t) < 0) return NULL;
     vg_replay_sample *samples = nsamples ? PyMem_Calloc((size_t)nsamples, sizeof *samples) : NULL;
     if (nsamples && !samples) return PyErr_NoMemory();
     size_t window = nsamples ? (t.n + (size_t)nsamples - 1) / (size_t)nsamples : 1;
@@ -109,21 +125,20 @@ PyObject *vgpy_heap_replay(HeapObject *self, PyObject *args, PyObject *kwargs)
 PyObject *vgpy_trace_peak_live(PyObject *module, PyObject *args)
 {
     (void)module;
-    PyObject *kinds, *ids, *sizes;
-    unsigned long long nids;
-    if (!PyArg_ParseTuple(args, "SSSK", &kinds, &ids, &sizes, &nids)) return NULL;
+    PyObject *kinds, *ids, *sizes, *nids;
+    if (!PyArg_ParseTuple(args, "SSSO", &kinds, &ids, &sizes, &nids)) return NULL;
     vg_trace_ops t;
-    if (parse_columns(kinds, ids, sizes, NULL, nids, &t) < 0) return NULL;
-    size_t bad = 0;
-    const char *err = vg_trace_validate(&t, &bad);
-    if (err) {
-        PyErr_Format(PyExc_ValueError, "invalid trace at op %zu: %s", bad, err);
+    if (parse_columns(kinds, ids, sizes, NULL, nids, &t) < 0 || validate(&t) < 0) return NULL;
+    uint64_t peak = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS /* the bytes objects are immutable and held by args */
+    rc = vg_trace_peak_live(&t, &peak);
+    Py_END_ALLOW_THREADS
+    if (rc == VG_ERR_ARG) {
+        PyErr_SetString(PyExc_ValueError, "invalid trace: more than 2**64 bytes live at once");
         return NULL;
     }
-    uint64_t peak;
-    Py_BEGIN_ALLOW_THREADS /* the bytes objects are immutable and held by args */
-    peak = vg_trace_peak_live(&t);
-    Py_END_ALLOW_THREADS
+    if (rc != VG_OK) return PyErr_NoMemory();
     return PyLong_FromUnsignedLongLong(peak);
 }
 
@@ -142,7 +157,17 @@ PyObject *vgpy_heap_history_start(HeapObject *self, PyObject *args, PyObject *kw
         PyErr_SetString(PyExc_ValueError, "capacity must be between 1 and 2**32 events");
         return NULL;
     }
-    if (vg_heap_history_start(self->heap, (size_t)capacity) != VG_OK) return PyErr_NoMemory();
+    int rc = vg_heap_history_start(self->heap, (size_t)capacity);
+    if (rc == VG_ERR_BUSY) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        vg_heap_history_active(self->heap)
+                            ? "this heap is being recorded already: recordings do not nest "
+                              "(stop the running one first)"
+                            : "the last recording of this heap stopped with events not yet "
+                              "taken: call history_take() first");
+        return NULL;
+    }
+    if (rc != VG_OK) return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
 

@@ -29,6 +29,9 @@ static PyMethodDef core_methods[] = {
     {"trace_peak_live", (PyCFunction)vgpy_trace_peak_live, METH_VARARGS,
      "trace_peak_live(kinds, ids, sizes, nids) -> int\n\nPeak live requested bytes of a "
      "columnar trace: the physical limit, whatever the policy."},
+    {"pickle_problem", (PyCFunction)vgpy_pickle_problem, METH_O,
+     "pickle_problem(data) -> None or (offset, why)\n\nWhat would stop a snapshot pickle "
+     "from being read safely: classes, or tuples nested too deep to hash."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -51,6 +54,7 @@ static int core_exec(PyObject *module)
     if (PyModule_AddIntConstant(module, "ALIGN", (long)VG_ALIGN) < 0) return -1;
     if (PyModule_AddIntConstant(module, "SMALL_REQUEST", (long)VG_SMALL_REQUEST) < 0) return -1;
     if (PyModule_AddIntConstant(module, "SEGMENT_GRANULE", (long)VG_SEGMENT_GRANULE) < 0) return -1;
+    if (PyModule_AddObject(module, "MAX_REQUEST", PyLong_FromSize_t(VG_MAX_REQUEST)) < 0) return -1;
     return 0;
 }
 

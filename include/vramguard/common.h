@@ -19,7 +19,16 @@ enum vg_status {
     VG_ERR_NOMEM = 2,        /* the device (or the host, for metadata) said no */
     VG_ERR_ARG = 3,          /* an argument out of range */
     VG_ERR_DEVICE = 4,       /* the provider failed for another reason */
+    VG_ERR_BUSY = 5,         /* the heap is doing it already (a recording runs) */
 };
+
+/* The rule every fraction setting (a budget as a share of the device, the
+ * gc threshold) follows, in the core and in Python: a number in [0, 1],
+ * 0 meaning off. Written so that NaN fails it. */
+static inline int vg_valid_fraction(double x)
+{
+    return x >= 0.0 && x <= 1.0;
+}
 
 /* Allocation granularity: every block size is a multiple of this. */
 #define VG_ALIGN ((size_t)512)

@@ -40,8 +40,8 @@ extern const vg_policy vg_policy_torch;
 typedef struct vg_stat {
     int64_t current;
     int64_t peak;
-    int64_t allocated; /* total ever added */
-    int64_t freed;     /* total ever removed */
+    int64_t allocated; /* total added (since the last vg_heap_reset_accumulated) */
+    int64_t freed;     /* total removed (likewise) */
 } vg_stat;
 
 /* Per quantity: index 0 = all, 1 = small pool, 2 = large pool. */
@@ -106,11 +106,12 @@ typedef struct vg_heap vg_heap;
 typedef struct vg_heap_config {
     const vg_policy *policy; /* NULL = vg_policy_default */
     size_t budget;           /* 0 = the device's capacity */
-    double gc_threshold;     /* fraction of the budget; 0 = off */
+    double gc_threshold;     /* fraction of the budget; 0 = off (vg_valid_fraction) */
 } vg_heap_config;
 
-/* The heap does not own `dev`; destroy the heap first. NULL on bad input or
- * when the host is out of memory. */
+/* The heap does not own `dev`; destroy the heap first. NULL on bad input (a
+ * gc threshold that is not a vg_valid_fraction) or when the host is out of
+ * memory. */
 vg_heap *vg_heap_create(vg_device *dev, const vg_heap_config *cfg);
 /* Returns every segment to the device, live blocks included. */
 void vg_heap_destroy(vg_heap *h);
@@ -142,14 +143,16 @@ size_t vg_heap_empty_cache(vg_heap *h);
 /* Wait for the device, then finish every deferred free. */
 void vg_heap_synchronize(vg_heap *h);
 void vg_heap_reset_peaks(vg_heap *h);
-/* Totals (allocated, freed) restart from the current values and every
- * counter from 0, as torch.cuda.reset_accumulated_memory_stats() does. */
+/* Totals (allocated, freed) and every counter restart from 0, as
+ * torch.cuda.reset_accumulated_memory_stats() does: afterwards allocated -
+ * freed is the change of current since the reset. */
 void vg_heap_reset_accumulated(vg_heap *h);
 
 /* 0 = no budget (the device's capacity rules). Lowering it releases idle
  * segments until reserved memory fits, as far as live blocks allow. */
 int vg_heap_set_budget(vg_heap *h, size_t budget);
 size_t vg_heap_budget(vg_heap *h);
+/* VG_ERR_ARG unless vg_valid_fraction(fraction). */
 int vg_heap_set_gc_threshold(vg_heap *h, double fraction);
 double vg_heap_gc_threshold(vg_heap *h);
 /* The device's total memory, as it said when the heap was created (0 if it

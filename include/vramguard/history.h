@@ -31,7 +31,9 @@ typedef struct vg_history_event {
 } vg_history_event;
 
 /* Start recording into a fresh ring of `capacity` events (older events are
- * overwritten when it is full, and counted as dropped). */
+ * overwritten when it is full, and counted as dropped). VG_ERR_BUSY while a
+ * recording runs, or while a stopped one's events have not all been taken:
+ * a heap has one ring and one reader. */
 int vg_heap_history_start(vg_heap *h, size_t capacity);
 /* Stop recording; the events stay until taken. */
 void vg_heap_history_stop(vg_heap *h);

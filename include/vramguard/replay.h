@@ -45,14 +45,21 @@ typedef struct vg_replay_result {
     double seconds;            /* the replay loop alone */
 } vg_replay_result;
 
-/* Check a trace before replaying it: ids in range, every free of a live id,
- * no id allocated twice while live. NULL when valid, else a static message
- * and *bad_op the op at fault. */
+/* Check a trace before replaying it: no more ids than ops (so that what a
+ * replay allocates per id is bounded by the trace's own size), kinds known,
+ * ids in range, every free of a live id, no id allocated twice while live,
+ * sizes from 1 to VG_MAX_REQUEST. NULL when valid, else a static message and
+ * *bad_op the op at fault (SIZE_MAX when the fault is the trace as a whole). */
 const char *vg_trace_validate(const vg_trace_ops *t, size_t *bad_op);
-/* Peak of live requested bytes: the physical limit, whatever the policy. */
-uint64_t vg_trace_peak_live(const vg_trace_ops *t);
-/* Replay a validated trace through `h`. `samples` (may be NULL) gets up to
- * `nsamples` windows of `window` ops. VG_ERR_NOMEM if the host runs out. */
+/* The message vg_trace_validate returns when the host, not the trace, failed. */
+extern const char vg_trace_out_of_memory[];
+/* Peak of live requested bytes of a validated trace: the physical limit,
+ * whatever the policy. VG_ERR_NOMEM when the host runs out, VG_ERR_ARG when
+ * the live bytes pass 2^64 - 1; *peak is set only on VG_OK. */
+int vg_trace_peak_live(const vg_trace_ops *t, uint64_t *peak);
+/* Replay a validated trace through `h`, which nobody else may use meanwhile
+ * (its counters are read without the lock). `samples` (may be NULL) gets up
+ * to `nsamples` windows of `window` ops. VG_ERR_NOMEM if the host runs out. */
 int vg_replay(vg_heap *h, const vg_trace_ops *t, vg_replay_sample *samples, size_t nsamples,
               size_t window, vg_replay_result *out);
 

@@ -2,6 +2,9 @@
 
   python -m vramguard demo                 a training loop on a simulated T4
   python -m vramguard replay TRACE [...]   would this trace fit? both policies
+
+Exit status: 0 done (the trace fits), 1 the trace does not fit the budget,
+2 bad input (one line on stderr says what).
 """
 import argparse
 import json
@@ -9,11 +12,27 @@ import sys
 
 from ._units import parse_size
 
+EXIT_DOES_NOT_FIT = 1
+EXIT_BAD_INPUT = 2
+
+
+class BadInput(Exception):
+    """Input the command cannot use; its message is the line printed."""
+
+
+def _first_line(exc):
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
 
 def _demo(args):
     from ._demo import run_demo
 
-    run_demo(capacity=parse_size(args.capacity), steps=args.steps)
+    capacity = parse_size(args.capacity, "capacity")
+    try:
+        run_demo(capacity=capacity, steps=args.steps)
+    except MemoryError as exc:  # the model itself does not fit the device
+        raise BadInput(f"--capacity {args.capacity} is too small for the demo's model: {_first_line(exc)}") from None
     return 0
 
 
@@ -21,23 +40,41 @@ def _replay(args):
     from ._import import load_trace
     from ._report import format_replay_report, replay_report
 
+    budget = parse_size(args.budget, "budget") if args.budget is not None else None
     trace = load_trace(args.trace)
-    budget = parse_size(args.budget) if args.budget is not None else None
+    if not trace.counts()["alloc"]:
+        raise BadInput(f"{args.trace}: the trace holds no allocations; there is nothing to replay")
     report = replay_report(trace, budget, args.policy)
     if args.json:
         print(json.dumps(report, sort_keys=True))
     else:
         print(format_replay_report(report))
-    return 0 if report["fits"] else 1
+    return 0 if report["fits"] else EXIT_DOES_NOT_FIT
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line, like every other bad input."""
+
+    def error(self, message):
+        self.exit(EXIT_BAD_INPUT, f"vramguard: {message} (see: python -m vramguard --help)\n")
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="vramguard", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="vramguard", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="a training loop on a simulated device, and its report")
     demo.add_argument("--capacity", default="15GiB", help="simulated device size (default 15GiB)")
-    demo.add_argument("--steps", type=int, default=5)
+    demo.add_argument("--steps", type=_positive_int, default=5)
     demo.set_defaults(run=_demo)
     rep = sub.add_parser("replay", help="replay an allocation trace: would it fit?")
     rep.add_argument("trace", help="a .vgtrace file, a PyTorch memory snapshot pickle, or a lifetime log")
@@ -48,9 +85,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         return args.run(args)
-    except (ValueError, OSError) as exc:
-        print(f"vramguard: {exc}", file=sys.stderr)
-        return 2
+    except (BadInput, ValueError, OSError) as exc:
+        print(f"vramguard: {_first_line(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

@@ -1,43 +1,134 @@
 """Reading traces others recorded: PyTorch memory snapshots (the pickle that
 torch.cuda.memory._dump_snapshot() writes, read without importing torch) and
 buffer lifetime logs (`alloc_op free_op size` per line). load_trace() picks
-the reader from the file's first bytes."""
+the reader from the file's first bytes.
+
+Every reader treats its file as hostile: a field of the wrong type is a
+TraceFormatError, not a crash, and what reading costs is bounded by the
+file's size (see _Allowance)."""
 import gzip
 import io
+import os
 import pickle
 import zlib
 
-from ._trace import MAGIC, Trace, TraceAssembler, TraceFormatError, parse_vgtrace
+from . import _core
+from ._trace import MAGIC, OP_BYTES, Trace, TraceAssembler, TraceFormatError, parse_vgtrace
 
 __all__ = ["load_trace", "trace_from_snapshot", "trace_from_lifetimes"]
+
+ENV_MAX_EXPANSION = "VRAMGUARD_MAX_EXPANSION"
+#: How many times its size on disk a trace file may grow while it is read.
+#: Real files stay near 15x (gzip of a trace or of a snapshot, the columns
+#: of a snapshot's ops); a gzip bomb or a pickle that names one record a
+#: million times goes far past it.
+DEFAULT_MAX_EXPANSION = 128
+#: Small files may always grow this far.
+MIN_ALLOWANCE = 1 << 20
+_U64 = (1 << 64) - 1
+_CHUNK = 1 << 20
+
+
+# ------------------------------------------------------------------ limits
+
+
+def _expansion_factor(max_expansion):
+    source = "max_expansion"
+    if max_expansion is None:
+        max_expansion = os.environ.get(ENV_MAX_EXPANSION) or DEFAULT_MAX_EXPANSION
+        source = ENV_MAX_EXPANSION
+    if isinstance(max_expansion, str):
+        try:
+            max_expansion = int(max_expansion)
+        except ValueError:
+            raise ValueError(f"{source} must be a positive integer, got {max_expansion!r}") from None
+    if isinstance(max_expansion, bool) or not isinstance(max_expansion, int) or max_expansion < 1:
+        raise ValueError(f"{source} must be a positive integer, got {max_expansion!r}")
+    return max_expansion
+
+
+class _Allowance:
+    """What reading one file may cost: `factor` times its size on disk (at
+    least MIN_ALLOWANCE bytes), both in inflated bytes and in trace columns
+    (OP_BYTES for each op or snapshot record read). Going past it is a
+    TraceFormatError that says how to raise it."""
+
+    def __init__(self, path, file_bytes, factor):
+        self.path, self.file_bytes, self.factor = path, file_bytes, factor
+        self.bytes = max(MIN_ALLOWANCE, factor * file_bytes) if factor else float("inf")
+        self.records = 0
+
+    @classmethod
+    def unlimited(cls, path):
+        """For a snapshot already in memory: there is no file size to bound it
+        by (load_trace is the reader for files nobody vouches for)."""
+        return cls(path, 0, None)
+
+    def refuse(self, what, offset=0):
+        raise TraceFormatError(
+            self.path, offset,
+            f"{what} more than {self.factor} times the file's {self.file_bytes} bytes "
+            f"(the cap is {self.bytes} bytes); if the file is trusted, raise the cap with "
+            f"load_trace(..., max_expansion=N) or {ENV_MAX_EXPANSION}=N",
+        )
+
+    def charge(self, records=1):
+        """Count records read; refuse once their columns would pass the cap.
+        A pickle can name one record many times for two bytes each."""
+        self.records += records
+        if self.records * OP_BYTES > self.bytes:
+            self.refuse("its snapshot names records whose ops would take")
+
+
+def _read_capped(f, allowance, what):
+    """All of `f`, a chunk at a time, never past the allowance."""
+    chunks, total = [], 0
+    while True:
+        chunk = f.read(_CHUNK)
+        if not chunk:
+            return b"".join(chunks)
+        total += len(chunk)
+        if total > allowance.bytes:
+            allowance.refuse(what)
+        chunks.append(chunk)
+
+
+def _inflate(f, path, allowance):
+    """The decompressed bytes of a gzip file, never past the allowance."""
+    try:
+        with gzip.GzipFile(fileobj=f, mode="rb") as z:
+            return _read_capped(z, allowance, "it decompresses to")
+    except (OSError, EOFError, zlib.error) as exc:
+        raise TraceFormatError(path, 0, f"broken gzip stream: {exc}") from None
 
 
 # ------------------------------------------------------------------ dispatch
 
 
-def load_trace(path, device=None):
+def load_trace(path, device=None, max_expansion=None):
     """A Trace from a vramguard trace file (.vgtrace, optionally gzipped), a
-    PyTorch memory snapshot pickle, or a lifetime log. Unreadable input
-    raises TraceFormatError naming the file and the byte offset."""
+    PyTorch memory snapshot pickle (optionally gzipped), or a lifetime log.
+    Unreadable input raises TraceFormatError naming the file and the byte
+    offset. A file may grow at most `max_expansion` times its size while it
+    is read (default: VRAMGUARD_MAX_EXPANSION, else 128)."""
     path = str(path)
+    factor = _expansion_factor(max_expansion)
     with open(path, "rb") as f:
-        data = f.read()
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise TraceFormatError(path, 0, f"broken gzip stream: {exc}") from None
+        return _read(f, path, device, _Allowance(path, os.fstat(f.fileno()).st_size, factor))
+
+
+def _read(f, path, device, allowance):
+    """A Trace from an open binary file of any format load_trace reads."""
+    head = f.read(2)
+    if head == b"\x1f\x8b":
+        f.seek(0)
+        data = _inflate(f, path, allowance)
+    else:  # not seekable, maybe, and endless (/dev/zero): read on, within bounds
+        data = head + _read_capped(f, allowance, "it reads as")
     if data.startswith(MAGIC):
         return parse_vgtrace(data, path)
     if data[:1] == b"\x80":
-        snapshot = _unpickle(data, path)
-        try:
-            return trace_from_snapshot(snapshot, path, device=device)
-        except TraceFormatError:
-            raise
-        except (AttributeError, TypeError, KeyError, ValueError, OverflowError) as exc:
-            # A pickle of plain data, but not laid out as a snapshot is.
-            raise TraceFormatError(path, 0, f"unexpected snapshot structure: {exc!r}") from None
+        return _read_snapshot(data, path, device, allowance)
     return trace_from_lifetimes(data, path)
 
 
@@ -53,6 +144,12 @@ class _PlainDataUnpickler(pickle.Unpickler):
 
 
 def _unpickle(data, path):
+    # First a walk over the opcodes in C: the unpickler itself would crash
+    # hashing a dict key nested 200,000 tuples deep.
+    problem = _core.pickle_problem(data)
+    if problem is not None:
+        offset, why = problem
+        raise TraceFormatError(path, offset, f"not a readable snapshot pickle: {why}")
     stream = io.BytesIO(data)
     try:
         return _PlainDataUnpickler(stream).load()
@@ -60,41 +157,99 @@ def _unpickle(data, path):
         raise TraceFormatError(path, stream.tell(), f"not a readable snapshot pickle: {exc}") from None
 
 
-def _pick_device(snapshot, device, path):
-    traces = snapshot.get("device_traces") if isinstance(snapshot, dict) else None
-    if not isinstance(traces, list):
-        raise TraceFormatError(path, 0, "snapshot has no 'device_traces' list")
+def _read_snapshot(data, path, device, allowance):
+    snapshot = _unpickle(data, path)
+    return trace_from_snapshot(snapshot, path, device=device, allowance=allowance)
+
+
+def _describe(value):
+    """A value for a message, short whatever it is (never its repr: a
+    crafted one can be deep or huge)."""
+    if type(value) is int:
+        return str(value) if value.bit_length() <= 64 else f"an int of {value.bit_length()} bits"
+    return f"a {type(value).__name__}"
+
+
+class _Fields:
+    """Typed reads from the records of one snapshot: every field is checked
+    before use, and a wrong one names the record."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def bad(self, where, what):
+        raise TraceFormatError(self.path, 0, f"unexpected snapshot structure: {where}: {what}")
+
+    def u64(self, record, key, where, default=0):
+        value = record.get(key, default)
+        if type(value) is not int or not 0 <= value <= _U64:
+            self.bad(where, f"'{key}' must be an int from 0 to 2**64-1, not {_describe(value)}")
+        return value
+
+    def text(self, record, key, where):
+        value = record.get(key)
+        if value is not None and type(value) is not str:
+            self.bad(where, f"'{key}' must be a str, not {_describe(value)}")
+        return value
+
+    def records(self, value, where, allowance):
+        """A list of dicts, each charged to the allowance as it is read."""
+        if type(value) is not list:
+            self.bad(where, f"must be a list, not {_describe(value)}")
+        for i, record in enumerate(value):
+            allowance.charge()
+            if type(record) is not dict:
+                self.bad(f"{where}[{i}]", f"must be a dict, not {_describe(record)}")
+            yield i, record
+
+
+def _pick_device(snapshot, device, fields):
+    if type(snapshot) is not dict or type(snapshot.get("device_traces")) is not list:
+        raise TraceFormatError(fields.path, 0, "snapshot has no 'device_traces' list")
+    traces = snapshot["device_traces"]
+    for i, events in enumerate(traces):
+        if type(events) is not list:
+            fields.bad(f"device_traces[{i}]", f"must be a list, not {_describe(events)}")
     if device is None:
         candidates = [i for i, t in enumerate(traces) if t]
         if not candidates:
-            raise TraceFormatError(path, 0, "snapshot holds no events (was _record_memory_history() on?)")
+            raise TraceFormatError(fields.path, 0, "snapshot holds no events (was _record_memory_history() on?)")
         device = max(candidates, key=lambda i: len(traces[i]))
+    if type(device) is not int:
+        raise TypeError(f"device must be an int, not {type(device).__name__}")
     if not 0 <= device < len(traces):
-        raise TraceFormatError(path, 0, f"no device {device}; the snapshot has {len(traces)}")
+        raise TraceFormatError(fields.path, 0, f"no device {device}; the snapshot has {len(traces)}")
     return device, traces[device]
 
 
-def _live_at_dump(snapshot, device):
-    """(address, requested size, stream) of blocks allocated at dump time."""
-    out = []
-    for seg in snapshot.get("segments", []):
-        if seg.get("device", device) != device:
+def _state_at_dump(snapshot, device, fields, allowance):
+    """(blocks allocated at dump time as (address, requested size, stream),
+    bytes the device's segments held then)."""
+    live, reserved = [], 0
+    for i, seg in fields.records(snapshot.get("segments", []), "segments", allowance):
+        where = f"segments[{i}]"
+        if fields.u64(seg, "device", where, default=device) != device:
             continue
-        addr = seg.get("address", 0)
-        for blk in seg.get("blocks", []):
-            if blk.get("state") in ("active_allocated", "active_pending_free"):
-                size = blk.get("requested_size") or blk.get("size", 0)
-                out.append((blk.get("address", addr), size, seg.get("stream", 0)))
-            addr += blk.get("size", 0)
-    return out
+        addr = fields.u64(seg, "address", where)
+        stream = fields.u64(seg, "stream", where)
+        reserved += fields.u64(seg, "total_size", where)
+        for j, blk in fields.records(seg.get("blocks", []), f"{where}.blocks", allowance):
+            at = f"{where}.blocks[{j}]"
+            size = fields.u64(blk, "size", at)
+            if fields.text(blk, "state", at) in ("active_allocated", "active_pending_free"):
+                requested = fields.u64(blk, "requested_size", at) if blk.get("requested_size") is not None else 0
+                live.append((fields.u64(blk, "address", at, default=addr), requested or size, stream))
+            addr += size
+    return live, reserved
 
 
 class _SnapshotReader:
     """One pass over a device's events: ops through a TraceAssembler, and
     the native allocator's reserved-memory curve beside them."""
 
-    def __init__(self, name):
+    def __init__(self, name, fields):
         self.ops = TraceAssembler(name)
+        self.fields = fields
         self.reserved = 0      # relative to the start
         self.curve = []        # (op position, reserved) at each change
         self.freeing = False   # inside a burst of segment_free
@@ -112,9 +267,10 @@ class _SnapshotReader:
                 self.empty_caches += 1
         self.freeing = False
 
-    def event(self, ev):
-        action, addr = ev.get("action"), ev.get("addr", 0)
-        size, stream = ev.get("size", 0), ev.get("stream", 0)
+    def event(self, ev, where):
+        f = self.fields
+        action = f.text(ev, "action", where)
+        addr, size, stream = f.u64(ev, "addr", where), f.u64(ev, "size", where), f.u64(ev, "stream", where)
         if action != "segment_free" and action != "segment_unmap":
             self.end_burst(action)
         if action == "alloc":
@@ -137,27 +293,51 @@ def _envelope(curve, points=1000):
     return [max(curve[i:i + step], key=lambda p: p[1]) for i in range(0, len(curve), step)]
 
 
-def trace_from_snapshot(snapshot, path="snapshot", device=None):
+def _plain_settings(settings):
+    """The allocator settings as JSON can hold them: str keys, scalar values
+    and one level of nesting (roundup_power2_divisions); the rest dropped, so
+    that a crafted snapshot cannot make saving the trace expensive."""
+    def scalar(v):
+        return v is None or type(v) in (bool, float, str) or (type(v) is int and v.bit_length() <= 64)
+
+    def flat(d, limit=256):
+        out = {}
+        for k, v in list(d.items())[:limit]:
+            if type(k) in (str, int) and (type(k) is str or k.bit_length() <= 64) and scalar(v):
+                out[str(k)] = v[:1000] if type(v) is str else v
+        return out
+
+    if type(settings) is not dict:
+        return {}
+    out = flat(settings)
+    for k, v in list(settings.items())[:256]:
+        if type(k) is str and type(v) is dict:
+            out[k] = flat(v)
+    return out
+
+
+def trace_from_snapshot(snapshot, path="snapshot", device=None, allowance=None):
     """A Trace from a loaded snapshot dict: `alloc` and `free_completed`
     events become ops; memory live before recording began is seeded at the
     start; bursts of `segment_free` that no new segment follows become
     empty_cache(); the native `segment_alloc`/`segment_free` curve is kept
-    as the baseline in `meta`."""
-    device, events = _pick_device(snapshot, device, path)
+    as the baseline in `meta`. Every field is type-checked; `allowance`
+    bounds the records read (load_trace passes one sized from the file)."""
+    fields = _Fields(path)
+    allowance = allowance or _Allowance.unlimited(path)
+    device, events = _pick_device(snapshot, device, fields)
     name = str(path).rsplit("/", 1)[-1].split(".")[0]
-    reader = _SnapshotReader(name)
-    for ev in events:
-        if isinstance(ev, dict):
-            reader.event(ev)
+    reader = _SnapshotReader(name, fields)
+    for i, ev in fields.records(events, f"device_traces[{device}]", allowance):
+        reader.event(ev, f"device_traces[{device}][{i}]")
     reader.end_burst(None)
     ops = reader.ops
-    for addr, size, stream in _live_at_dump(snapshot, device):
+    live, at_dump = _state_at_dump(snapshot, device, fields, allowance)
+    for addr, size, stream in live:
         if addr not in ops.live and size > 0:  # live all along
             ops.seed(size, stream)
     # Reserved at the start: what the segments held at dump time, less the
     # net growth the events show.
-    at_dump = sum(seg.get("total_size", 0) for seg in snapshot.get("segments", [])
-                  if seg.get("device", device) == device)
     start = max(at_dump - reader.reserved, 0)
     curve = [(0, start)] + [(ops.finish_index(at), start + r) for at, r in reader.curve]
     trace = ops.finish()
@@ -169,7 +349,7 @@ def trace_from_snapshot(snapshot, path="snapshot", device=None):
         recorded_reserved_curve=_envelope(curve),
         empty_cache_calls=reader.empty_caches,
         native_release_retries=reader.retries,
-        allocator_settings=snapshot.get("allocator_settings", {}),
+        allocator_settings=_plain_settings(snapshot.get("allocator_settings", {})),
     )
     try:
         trace.peak_live()
@@ -185,7 +365,7 @@ def trace_from_lifetimes(data, path="lifetimes"):
     """A Trace from lines `alloc_op free_op size_bytes` (a free_op below 0
     means never freed). At one op, allocations come before frees: an op's
     outputs are made while its inputs are still live."""
-    if isinstance(data, bytes):
+    if isinstance(data, (bytes, bytearray)):
         try:
             data = data.decode("ascii")
         except UnicodeDecodeError as exc:
@@ -194,10 +374,12 @@ def trace_from_lifetimes(data, path="lifetimes"):
     for lineno, line in enumerate(data.splitlines(keepends=True), 1):
         fields = line.split("#", 1)[0].split()
         if fields:
-            events.append(_lifetime_line(fields, path, offset, lineno, len(events)))
+            events.append(_lifetime_line(fields, path, offset, lineno))
         offset += len(line.encode())
     if not events:
         raise TraceFormatError(path, 0, "no buffers (expected lines 'alloc_op free_op size')")
+    if len(events) > 1 << 32:
+        raise TraceFormatError(path, 0, f"{len(events)} buffers; a trace holds at most 2**32")
     trace = Trace(str(path).rsplit("/", 1)[-1].split(".")[0], {"source": "lifetimes"})
     order = []
     for ident, (start, end, size) in enumerate(events):
@@ -211,15 +393,22 @@ def trace_from_lifetimes(data, path="lifetimes"):
     return trace
 
 
-def _lifetime_line(fields, path, offset, lineno, ident):
+def _lifetime_line(fields, path, offset, lineno):
     if len(fields) != 3:
         raise TraceFormatError(path, offset, f"line {lineno}: expected 3 fields, got {len(fields)}")
+    if any(len(x) > 40 for x in fields):  # int() of a long digit run costs more than it is worth
+        raise TraceFormatError(path, offset, f"line {lineno}: a field of more than 40 characters")
     try:
         start, end, size = (int(x) for x in fields)
     except ValueError:
         raise TraceFormatError(path, offset, f"line {lineno}: fields must be integers") from None
     if start < 0 or size <= 0:
         raise TraceFormatError(path, offset, f"line {lineno}: needs alloc_op >= 0 and size > 0")
+    if size > _core.MAX_REQUEST:
+        raise TraceFormatError(
+            path, offset, f"line {lineno}: a buffer of {size} bytes is larger than any heap serves "
+            f"({_core.format_size(_core.MAX_REQUEST)})"
+        )
     if 0 <= end < start:
         raise TraceFormatError(path, offset, f"line {lineno}: freed (op {end}) before allocated (op {start})")
     return start, end, size

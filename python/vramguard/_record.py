@@ -64,7 +64,9 @@ class record:
 
     `capacity` bounds the ring (events); when a recording overflows it, the
     oldest events are lost and `rec.trace.meta['dropped_events']` says how
-    many."""
+    many. A heap has one ring: recording a heap that is being recorded
+    raises RuntimeError (recordings do not nest), and the first recording
+    keeps every event."""
 
     def __init__(self, heap=None, capacity=DEFAULT_CAPACITY, name="recording"):
         self.heap = heap

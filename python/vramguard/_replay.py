@@ -51,7 +51,7 @@ def _as_trace(trace):
 def _budget_bytes(budget):
     if budget is None:
         return 0
-    value = parse_size(budget)
+    value = parse_size(budget, "budget")
     if value <= 0:
         raise ValueError("a budget must be positive (None means no budget)")
     return value
@@ -89,32 +89,43 @@ def _fits(trace, policy, budget):
     return replay(trace, budget, policy, samples=0).fits
 
 
+def _granularity(granularity):
+    if isinstance(granularity, bool) or not isinstance(granularity, int):
+        raise TypeError(f"granularity must be an int of bytes, not {type(granularity).__name__}")
+    if not 1 <= granularity <= UNLIMITED:
+        raise ValueError(f"granularity must be from 1 to {UNLIMITED} bytes, got {granularity}")
+    return granularity
+
+
 def min_budget(trace, policy="vramguard", granularity=SEGMENT_GRANULE):
-    """The smallest budget, a multiple of `granularity`, at which `trace`
-    replays under `policy` without an OOM: a bisection between the physical
-    limit and the peak reserved with no budget."""
+    """The smallest budget, a multiple of `granularity` (an int of bytes),
+    at which `trace` replays under `policy` without an OOM: a bisection
+    between the physical limit and the peak reserved with no budget."""
     trace = _as_trace(trace)
-    if granularity <= 0:
-        raise ValueError("granularity must be positive")
+    g = _granularity(granularity)
     live = trace.peak_live()
     if live == 0:
         return 0
-    floor = live // granularity * granularity
-    if floor and _fits(trace, policy, floor):
-        return floor
-    hi = -(-replay(trace, None, policy, samples=0).peak_reserved_bytes // granularity) * granularity
-    hi = max(hi, floor + granularity)
+    if live > UNLIMITED:
+        raise ValueError(
+            f"{trace.name}: {live} bytes live at once, more than the {UNLIMITED}-byte device "
+            "a replay simulates"
+        )
+    # The search runs in whole units of g, so that every step narrows it.
+    lo = live // g  # the physical limit rounded down: it fits only if equal
+    if lo and _fits(trace, policy, lo * g):
+        return lo * g
+    hi = max(-(-replay(trace, None, policy, samples=0).peak_reserved_bytes // g), lo + 1)
     for _ in range(8):  # a budget equal to the free-running peak nearly always fits
-        if _fits(trace, policy, hi):
+        if _fits(trace, policy, hi * g):
             break
         hi *= 2
     else:
-        raise RuntimeError(f"{trace.name}: no budget up to {hi} bytes fits under policy {policy!r}")
-    lo = floor  # known not to fit (or zero)
-    while hi - lo > granularity:
-        mid = (lo + hi) // 2 // granularity * granularity
-        if _fits(trace, policy, mid):
+        raise RuntimeError(f"{trace.name}: no budget up to {hi * g} bytes fits under policy {policy!r}")
+    while hi - lo > 1:  # lo does not fit (or is 0), hi fits
+        mid = (lo + hi) // 2
+        if _fits(trace, policy, mid * g):
             hi = mid
         else:
             lo = mid
-    return hi
+    return hi * g

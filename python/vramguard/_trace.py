@@ -7,6 +7,7 @@ layout.
 """
 import gzip
 import json
+import operator
 import struct
 import sys
 import zlib
@@ -20,6 +21,10 @@ KIND_NAMES = {ALLOC: "alloc", FREE: "free", EMPTY_CACHE: "empty_cache", SYNCHRON
 MAGIC = b"VGTRACE\x00"
 VERSION = 1
 _HEADER = struct.Struct("<8sHHIQII")  # magic, version, flags, meta len, ops, ids, crc32
+#: Bytes one op takes in the columns (kind u8, id u32, size u64, stream u64).
+OP_BYTES = 1 + 4 + 8 + 8
+MAX_IDS = 1 << 32
+MAX_STREAM = (1 << 64) - 1
 
 
 class TraceFormatError(ValueError):
@@ -68,9 +73,20 @@ class Trace:
     # -------------------------------------------------------------- building
 
     def alloc(self, size, stream=0):
-        """Append an allocation; returns its id for the matching free."""
-        if not isinstance(size, int) or size <= 0:
-            raise ValueError(f"an allocation needs a positive int size, got {size!r}")
+        """Append an allocation; returns its id for the matching free.
+        Everything is checked before anything is written, so a refused call
+        leaves the trace as it was."""
+        size = _whole(size, "an allocation's size")
+        stream = _whole(stream, "a stream")
+        if not 0 < size <= _core.MAX_REQUEST:
+            raise ValueError(
+                f"an allocation needs a positive int size of at most {_core.MAX_REQUEST} bytes "
+                f"(the largest request a heap serves), got {size!r}"
+            )
+        if not 0 <= stream <= MAX_STREAM:
+            raise ValueError(f"a stream is a handle from 0 to 2**64-1, got {stream!r}")
+        if self.nids >= MAX_IDS:
+            raise ValueError(f"a trace holds at most {MAX_IDS} allocations")
         ident = self.nids
         self.nids += 1
         self._append(ALLOC, ident, size, stream)
@@ -89,6 +105,8 @@ class Trace:
         self._append(SYNCHRONIZE, 0, 0, 0)
 
     def _append(self, kind, ident, size, stream):
+        # Callers pass values already checked: a column that refused one
+        # would leave the others a row longer.
         self.kinds.append(kind)
         self.ids.append(ident)
         self.sizes.append(size)
@@ -122,6 +140,16 @@ class Trace:
 
     def counts(self):
         return {name: self.kinds.count(kind) for kind, name in KIND_NAMES.items()}
+
+
+def _whole(value, what):
+    """An int from anything that is one (numpy's too), never from a bool."""
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an int, not a bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}") from None
 
 
 class TraceAssembler:
@@ -201,6 +229,25 @@ def save_trace(trace, path, compress=None):
         f.write(data)
 
 
+#: Metadata vramguard itself reads, and the types it reads them as; the
+#: rest is carried along as it is.
+_META_TYPES = {
+    "name": (str,), "source": (str,), "recorded_peak_reserved_bytes": (int, type(None)),
+    "recorded_reserved_start_bytes": (int, type(None)),
+}
+
+
+def _check_meta(meta):
+    if not isinstance(meta, dict):
+        raise ValueError("metadata is not an object")
+    for key, types in _META_TYPES.items():
+        value = meta.get(key)
+        if key in meta and (type(value) not in types or (type(value) is int and not 0 <= value <= MAX_STREAM)):
+            want = "a str" if str in types else "an int from 0 to 2**64-1 or null"
+            got = value if type(value) is int else f"a {type(value).__name__}"
+            raise ValueError(f"'{key}' must be {want}, not {got}")
+
+
 def parse_vgtrace(data, path):
     """A Trace from the bytes of a vramguard trace file."""
     if len(data) < _HEADER.size:
@@ -210,7 +257,11 @@ def parse_vgtrace(data, path):
         raise TraceFormatError(path, 0, "not a vramguard trace (bad magic)")
     if version != VERSION:
         raise TraceFormatError(path, 8, f"format version {version}; this vramguard reads version {VERSION}")
-    need = _HEADER.size + meta_len + n * (1 + 4 + 8 + 8)
+    # Counts are checked against what the file can hold before anything is
+    # sized from them: every id needs an op, every op OP_BYTES.
+    if nids > n:
+        raise TraceFormatError(path, 24, f"header claims {nids} allocation ids for {n} ops (each id needs an op)")
+    need = _HEADER.size + meta_len + n * OP_BYTES
     if len(data) < need:
         raise TraceFormatError(path, len(data), f"truncated: {len(data)} bytes of {need} for {n} ops")
     if len(data) > need:
@@ -220,9 +271,8 @@ def parse_vgtrace(data, path):
         raise TraceFormatError(path, _HEADER.size, "checksum mismatch: the file is corrupt")
     try:
         meta = json.loads(bytes(body[:meta_len]).decode())
-        if not isinstance(meta, dict):
-            raise ValueError("metadata is not an object")
-    except ValueError as exc:
+        _check_meta(meta)
+    except (ValueError, RecursionError) as exc:  # JSON nested past the recursion limit
         raise TraceFormatError(path, _HEADER.size, f"bad metadata: {exc}") from None
     trace = Trace(meta.pop("name", "trace"), meta)
     offset = _HEADER.size + meta_len
