@@ -60,6 +60,8 @@ PyObject *vgpy_take_events(vg_heap *h);
 /* py_devices.c: the per-device heaps the torch entry points use. */
 extern PyMethodDef vgpy_device_methods[];
 int vgpy_devices_init(PyObject *module);
+/* py_pools.c: CUDA graphs' private pools and captures. */
+int vgpy_pools_init(PyObject *module);
 
 /* pymodule.c: the module's state. */
 typedef struct {
