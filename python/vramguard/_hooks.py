@@ -101,13 +101,13 @@ def guard_checkpoint_state(torch, error):
         setattr(native, name, refuse)
 
 
-def plug_in(torch, allocator, error, oom_error=None):
-    """All of the above, for install() before the allocator is made
-    current. Returns what was done, for vramguard's state."""
+def plug_in(torch, allocator, oom_error=None):
+    """The hooks and the out-of-memory shim, for install() before the
+    allocator is made current. Returns what was done, for vramguard's
+    state."""
     import vramguard
 
     hooks = set_hooks(allocator)
     shim = _oom_shim.load(torch, vramguard.__version__, oom_error)
     set_oom_thrower(shim.address)
-    guard_checkpoint_state(torch, error)
     return {"hooks": hooks, "oom_shim": shim}

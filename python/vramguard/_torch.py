@@ -182,11 +182,12 @@ def _plug_in(torch, oom_error="auto"):
     allocator = torch.cuda.memory.CUDAPluggableAllocator(
         _core.__file__, "vramguard_torch_malloc", "vramguard_torch_free"
     )
-    _state["hooks"] = _hooks.plug_in(torch, allocator, VramguardError, oom_error)
+    _state["hooks"] = _hooks.plug_in(torch, allocator, oom_error)
     try:
         torch.cuda.memory.change_current_allocator(allocator)
     except RuntimeError as exc:
         raise VramguardError(RESTART_ADVICE) from exc
+    _hooks.guard_checkpoint_state(torch, VramguardError)
     _state["allocator"] = allocator  # PyTorch keeps its own reference too
     _state["installed"] = True
 
