@@ -5,9 +5,10 @@
 #include "vramguard/devices.h"
 
 /* heaps.c: a new provider for `device`, simulated or CUDA as the settings
- * say; NULL with the reason in vg_devices_error(). A simulated one hands
- * out addresses from `sim_base` (0: the simulator's default), so that the
- * heaps of one device never share an address. */
+ * say (read under the registry's mutex, which this takes: never call it
+ * with that mutex held); NULL with the reason in vg_devices_error(). A
+ * simulated one hands out addresses from `sim_base` (0: the simulator's
+ * default), so that the heaps of one device never share an address. */
 vg_device *vg__devices_provider(int device, uintptr_t sim_base);
 /* Set what vg_devices_error() says. */
 void vg__devices_set_error(const char *message);
