@@ -270,6 +270,7 @@ size_t vg__release_idle(vg_heap *h, const vg_stream_bins *only, size_t target,
                         uint64_t *counter)
 {
     size_t released = 0;
+    if (h->keep_segments) return 0;
     vg_segment *seg = h->idle_head;
     while (seg && released < target) {
         vg_segment *next = seg->idle_next;
@@ -625,6 +626,13 @@ int vg_heap_set_budget(vg_heap *h, size_t budget)
         vg__release_idle(h, NULL, reserved - budget, &h->stats.num_budget_releases);
     vg_lock_release(&h->lock);
     return VG_OK;
+}
+
+void vg_heap_set_keep_segments(vg_heap *h, int keep)
+{
+    vg_lock_acquire(&h->lock);
+    h->keep_segments = keep != 0;
+    vg_lock_release(&h->lock);
 }
 
 size_t vg_heap_budget(vg_heap *h)

@@ -182,6 +182,9 @@ struct vg_heap {
     uint64_t live_per_bin[VG_NBINS];
     vg_history *history;         /* the ring, kept after a stop until taken */
     bool recording;              /* recording into it now */
+    /* A CUDA graph may use its memory: no segment is released, idle or not
+     * (vg_heap_set_keep_segments). */
+    bool keep_segments;
 
     /* A provider call failed for another reason than memory since the
      * current allocation began: the ladder stops at once, since nothing it

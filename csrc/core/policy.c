@@ -173,7 +173,7 @@ static vg_block *grow_beside_oversize(vg_heap *h, vg_stream_bins *sb, int pool, 
     if (vg__device_failed(h)) return NULL;
     vg_segment *seg = oversize->seg;
     size_t need = minimal_segment(pool, rounded);
-    if (seg->idle && vg__reserved(h) - seg->size + need <= ceiling(h)) {
+    if (seg->idle && !h->keep_segments && vg__reserved(h) - seg->size + need <= ceiling(h)) {
         vg__segment_release(h, seg);
         h->stats.num_oversize_releases++;
         return reserve(h, sb, pool, rounded, budget_refused);

@@ -15,6 +15,15 @@
  * description in vg_device.error. After a failed call the last error is
  * read (and so cleared, unless it is sticky), as PyTorch does, so that the
  * next kernel launch does not report our failure as its own.
+ *
+ * CUDA graphs: while an allocation into a private pool is underway on a
+ * device (vg_capture_active), no call here may break a stream capture
+ * there. Event queries answer "not finished" without asking the runtime,
+ * events are recorded only once no capture is underway, synchronize does
+ * nothing, a release is deferred to the first call on that device after
+ * the capture, and cudaMalloc runs in the relaxed capture mode (PyTorch's
+ * own allocator does the same: a captured cudaMalloc is legal, a captured
+ * cudaFree or event query is not).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* dl_iterate_phdr, RTLD_NOLOAD */
@@ -24,6 +33,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +48,7 @@ typedef void *cuda_event;
 #define CUDA_ERROR_MEMORY_ALLOCATION 2
 #define CUDA_ERROR_NOT_READY 600
 #define CUDA_EVENT_DISABLE_TIMING 2u
+#define CUDA_CAPTURE_MODE_RELAXED 2
 
 static struct cudart {
     cuda_error (*Malloc)(void **, size_t);
@@ -54,6 +65,9 @@ static struct cudart {
     cuda_error (*GetLastError)(void);
     const char *(*GetErrorName)(cuda_error);
     const char *(*GetErrorString)(cuda_error);
+    /* Optional: NULL where the runtime lacks them. */
+    cuda_error (*ThreadExchangeStreamCaptureMode)(int *); /* CUDA 10.1 */
+    cuda_error (*StreamGetDevice)(void *, int *);          /* CUDA 12.8 */
 } rt;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
@@ -191,6 +205,8 @@ static void load_runtime(void)
     RESOLVE(GetLastError, "cudaGetLastError");
     RESOLVE(GetErrorName, "cudaGetErrorName");
     RESOLVE(GetErrorString, "cudaGetErrorString");
+    *(void **)(&rt.ThreadExchangeStreamCaptureMode) = dlsym(h, "cudaThreadExchangeStreamCaptureMode");
+    *(void **)(&rt.StreamGetDevice) = dlsym(h, "cudaStreamGetDevice");
 }
 
 const char *vg_cuda_load(void)
@@ -239,6 +255,19 @@ int vg_cuda_device_count(void)
     return n;
 }
 
+int vg_cuda_stream_device(vg_stream_t stream)
+{
+    int device = -1;
+    if (vg_cuda_load()) return -1;
+    if (rt.StreamGetDevice) {
+        if (rt.StreamGetDevice((void *)stream, &device) == CUDA_SUCCESS) return device;
+        (void)rt.GetLastError(); /* not supported, or a stream it does not know */
+    }
+    if (rt.GetDevice(&device) == CUDA_SUCCESS) return device;
+    (void)rt.GetLastError();
+    return -1;
+}
+
 /* ------------------------------------------------------------------ */
 /* The provider                                                        */
 /* ------------------------------------------------------------------ */
@@ -246,8 +275,10 @@ int vg_cuda_device_count(void)
 /* An event, and the device it was created on: it can be recorded only on
  * that device's streams, so released ones wait in per-device lists. */
 typedef struct event_slot {
-    cuda_event event;
+    cuda_event event;       /* NULL until first recorded */
     int device;
+    vg_stream_t stream;     /* where it is to be recorded */
+    int recorded;           /* 0: asked for during a capture, not yet recorded */
     struct event_slot *next;
 } event_slot;
 
@@ -287,13 +318,95 @@ static void leave(device_guard g)
     if (g.switched && rt.SetDevice(g.previous) != CUDA_SUCCESS) (void)rt.GetLastError();
 }
 
+/* ------------------------------------------------------------------ */
+/* Releases deferred during a capture                                  */
+/* ------------------------------------------------------------------ */
+
+/* Ranges released while a capture was underway on their device, freed by
+ * the first call on that device after it. Per device, not per provider:
+ * a pool's heap may be destroyed during another pool's capture. */
+typedef struct deferred_free {
+    uintptr_t addr;
+    struct deferred_free *next;
+} deferred_free;
+
+static struct deferred_frees {
+    pthread_mutex_t lock;
+    deferred_free *head[VG_MAX_DEVICES];
+    atomic_int count[VG_MAX_DEVICES];
+} deferred = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* 0 when the range is kept for later; -1 when there is no memory to note
+ * it in (the caller frees it now, capture or not). */
+static int defer_free(int device, uintptr_t addr)
+{
+    deferred_free *d = malloc(sizeof *d);
+    if (!d) return -1;
+    d->addr = addr;
+    pthread_mutex_lock(&deferred.lock);
+    d->next = deferred.head[device];
+    deferred.head[device] = d;
+    atomic_fetch_add(&deferred.count[device], 1);
+    pthread_mutex_unlock(&deferred.lock);
+    return 0;
+}
+
+static deferred_free *take_deferred(int device)
+{
+    pthread_mutex_lock(&deferred.lock);
+    deferred_free *list = deferred.head[device];
+    deferred.head[device] = NULL;
+    atomic_store(&deferred.count[device], 0);
+    pthread_mutex_unlock(&deferred.lock);
+    return list;
+}
+
+/* The device's current device is `dev->index` (the caller entered it).
+ * A range the runtime refuses now is lost either way: the heap's books
+ * let go of it when it was released. */
+static void free_deferred(vg_device *dev)
+{
+    if (!atomic_load_explicit(&deferred.count[dev->index], memory_order_relaxed)) return;
+    if (vg_capture_active(dev->index)) return;
+    deferred_free *d = take_deferred(dev->index);
+    while (d) {
+        deferred_free *next = d->next;
+        if (rt.Free((void *)d->addr) != CUDA_SUCCESS) (void)rt.GetLastError();
+        free(d);
+        d = next;
+    }
+}
+
+size_t vg_cuda_deferred_frees(int device)
+{
+    if (device < 0 || device >= VG_MAX_DEVICES) return 0;
+    return (size_t)atomic_load(&deferred.count[device]);
+}
+
+/* ------------------------------------------------------------------ */
+/* Memory                                                              */
+/* ------------------------------------------------------------------ */
+
+/* A cudaMalloc during a capture is legal in the relaxed mode only; the
+ * mode is the calling thread's, so it is put back at once. */
+static cuda_error malloc_capture_safe(int device, void **p, size_t size)
+{
+    int mode = CUDA_CAPTURE_MODE_RELAXED;
+    int relaxed = vg_capture_active(device) && rt.ThreadExchangeStreamCaptureMode &&
+                  rt.ThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS;
+    cuda_error err = rt.Malloc(p, size);
+    if (relaxed && rt.ThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS) (void)rt.GetLastError();
+    return err;
+}
+
 static int cuda_reserve(vg_device *dev, size_t size, uintptr_t *addr)
 {
     device_guard g;
     int rc = enter(dev, dev->index, &g);
     if (rc != VG_OK) return rc;
+    free_deferred(dev);
     void *p = NULL;
-    cuda_error err = rt.Malloc(&p, size);
+    cuda_error err = malloc_capture_safe(dev->index, &p, size);
     leave(g);
     if (err == CUDA_ERROR_MEMORY_ALLOCATION) {
         (void)rt.GetLastError(); /* as PyTorch does for an OOM */
@@ -307,9 +420,11 @@ static int cuda_reserve(vg_device *dev, size_t size, uintptr_t *addr)
 static int cuda_release(vg_device *dev, uintptr_t addr, size_t size)
 {
     (void)size;
+    if (vg_capture_active(dev->index) && defer_free(dev->index, addr) == 0) return VG_OK;
     device_guard g;
     int rc = enter(dev, dev->index, &g);
     if (rc != VG_OK) return rc;
+    free_deferred(dev);
     cuda_error err = rt.Free((void *)addr);
     leave(g);
     return err == CUDA_SUCCESS ? VG_OK : failed(dev, "cudaFree", err);
@@ -320,10 +435,15 @@ static int cuda_mem_info(vg_device *dev, size_t *free_bytes, size_t *total_bytes
     device_guard g;
     int rc = enter(dev, dev->index, &g);
     if (rc != VG_OK) return rc;
+    free_deferred(dev);
     cuda_error err = rt.MemGetInfo(free_bytes, total_bytes);
     leave(g);
     return err == CUDA_SUCCESS ? VG_OK : failed(dev, "cudaMemGetInfo", err);
 }
+
+/* ------------------------------------------------------------------ */
+/* Synchronize and events                                              */
+/* ------------------------------------------------------------------ */
 
 static int synchronize_one(vg_device *dev, int device)
 {
@@ -336,14 +456,16 @@ static int synchronize_one(vg_device *dev, int device)
 }
 
 /* Its own device, and each device it recorded events on: then every event
- * it handed out queries done, as the heap expects. */
+ * it handed out queries done, as the heap expects. During a capture on
+ * one of them nothing is waited for (a synchronize would end the capture
+ * with an error); events there go on answering "not finished". */
 static int cuda_synchronize(vg_device *dev)
 {
     vg_cuda *c = (vg_cuda *)dev;
     uint64_t devices = c->recorded_on | (uint64_t)1 << dev->index;
     int first_error = VG_OK;
     for (int d = 0; d < VG_MAX_DEVICES; d++) {
-        if (!(devices >> d & 1)) continue;
+        if (!(devices >> d & 1) || vg_capture_active(d)) continue;
         int rc = synchronize_one(dev, d);
         if (rc == VG_OK) c->recorded_on &= ~((uint64_t)1 << d);
         else if (first_error == VG_OK) first_error = rc;
@@ -351,26 +473,18 @@ static int cuda_synchronize(vg_device *dev)
     return first_error;
 }
 
-/* A spare event of `device`, or a new one created there (the caller has
- * made `device` current). */
-static int take_event(vg_cuda *c, int device, event_slot **out)
+/* A spare slot of `device`, or a new one; its event is created when first
+ * recorded. */
+static event_slot *take_event(vg_cuda *c, int device)
 {
     event_slot *s = c->spare[device];
     if (s) {
         c->spare[device] = s->next;
-        *out = s;
-        return VG_OK;
+        return s;
     }
-    s = malloc(sizeof *s);
-    if (!s) return VG_ERR_NOMEM;
-    cuda_error err = rt.EventCreateWithFlags(&s->event, CUDA_EVENT_DISABLE_TIMING);
-    if (err != CUDA_SUCCESS) {
-        free(s);
-        return failed(&c->base, "cudaEventCreateWithFlags", err);
-    }
-    s->device = device;
-    *out = s;
-    return VG_OK;
+    s = calloc(1, sizeof *s);
+    if (s) s->device = device;
+    return s;
 }
 
 static void put_event(vg_cuda *c, event_slot *s)
@@ -382,6 +496,30 @@ static void put_event(vg_cuda *c, event_slot *s)
 /* Under the stream's device: the default stream (handle 0) is the current
  * device's, and an event records only on streams of the device it was
  * created on. */
+static int record_now(vg_device *dev, event_slot *s)
+{
+    device_guard g;
+    int rc = enter(dev, s->device, &g);
+    if (rc != VG_OK) return rc;
+    cuda_error err = CUDA_SUCCESS;
+    if (!s->event) err = rt.EventCreateWithFlags(&s->event, CUDA_EVENT_DISABLE_TIMING);
+    if (err != CUDA_SUCCESS) {
+        s->event = NULL;
+        rc = failed(dev, "cudaEventCreateWithFlags", err);
+    } else if ((err = rt.EventRecord(s->event, (void *)s->stream)) != CUDA_SUCCESS) {
+        rc = failed(dev, "cudaEventRecord", err);
+    } else {
+        s->recorded = 1;
+    }
+    leave(g);
+    return rc;
+}
+
+static int capturing(const vg_device *dev, const event_slot *s)
+{
+    return vg_capture_active(s->device) || vg_capture_active(dev->index);
+}
+
 static int cuda_event_record(vg_device *dev, int device, vg_stream_t stream, vg_event_t *ev)
 {
     vg_cuda *c = (vg_cuda *)dev;
@@ -389,29 +527,30 @@ static int cuda_event_record(vg_device *dev, int device, vg_stream_t stream, vg_
     /* Even if recording fails, the synchronize the heap falls back on must
      * cover this device. */
     c->recorded_on |= (uint64_t)1 << device;
-    device_guard g;
-    int rc = enter(dev, device, &g);
-    if (rc != VG_OK) return rc;
-    event_slot *s = NULL;
-    rc = take_event(c, device, &s);
-    if (rc == VG_OK) {
-        cuda_error err = rt.EventRecord(s->event, (void *)stream);
-        if (err == CUDA_SUCCESS) {
-            *ev = (vg_event_t)s;
-        } else {
-            put_event(c, s);
-            rc = failed(dev, "cudaEventRecord", err);
-        }
-    }
-    leave(g);
+    event_slot *s = take_event(c, device);
+    if (!s) return VG_ERR_NOMEM;
+    s->stream = stream;
+    s->recorded = 0;
+    /* During a capture the record waits for the first query after it, as
+     * PyTorch's allocator defers its events until no capture is underway. */
+    int rc = capturing(dev, s) ? VG_OK : record_now(dev, s);
+    if (rc == VG_OK) *ev = (vg_event_t)s;
+    else put_event(c, s);
     return rc;
 }
 
 /* cudaEventQuery works whatever the current device. */
 static int cuda_event_query(vg_device *dev, vg_event_t ev)
 {
-    (void)dev;
-    cuda_error err = rt.EventQuery(((event_slot *)ev)->event);
+    event_slot *s = (event_slot *)ev;
+    if (capturing(dev, s)) return 0; /* a query would break the capture */
+    if (!s->recorded && record_now(dev, s) != VG_OK) {
+        /* Nothing recorded to wait on: wait for the stream's whole device
+         * instead, after which the work is done either way. */
+        (void)synchronize_one(dev, s->device);
+        return 1;
+    }
+    cuda_error err = rt.EventQuery(s->event);
     if (err == CUDA_SUCCESS) return 1;
     (void)rt.GetLastError();
     /* Any error but "not ready" means the event will never complete; the
@@ -431,7 +570,7 @@ static void cuda_destroy(vg_device *dev)
         while (c->spare[d]) {
             event_slot *s = c->spare[d];
             c->spare[d] = s->next;
-            if (rt.EventDestroy(s->event) != CUDA_SUCCESS) (void)rt.GetLastError();
+            if (s->event && rt.EventDestroy(s->event) != CUDA_SUCCESS) (void)rt.GetLastError();
             free(s);
         }
     }

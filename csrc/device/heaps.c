@@ -8,7 +8,7 @@
  * For tests on machines without a GPU, vg_devices_simulate() makes every
  * device a simulated one, so the whole path above the provider runs.
  */
-#include "vramguard/devices.h"
+#include "registry.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -29,10 +29,16 @@ static struct settings {
  * never one that another thread is writing. */
 static _Thread_local char last_error[768];
 static atomic_int warned_invalid_free;
+static atomic_int torch_device_count = -1;
 
 const char *vg_devices_error(void)
 {
     return last_error;
+}
+
+void vg__devices_set_error(const char *message)
+{
+    snprintf(last_error, sizeof last_error, "%s", message);
 }
 
 /* The budget a device gets: a fraction of its total, or bytes. The
@@ -52,17 +58,35 @@ static size_t fresh_device_total(vg_device *dev)
     return dev->ops->mem_info(dev, &free_bytes, &total) == VG_OK ? total : 0;
 }
 
-static vg_heap *create_locked(int device)
+/* With the registry's mutex held (the settings are read under it). */
+static vg_device *provider_locked(int device, uintptr_t sim_base)
 {
     char why[640] = "out of host memory";
-    vg_device *dev = settings.simulated ? vg_sim_create(settings.simulated)
-                                        : vg_cuda_create(device, why, sizeof why);
+    size_t simulated = settings.simulated;
+    vg_device *dev = simulated ? vg_sim_create(simulated) : vg_cuda_create(device, why, sizeof why);
     if (!dev) {
         snprintf(last_error, sizeof last_error, "cannot use %s device %d: %s",
-                 settings.simulated ? "simulated" : "CUDA", device, why);
+                 simulated ? "simulated" : "CUDA", device, why);
         return NULL;
     }
     dev->index = device;
+    if (simulated) vg_sim_set_base(dev, sim_base);
+    return dev;
+}
+
+vg_device *vg__devices_provider(int device, uintptr_t sim_base)
+{
+    pthread_mutex_lock(&registry);
+    vg_device *dev = provider_locked(device, sim_base);
+    pthread_mutex_unlock(&registry);
+    return dev;
+}
+
+static vg_heap *create_locked(int device)
+{
+    /* simulated: 4 TiB of addresses per device, as real ones never overlap */
+    vg_device *dev = provider_locked(device, ((uintptr_t)1 << 40) + ((uintptr_t)device << 42));
+    if (!dev) return NULL;
     vg_heap_config cfg = {NULL,
                           budget_for(fresh_device_total(dev), settings.budget, settings.budget_fraction),
                           settings.gc_threshold};
@@ -151,6 +175,8 @@ int vg_devices_alloc(size_t size, int device, vg_stream_t stream, void **out, vg
     *out = NULL;
     oom->status = VG_OK;
     if (size == 0) return VG_OK; /* as PyTorch's own allocator: a null pointer */
+    int rc;
+    if (vg_capture_active(device) && vg__pools_alloc(size, device, stream, out, oom, &rc)) return rc;
     vg_heap *h = vg_devices_heap(device);
     if (!h) return VG_ERR_DEVICE;
     *out = vg_heap_alloc(h, size, stream, oom);
@@ -162,6 +188,7 @@ void vg_devices_free(void *ptr, int device)
     if (!ptr) return;
     vg_heap *h = vg_devices_existing(device);
     if (h && vg_heap_free_if_owned(h, ptr) == VG_OK) return;
+    if (vg__pools_free(ptr) == VG_OK) return; /* a CUDA graph's block */
     /* Not where PyTorch said: look on the other devices before giving up. */
     for (int d = 0; d < VG_MAX_DEVICES; d++) {
         vg_heap *other = vg_devices_existing(d);
@@ -183,5 +210,43 @@ int vg_devices_record_stream(void *ptr, int stream_device, vg_stream_t stream)
         int rc = vg_heap_record_device_stream(h, ptr, stream_device < 0 ? d : stream_device, stream);
         if (rc != VG_ERR_INVALID) return rc;
     }
-    return VG_ERR_INVALID;
+    return vg__pools_record_stream(ptr, stream_device, stream);
+}
+
+/* ------------------------------------------------------------------ */
+/* What PyTorch's other hooks ask                                      */
+/* ------------------------------------------------------------------ */
+
+size_t vg_devices_empty_cache_all(void)
+{
+    size_t released = 0;
+    for (int d = 0; d < VG_MAX_DEVICES; d++) {
+        vg_heap *h = vg_devices_existing(d);
+        if (h) released += vg_heap_empty_cache(h);
+    }
+    return released + vg__pools_empty_cache();
+}
+
+int vg_devices_segment_of(const void *ptr, uintptr_t *base, size_t *size)
+{
+    for (int d = 0; d < VG_MAX_DEVICES; d++) {
+        vg_heap *h = vg_devices_existing(d);
+        if (h && vg_heap_segment_of(h, ptr, base, size) == VG_OK) return VG_OK;
+    }
+    return vg__pools_segment_of(ptr, base, size);
+}
+
+void vg_devices_note_device_count(int count)
+{
+    atomic_store(&torch_device_count, count);
+}
+
+int vg_devices_device_count(void)
+{
+    return atomic_load(&torch_device_count);
+}
+
+int vg_devices_stream_device(vg_stream_t stream)
+{
+    return vg_devices_simulated() ? -1 : vg_cuda_stream_device(stream);
 }

@@ -273,6 +273,12 @@ static vg_sim *sim_of(const vg_device *dev)
     return dev && dev->ops == &sim_ops ? (vg_sim *)(uintptr_t)dev : NULL;
 }
 
+void vg_sim_set_base(vg_device *dev, uintptr_t base)
+{
+    vg_sim *sim = sim_of(dev);
+    if (sim && base) sim->next_addr = base;
+}
+
 void vg_sim_fail_nth(vg_device *dev, uint64_t nth)
 {
     vg_sim *sim = sim_of(dev);

@@ -68,6 +68,8 @@ PyObject *vgpy_pickle_problem(PyObject *module, PyObject *data);
 /* py_devices.c: the per-device heaps the torch entry points use. */
 extern PyMethodDef vgpy_device_methods[];
 int vgpy_devices_init(PyObject *module);
+/* py_pools.c: CUDA graphs' private pools and captures. */
+int vgpy_pools_init(PyObject *module);
 
 /* pymodule.c: the module's state. */
 typedef struct {

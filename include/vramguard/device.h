@@ -57,9 +57,25 @@ struct vg_device {
     vg_device_error error;
 };
 
+/* Allocation into a private pool underway on a device (CUDA graph capture:
+ * PyTorch's begin_allocate_to_pool until its end_allocate_to_pool). While
+ * one is, a provider makes no call that would break a capture on that
+ * device: no event query or synchronize (an event answers "not finished"),
+ * no release (it is deferred until no capture is underway), and a reserve
+ * runs in the relaxed capture mode, as PyTorch's own allocator does. The
+ * count is kept by the registry (device/pools.c); tests may set it. */
+void vg_capture_enter(int device);
+void vg_capture_leave(int device);
+/* How many are underway on `device` (0 for a device out of range). */
+int vg_capture_active(int device);
+
 /* The simulated device: a capacity and a fake 64-bit address space with no
  * memory behind it, so an 80 GiB GPU can be simulated anywhere. */
 vg_device *vg_sim_create(size_t capacity);
+/* Hand out addresses from `base` on; before the first reserve. Simulated
+ * devices that stand for one GPU must not give out the same addresses (a
+ * private pool's heap beside the device's own heap). */
+void vg_sim_set_base(vg_device *dev, uintptr_t base);
 /* Refuse the nth reserve from now on (1 = the next one) as out of memory;
  * 0 turns it off. */
 void vg_sim_fail_nth(vg_device *dev, uint64_t nth);
@@ -95,6 +111,12 @@ const char *vg_cuda_runtime_source(void);
  * resort; 0 for anything else ("libcudart_static.a"). */
 int vg_cuda_runtime_name_rank(const char *path);
 int vg_cuda_device_count(void);
+/* The device a CUDA stream belongs to: cudaStreamGetDevice where the
+ * runtime has it (CUDA 12.8 on), else the current device. -1 when the
+ * runtime cannot say. */
+int vg_cuda_stream_device(vg_stream_t stream);
+/* Releases of `device` waiting for its captures to end (tests). */
+size_t vg_cuda_deferred_frees(int device);
 /* A provider for one device; NULL when the runtime is missing, the device
  * does not exist, or the runtime cannot say (`why`, n bytes, says which). */
 vg_device *vg_cuda_create(int device, char *why, size_t n);

@@ -40,6 +40,62 @@ void vg_devices_free(void *ptr, int device);
  * VG_ERR_INVALID when no heap holds it. */
 int vg_devices_record_stream(void *ptr, int stream_device, vg_stream_t stream);
 
+/* ------------------------------------------------------------------ */
+/* What PyTorch's other allocator hooks ask (csrc/torch/)              */
+/* ------------------------------------------------------------------ */
+
+/* Release the idle cache of every device heap, and of every private pool
+ * that is released; returns the bytes released. */
+size_t vg_devices_empty_cache_all(void);
+/* The segment that holds `ptr`, in whichever heap (device or pool). */
+int vg_devices_segment_of(const void *ptr, uintptr_t *base, size_t *size);
+/* The device count PyTorch saw when it initialised CUDA (-1 before). */
+void vg_devices_note_device_count(int count);
+int vg_devices_device_count(void);
+/* The device of a stream handle, for record_stream: the runtime's answer,
+ * or -1 (the block's own device) on simulated devices. */
+int vg_devices_stream_device(vg_stream_t stream);
+
+/* ------------------------------------------------------------------ */
+/* Private pools (device/pools.c)                                      */
+/* ------------------------------------------------------------------ */
+
+/* A pool is PyTorch's MempoolId_t (a pair of u64; (0, 0) is the default
+ * pool and never private). Each private pool has a heap of its own on its
+ * device, whose segments are kept until the pool is released: a CUDA
+ * graph replays into the blocks it was captured with, freed or not.
+ *
+ * begin: allocations on `device` for which filter(ctx, stream) answers
+ * non-zero go to pool `id` until the matching end; the first begin of a
+ * pool creates it, each begin counts a use. The filter is called on the
+ * allocating thread inside vg_devices_alloc, never with a heap lock held;
+ * drop(ctx) is called once the registry no longer needs it (at end, or
+ * when begin fails). Several begins may be active on a device; the
+ * earliest whose filter accepts the stream wins, as in PyTorch.
+ * VG_ERR_ARG for the default pool, a device out of range, or a pool with
+ * a begin already active; VG_ERR_DEVICE when no heap can be made
+ * (vg_devices_error says why). */
+typedef int (*vg_pool_filter)(void *ctx, vg_stream_t stream);
+int vg_devices_begin_pool(int device, uint64_t id0, uint64_t id1, vg_pool_filter filter,
+                          void *ctx, void (*drop)(void *ctx));
+/* VG_ERR_INVALID when no begin of that pool is active on `device`. */
+int vg_devices_end_pool(int device, uint64_t id0, uint64_t id1);
+/* One use fewer; at none the pool is released: its idle segments go back
+ * to the device now, the others as their blocks are freed, and the heap
+ * itself once nothing in it is live. VG_ERR_INVALID for an unknown pool. */
+int vg_devices_release_pool(int device, uint64_t id0, uint64_t id1);
+
+typedef struct vg_pool_info {
+    int device;
+    uint64_t id0, id1;
+    int use_count;  /* begins not yet released */
+    int begun;      /* begins active now (not yet ended) */
+    int released;   /* use_count reached 0; waiting for its blocks */
+    vg_stats stats;
+} vg_pool_info;
+/* Fills up to `n` records, oldest pool first; returns how many exist. */
+size_t vg_devices_pools(vg_pool_info *out, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

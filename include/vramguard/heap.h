@@ -148,6 +148,13 @@ void vg_heap_reset_peaks(vg_heap *h);
  * freed is the change of current since the reset. */
 void vg_heap_reset_accumulated(vg_heap *h);
 
+/* While `keep` is set no segment is released, however idle: neither the
+ * gc threshold, the out-of-memory ladder, a lower budget nor empty_cache
+ * gives memory back. For a CUDA graph's private pool, whose freed blocks
+ * the graph still writes to when replayed; they are reused only by the
+ * allocations of that pool. */
+void vg_heap_set_keep_segments(vg_heap *h, int keep);
+
 /* 0 = no budget (the device's capacity rules). Lowering it releases idle
  * segments until reserved memory fits, as far as live blocks allow. */
 int vg_heap_set_budget(vg_heap *h, size_t budget);
@@ -172,6 +179,10 @@ void vg_heap_fragmentation(vg_heap *h, vg_fragmentation *out);
 size_t vg_heap_histogram(vg_heap *h, uint64_t *lower_bounds, uint64_t *counts, size_t n);
 /* Size of the live block at ptr, 0 if none. */
 size_t vg_heap_block_size(vg_heap *h, void *ptr);
+/* The segment that holds the address `ptr` (the start of a live block, or
+ * any byte of a segment): its base and size. VG_ERR_INVALID when no
+ * segment of the heap holds it. */
+int vg_heap_segment_of(vg_heap *h, const void *ptr, uintptr_t *base, size_t *size);
 vg_device *vg_heap_device(const vg_heap *h);
 const char *vg_heap_policy_name(const vg_heap *h);
 

@@ -8,14 +8,16 @@ torch.cuda.memory.CUDAPluggableAllocator, pointing it at the very shared
 object Python imported (vramguard._core), so the heaps PyTorch allocates from
 and the numbers vramguard.stats() reads are one instance.
 
-PyTorch lets Python plug in only an allocator's malloc and free; the other
-hooks of its pluggable allocator (empty cache, memory fraction, record
-stream) are reachable from C++ alone. So with patch_torch=True, install()
-also makes the Python functions people and libraries call use vramguard:
-torch.cuda.empty_cache, set_per_process_memory_fraction, Tensor.record_stream
-and the memory_* statistics (which otherwise raise under any pluggable
-allocator). C++ code inside PyTorch that calls those hooks directly (NCCL's
-record_stream, for one) is not seen: see docs/pytorch.md.
+Besides malloc and free, install() sets the pluggable allocator's other
+hooks (empty cache, memory fraction, record stream, base allocation, init,
+and the private pools of CUDA graphs) to vramguard's C entry points
+(_hooks.py), so C++ inside PyTorch reaches vramguard too: NCCL's
+record_stream, torch._C._cuda_emptyCache, torch.cuda.graph. An
+out-of-memory is torch.OutOfMemoryError where a C++ compiler could build
+the small shim that throws it (_oom_shim.py), else RuntimeError. With
+patch_torch=True, install() also makes the Python functions people and
+libraries call use vramguard where no hook reaches: the memory_* statistics
+(which otherwise raise under any pluggable allocator). See docs/pytorch.md.
 
 There is no uninstall: PyTorch cannot swap an allocator that has been used.
 """
@@ -25,7 +27,7 @@ import os
 import threading
 import warnings
 
-from . import _core
+from . import _core, _hooks, _oom_shim
 from ._summary import format_summary
 from ._units import parse_size
 
@@ -50,7 +52,7 @@ class VramguardError(RuntimeError):
 
 
 _lock = threading.Lock()
-_state = {"installed": False, "allocator": None, "patched": False, "settings": None}
+_state = {"installed": False, "allocator": None, "patched": False, "settings": None, "hooks": None}
 
 
 # ------------------------------------------------------------------ settings
@@ -123,7 +125,7 @@ def _check_cuda(torch):
 # ------------------------------------------------------------------ install
 
 
-def install(budget=None, gc_threshold=None, patch_torch=None):
+def install(budget=None, gc_threshold=None, patch_torch=None, oom_error=None):
     """Make vramguard PyTorch's CUDA allocator. Call it before anything
     touches the GPU.
 
@@ -135,9 +137,15 @@ def install(budget=None, gc_threshold=None, patch_torch=None):
     patch_torch: make torch.cuda.memory_allocated() and friends,
         empty_cache(), set_per_process_memory_fraction() and
         Tensor.record_stream() use vramguard (default True).
+    oom_error: "auto" (default): out-of-memory errors are
+        torch.OutOfMemoryError, through a small C++ shim built against the
+        installed torch the first time (cached in ~/.cache/vramguard),
+        RuntimeError where it cannot be built; "runtime": RuntimeError,
+        no build. Read once, by the first install().
 
     Settings left as None are read from VRAMGUARD_BUDGET,
-    VRAMGUARD_GC_THRESHOLD and VRAMGUARD_PATCH_TORCH ("0" to turn off), for
+    VRAMGUARD_GC_THRESHOLD, VRAMGUARD_PATCH_TORCH ("0" to turn off) and
+    VRAMGUARD_OOM_ERROR, for
     scripts launched by others. Calling install() again changes the budget
     and the threshold of every device heap."""
     if budget is None:
@@ -146,13 +154,17 @@ def install(budget=None, gc_threshold=None, patch_torch=None):
         gc_threshold = os.environ.get(ENV_GC_THRESHOLD) or None
     if patch_torch is None:
         patch_torch = os.environ.get(ENV_PATCH_TORCH, "1") != "0"
+    if oom_error is None:
+        oom_error = os.environ.get(_oom_shim.ENV_MODE) or "auto"
+    if oom_error not in _oom_shim.MODES:
+        raise ValueError(f"oom_error (or {_oom_shim.ENV_MODE}) must be 'auto' or 'runtime', got {oom_error!r}")
     nbytes, fraction = _parse_budget(budget)
     gc = _parse_gc(gc_threshold)
     torch = _import_torch()
     with _lock:
         if not _state["installed"]:
             _check_cuda(torch)
-            _plug_in(torch)
+            _plug_in(torch, oom_error)
         _core.configure_devices(nbytes, fraction, gc)
         _state["settings"] = {"budget_bytes": nbytes or None, "budget_fraction": fraction or None,
                               "gc_threshold": gc or None}
@@ -161,7 +173,7 @@ def install(budget=None, gc_threshold=None, patch_torch=None):
         _keep_cudnn_benchmark_off(torch)
 
 
-def _plug_in(torch):
+def _plug_in(torch, oom_error="auto"):
     runtime = _core.cuda_runtime()
     if not runtime["found"] and not runtime["simulated"]:
         raise VramguardError(f"vramguard: {runtime['error']}")
@@ -170,10 +182,12 @@ def _plug_in(torch):
     allocator = torch.cuda.memory.CUDAPluggableAllocator(
         _core.__file__, "vramguard_torch_malloc", "vramguard_torch_free"
     )
+    _state["hooks"] = _hooks.plug_in(torch, allocator, oom_error)
     try:
         torch.cuda.memory.change_current_allocator(allocator)
     except RuntimeError as exc:
         raise VramguardError(RESTART_ADVICE) from exc
+    _hooks.guard_checkpoint_state(torch, VramguardError)
     _state["allocator"] = allocator  # PyTorch keeps its own reference too
     _state["installed"] = True
 
@@ -239,8 +253,8 @@ def reset_peaks(device=None):
 
 def is_oom(exc):
     """True for an out-of-memory error from vramguard or PyTorch: vramguard's
-    arrives as a RuntimeError (not torch.OutOfMemoryError), as PyTorch's
-    pluggable allocator delivers it."""
+    is torch.OutOfMemoryError where install() could build its shim, else a
+    RuntimeError with the same message."""
     return isinstance(exc, (RuntimeError, MemoryError)) and "out of memory" in str(exc)
 
 

@@ -52,6 +52,9 @@ static struct fake_state {
     fake_event *events[64];
     int nevents;
     fake_record last_record;
+    unsigned frees, event_queries, event_records;
+    int capture_mode;          /* this (single) thread's, cudaStreamCaptureModeGlobal = 0 */
+    int malloc_capture_mode;   /* the mode the last cudaMalloc ran in */
 } f = {.capacity = (size_t)64 << 20};
 
 static int fail(int err)
@@ -75,6 +78,12 @@ unsigned fake_syncs(int device);
 int fake_current(void);
 fake_record fake_last_record(void);
 uintptr_t fake_stream(int device, unsigned n);
+unsigned fake_frees(void);
+unsigned fake_event_queries(void);
+unsigned fake_event_records(void);
+int fake_capture_mode(void);
+int fake_malloc_capture_mode(void);
+size_t fake_used(int device);
 
 void fake_reset(void)
 {
@@ -121,6 +130,36 @@ unsigned fake_syncs(int device)
     return f.syncs[device];
 }
 
+unsigned fake_frees(void)
+{
+    return f.frees;
+}
+
+unsigned fake_event_queries(void)
+{
+    return f.event_queries;
+}
+
+unsigned fake_event_records(void)
+{
+    return f.event_records;
+}
+
+int fake_capture_mode(void)
+{
+    return f.capture_mode;
+}
+
+int fake_malloc_capture_mode(void)
+{
+    return f.malloc_capture_mode;
+}
+
+size_t fake_used(int device)
+{
+    return f.used[device];
+}
+
 int fake_current(void)
 {
     return f.current;
@@ -161,6 +200,8 @@ int cudaEventCreateWithFlags(void **ev, unsigned flags);
 int cudaEventRecord(void *ev, void *stream);
 int cudaEventQuery(void *ev);
 int cudaEventDestroy(void *ev);
+int cudaThreadExchangeStreamCaptureMode(int *mode);
+int cudaStreamGetDevice(void *stream, int *device);
 
 int cudaGetLastError(void)
 {
@@ -230,6 +271,7 @@ int cudaMalloc(void **p, size_t size)
         return fail(err);
     }
     int d = f.current;
+    f.malloc_capture_mode = f.capture_mode;
     if (size > f.capacity - f.used[d]) return fail(MEMORY_ALLOCATION);
     for (int i = 0; i < MAX_SEGMENTS; i++) {
         if (f.segs[i].addr) continue;
@@ -254,6 +296,7 @@ int cudaFree(void *p)
         if (f.segs[i].device != f.current) return fail(INVALID_VALUE);
         f.used[f.current] -= f.segs[i].size;
         f.segs[i].addr = 0;
+        f.frees++;
         return SUCCESS;
     }
     return fail(INVALID_VALUE);
@@ -299,6 +342,7 @@ int cudaEventRecord(void *ev, void *stream)
     if (e->device != sd) return fail(INVALID_RESOURCE_HANDLE);
     e->recorded_device = sd;
     e->pending = f.events_pending;
+    f.event_records++;
     f.last_record = (fake_record){e->device, sd, f.current};
     return SUCCESS;
 }
@@ -306,6 +350,7 @@ int cudaEventRecord(void *ev, void *stream)
 int cudaEventQuery(void *ev)
 {
     fake_event *e = ev;
+    f.event_queries++;
     return e->pending ? fail(NOT_READY) : SUCCESS;
 }
 
@@ -318,4 +363,19 @@ int cudaEventDestroy(void *ev)
         return SUCCESS;
     }
     return fail(INVALID_RESOURCE_HANDLE);
+}
+
+int cudaThreadExchangeStreamCaptureMode(int *mode)
+{
+    int old = f.capture_mode;
+    f.capture_mode = *mode;
+    *mode = old;
+    return SUCCESS;
+}
+
+/* Streams made by fake_stream know their device; 0 is the current one's. */
+int cudaStreamGetDevice(void *stream, int *device)
+{
+    *device = stream_device(stream);
+    return SUCCESS;
 }

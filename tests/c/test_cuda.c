@@ -27,6 +27,12 @@ unsigned fake_syncs(int device);
 int fake_current(void);
 fake_record fake_last_record(void);
 uintptr_t fake_stream(int device, unsigned n);
+unsigned fake_frees(void);
+unsigned fake_event_queries(void);
+unsigned fake_event_records(void);
+int fake_capture_mode(void);
+int fake_malloc_capture_mode(void);
+size_t fake_used(int device);
 int cudaGetLastError(void);
 int cudaSetDevice(int d);
 
@@ -367,6 +373,95 @@ static void test_failed_event_record_falls_back_to_synchronize(void)
     destroy(fx);
 }
 
+/* ------------------------------------------------------------------ */
+/* CUDA graph capture                                                  */
+/* ------------------------------------------------------------------ */
+
+#define CAPTURE_MODE_GLOBAL 0
+#define CAPTURE_MODE_RELAXED 2
+
+/* During a capture on the device: no event query, no event record, no
+ * synchronize, no cudaFree (deferred), and cudaMalloc in the relaxed mode;
+ * after it, the deferred work is done on the next calls. */
+static void test_capture_defers_what_would_break_it(void)
+{
+    fixture fx = setup(0, NULL);
+    CHECK(fx.heap);
+    void *p = vg_heap_alloc(fx.heap, 1000, 0, NULL);
+    void *big = vg_heap_alloc(fx.heap, 30 * MiB, 0, NULL);
+    CHECK(p && big);
+    CHECK_EQ(vg_heap_record_device_stream(fx.heap, p, 0, fake_stream(0, 7)), VG_OK);
+    unsigned records = fake_event_records(), queries = fake_event_queries();
+    unsigned frees = fake_frees(), syncs = fake_syncs(0);
+
+    vg_capture_enter(0);
+    vg_heap_free(fx.heap, p);   /* used by stream 7: waits for an event */
+    vg_heap_free(fx.heap, big);
+    CHECK_EQ(vg_heap_empty_cache(fx.heap), 30 * MiB); /* off the books ... */
+    CHECK_EQ(vg_cuda_deferred_frees(0), 1);           /* ... but not freed yet */
+    CHECK_EQ(fake_used(0), 32 * MiB);
+    void *q = vg_heap_alloc(fx.heap, 1000, 0, NULL);  /* p still waits */
+    CHECK(q != NULL && q != p);
+    void *grown = vg_heap_alloc(fx.heap, 10 * MiB, 0, NULL);
+    CHECK(grown != NULL);
+    CHECK_EQ(fake_malloc_capture_mode(), CAPTURE_MODE_RELAXED);
+    CHECK_EQ(fake_capture_mode(), CAPTURE_MODE_GLOBAL); /* the thread's mode, back */
+    CHECK_EQ(fake_event_records(), records);
+    CHECK_EQ(fake_event_queries(), queries);
+    CHECK_EQ(fake_frees(), frees);
+    CHECK_EQ(fake_syncs(0), syncs); /* empty_cache's synchronize did nothing */
+    vg_fragmentation fr;
+    vg_heap_fragmentation(fx.heap, &fr);
+    CHECK_EQ(fr.pending_blocks, 1);
+    vg_capture_leave(0);
+
+    /* The next allocation records the event, queries it, and finds p free;
+     * the next reserve frees what was deferred first. */
+    void *again = vg_heap_alloc(fx.heap, 1000, 0, NULL);
+    CHECK(again == p);
+    CHECK_EQ(fake_event_records(), records + 1);
+    CHECK_EQ(fake_event_queries(), queries + 1);
+    void *more = vg_heap_alloc(fx.heap, 10 * MiB, 0, NULL);
+    CHECK(more != NULL);
+    CHECK_EQ(fake_frees(), frees + 1);
+    CHECK_EQ(vg_cuda_deferred_frees(0), 0);
+    CHECK_EQ(fake_used(0), 2 * MiB + 10 * MiB + 10 * MiB); /* small, grown, more */
+    CHECK_EQ(fake_malloc_capture_mode(), CAPTURE_MODE_GLOBAL);
+    vg_heap_free(fx.heap, again);
+    vg_heap_free(fx.heap, q);
+    vg_heap_free(fx.heap, grown);
+    vg_heap_free(fx.heap, more);
+    CHECK_HEAP(fx.heap);
+    destroy(fx);
+}
+
+/* A capture on device 1 changes nothing for device 0's calls. */
+static void test_capture_is_per_device(void)
+{
+    fixture fx = setup(0, NULL);
+    CHECK(fx.heap);
+    void *big = vg_heap_alloc(fx.heap, 30 * MiB, 0, NULL);
+    vg_heap_free(fx.heap, big);
+    unsigned frees = fake_frees();
+    vg_capture_enter(1);
+    CHECK_EQ(vg_heap_empty_cache(fx.heap), 30 * MiB);
+    CHECK_EQ(fake_frees(), frees + 1);
+    CHECK_EQ(vg_cuda_deferred_frees(0), 0);
+    vg_capture_leave(1);
+    CHECK_EQ(vg_capture_active(1), 0);
+    destroy(fx);
+}
+
+static void test_stream_device(void)
+{
+    fake_reset();
+    CHECK_EQ(vg_cuda_stream_device(fake_stream(1, 3)), 1);
+    CHECK_EQ(vg_cuda_stream_device(fake_stream(0, 3)), 0);
+    CHECK_EQ(cudaSetDevice(1), 0);
+    CHECK_EQ(vg_cuda_stream_device(0), 1); /* the default stream: the current device's */
+    CHECK_EQ(cudaSetDevice(0), 0);
+}
+
 #define T(fn) {#fn, fn}
 static const harness_test tests[] = {
     T(test_runtime_name_table),
@@ -378,6 +473,9 @@ static const harness_test tests[] = {
     T(test_failed_set_device_is_a_device_error),
     T(test_events_are_recorded_under_the_streams_device),
     T(test_synchronize_covers_the_devices_recorded_on),
+    T(test_capture_defers_what_would_break_it),
+    T(test_capture_is_per_device),
+    T(test_stream_device),
     T(test_failed_event_record_falls_back_to_synchronize),
 };
 

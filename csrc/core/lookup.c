@@ -1,0 +1,27 @@
+/* Which segment holds an address: what PyTorch's getBaseAllocation asks
+ * (the base and size of the cudaMalloc a pointer lies in, for IPC and
+ * for code that registers memory with other libraries). Rare, so a live
+ * block's start is looked up in the address map and anything else by
+ * walking the segments. */
+#include "heap_internal.h"
+#include "addr_map.h"
+
+int vg_heap_segment_of(vg_heap *h, const void *ptr, uintptr_t *base, size_t *size)
+{
+    uintptr_t addr = (uintptr_t)ptr;
+    const vg_segment *found = NULL;
+    vg_lock_acquire(&h->lock);
+    const vg_block *blk = vg__map_get(&h->live, addr);
+    if (blk) {
+        found = blk->seg;
+    } else {
+        for (const vg_segment *seg = h->segments; seg && !found; seg = seg->next)
+            if (addr >= seg->addr && addr - seg->addr < seg->size) found = seg;
+    }
+    if (found) {
+        *base = found->addr;
+        *size = found->size;
+    }
+    vg_lock_release(&h->lock);
+    return found ? VG_OK : VG_ERR_INVALID;
+}
