@@ -33,6 +33,7 @@ typedef struct vg_stream_use vg_stream_use;
 #define VG_SUBS (1u << VG_SUB_BITS)
 #define VG_LEVELS (VG_MAX_REQUEST_SHIFT - VG_ALIGN_SHIFT - VG_SUB_BITS + 2)
 #define VG_NBINS (VG_LEVELS * VG_SUBS)
+_Static_assert(VG_LEVELS <= 64 && VG_SUBS <= 32, "a class map holds a level in a bit, a step in a bit");
 
 /* The classes in which one stream has free blocks, for one pool.
  *   bit S of sub_map[L] == (class L*VG_SUBS+S holds a block of the stream)

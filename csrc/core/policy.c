@@ -27,8 +27,8 @@
  * What to release first: the requesting stream's idle segments, just
  * enough for the budget to take the smallest segment that holds the
  * request, or all of them when the device refused (nobody knows how much
- * it lacks). Then, as every policy, synchronize and look at the cache
- * again, then release everything idle.
+ * it lacks). After the synchronize that follows, look at the cache again
+ * (a deferred free may have finished) before everything idle is released.
  */
 #include "heap_internal.h"
 
