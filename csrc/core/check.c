@@ -284,13 +284,21 @@ static const char *check_lists(vg_heap *h, const tally *t)
     return NULL;
 }
 
+/* A counter's own equations: 0 <= current <= peak, and the all-pools
+ * entry is the sum of the pools'. (Its totals: vg__totals_consistent.) */
+static bool stat_consistent(const vg_stat *s)
+{
+    for (int i = 0; i < VG_STAT_TYPES; i++)
+        if (s[i].current < 0 || s[i].peak < s[i].current) return false;
+    return s[VG_STAT_ALL].current == s[VG_STAT_SMALL].current + s[VG_STAT_LARGE].current;
+}
+
+/* ... and its current values equal a recount. */
 static bool stat_matches(const vg_stat *s, const int64_t *expected)
 {
-    for (int i = 0; i < VG_STAT_TYPES; i++) {
+    for (int i = 0; i < VG_STAT_TYPES; i++)
         if (s[i].current != expected[i]) return false;
-        if (s[i].peak < s[i].current) return false;
-    }
-    return true;
+    return stat_consistent(s);
 }
 
 static const char *check_counters(vg_heap *h, const tally *t)
@@ -310,15 +318,6 @@ static const char *check_counters(vg_heap *h, const tally *t)
     for (uint32_t bin = 0; bin < VG_NBINS; bin++) per_bin += h->live_per_bin[bin];
     if (per_bin != (uint64_t)t->live[VG_STAT_ALL]) return "live histogram is off";
     return NULL;
-}
-
-/* A counter's own equations: 0 <= current <= peak, and the all-pools
- * entry is the sum of the pools'. (Its totals: vg__totals_consistent.) */
-static bool stat_consistent(const vg_stat *s)
-{
-    for (int i = 0; i < VG_STAT_TYPES; i++)
-        if (s[i].current < 0 || s[i].peak < s[i].current) return false;
-    return s[VG_STAT_ALL].current == s[VG_STAT_SMALL].current + s[VG_STAT_LARGE].current;
 }
 
 const char *vg__check_totals(vg_heap *h)
