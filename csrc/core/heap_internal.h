@@ -26,13 +26,17 @@ typedef struct vg_stream_use vg_stream_use;
 
 /* Two levels: sizes (in VG_ALIGN units) below 2^VG_SUB_BITS map one to one
  * (linear classes); above, each power of two is split into 2^VG_SUB_BITS
- * linear sub-steps. VG_LEVELS covers sizes up to VG_MAX_REQUEST, the
- * largest a block can be (a segment holds one request at most that big, or
- * several smaller ones). */
+ * linear sub-steps. The number of classes is public (heap.h, for histogram
+ * buffers); the levels it makes must reach VG_MAX_REQUEST, the largest a
+ * block can be (a segment holds one request at most that big, or several
+ * smaller ones): level L holds sizes below 2^(L + VG_SUB_BITS) units. */
 #define VG_SUB_BITS 5
 #define VG_SUBS (1u << VG_SUB_BITS)
-#define VG_LEVELS (VG_MAX_REQUEST_SHIFT - VG_ALIGN_SHIFT - VG_SUB_BITS + 2)
-#define VG_NBINS (VG_LEVELS * VG_SUBS)
+#define VG_NBINS VG_SIZE_CLASSES
+#define VG_LEVELS (VG_NBINS / VG_SUBS)
+_Static_assert(VG_LEVELS * VG_SUBS == VG_NBINS, "whole levels");
+_Static_assert(VG_LEVELS + VG_SUB_BITS > VG_MAX_REQUEST_SHIFT - VG_ALIGN_SHIFT,
+               "the classes reach VG_MAX_REQUEST");
 _Static_assert(VG_LEVELS <= 64 && VG_SUBS <= 32, "a class map holds a level in a bit, a step in a bit");
 
 /* The classes in which one stream has free blocks, for one pool.
