@@ -150,7 +150,7 @@ check: test-c test-c-san test-c-tsan pytest
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 120
 FUZZ_FLAGS = -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-	-fno-omit-frame-pointer $(CWARN) $(INC) -Icsrc/python -Itests/fuzz
+	-fno-omit-frame-pointer $(DEBUG) $(CWARN) $(INC) -Icsrc/python -Itests/fuzz
 FUZZ = build/fuzz
 FUZZ_RUN = -max_total_time=$(FUZZ_SECONDS) -timeout=10 -max_len=8192 -print_final_stats=1
 FUZZ_HDRS = $(HDRS) tests/fuzz/fuzz_input.h csrc/python/pickle_scan.h
