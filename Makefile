@@ -10,6 +10,9 @@ CWARN = -std=c11 -D_GNU_SOURCE $(WARN) -Wstrict-prototypes -Wmissing-prototypes
 CXXWARN = -std=c++17 -D_GNU_SOURCE $(WARN)
 SAN = -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 TSAN = -O1 -g -fsanitize=thread -fno-omit-frame-pointer
+# The test builds assert the core's invariants as it runs (csrc/core/debug.h);
+# the benchmark and the Python extension do not.
+DEBUG = -DVG_DEBUG
 LIBS = -lpthread -ldl
 
 # The C library the tests link: the core and the device layer (the Python
@@ -26,19 +29,19 @@ all: $(C_TESTS:%=$(BUILD)/%)
 # Objects, plain and sanitized.
 $(BUILD)/obj/%.o: csrc/%.c $(HDRS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(CWARN) $(INC) -c $< -o $@
+	$(CC) $(CFLAGS) $(DEBUG) $(CWARN) $(INC) -c $< -o $@
 $(BUILD)/obj/%.o: csrc/%.cc $(HDRS)
 	@mkdir -p $(@D)
 	$(CXX) $(CFLAGS) $(CXXWARN) $(INC) -c $< -o $@
 $(BUILD)/san/%.o: csrc/%.c $(HDRS)
 	@mkdir -p $(@D)
-	$(CC) $(SAN) $(CWARN) $(INC) -c $< -o $@
+	$(CC) $(SAN) $(DEBUG) $(CWARN) $(INC) -c $< -o $@
 $(BUILD)/san/%.o: csrc/%.cc $(HDRS)
 	@mkdir -p $(@D)
 	$(CXX) $(SAN) $(CXXWARN) $(INC) -c $< -o $@
 $(BUILD)/tsan/%.o: csrc/%.c $(HDRS)
 	@mkdir -p $(@D)
-	$(CC) $(TSAN) $(CWARN) $(INC) -c $< -o $@
+	$(CC) $(TSAN) $(DEBUG) $(CWARN) $(INC) -c $< -o $@
 $(BUILD)/tsan/%.o: csrc/%.cc $(HDRS)
 	@mkdir -p $(@D)
 	$(CXX) $(TSAN) $(CXXWARN) $(INC) -c $< -o $@
@@ -52,7 +55,7 @@ HOOK_SAN_OBJ = $(HOOK_SRC:csrc/%.cc=$(BUILD)/san/%.o)
 HOOK_TSAN_OBJ = $(HOOK_SRC:csrc/%.cc=$(BUILD)/tsan/%.o)
 
 $(BUILD)/test_core: $(OBJ) tests/c/test_core.c $(HDRS)
-	$(CC) $(CFLAGS) $(CWARN) $(INC) -o $@ $(OBJ) tests/c/test_core.c $(LIBS)
+	$(CC) $(CFLAGS) $(DEBUG) $(CWARN) $(INC) -o $@ $(OBJ) tests/c/test_core.c $(LIBS)
 $(BUILD)/test_hostile: $(OBJ) tests/c/test_hostile.c $(HDRS)
 	$(CC) $(CFLAGS) $(CWARN) $(INC) -o $@ $(OBJ) tests/c/test_hostile.c $(LIBS)
 $(BUILD)/test_hostile_san: $(SAN_OBJ) tests/c/test_hostile.c $(HDRS)
@@ -90,11 +93,11 @@ $(BUILD)/test_cuda_tsan: $(TSAN_OBJ) tests/c/test_cuda.c $(FAKE_CUDART) $(HDRS)
 	$(CC) $(TSAN) $(CWARN) $(INC) -o $@ $(TSAN_OBJ) tests/c/test_cuda.c $(FAKE_LINK) $(LIBS)
 
 $(BUILD)/test_core_san: $(SAN_OBJ) tests/c/test_core.c $(HDRS)
-	$(CC) $(SAN) $(CWARN) $(INC) -o $@ $(SAN_OBJ) tests/c/test_core.c $(LIBS)
+	$(CC) $(SAN) $(DEBUG) $(CWARN) $(INC) -o $@ $(SAN_OBJ) tests/c/test_core.c $(LIBS)
 $(BUILD)/test_hook_san: $(SAN_OBJ) $(HOOK_SAN_OBJ) tests/c/test_torch_hook.cc $(HDRS)
 	$(CXX) $(SAN) $(CXXWARN) $(INC) -o $@ $(SAN_OBJ) $(HOOK_SAN_OBJ) tests/c/test_torch_hook.cc $(LIBS)
 $(BUILD)/test_core_tsan: $(TSAN_OBJ) tests/c/test_core.c $(HDRS)
-	$(CC) $(TSAN) $(CWARN) $(INC) -o $@ $(TSAN_OBJ) tests/c/test_core.c $(LIBS)
+	$(CC) $(TSAN) $(DEBUG) $(CWARN) $(INC) -o $@ $(TSAN_OBJ) tests/c/test_core.c $(LIBS)
 $(BUILD)/test_hook_tsan: $(TSAN_OBJ) $(HOOK_TSAN_OBJ) tests/c/test_torch_hook.cc $(HDRS)
 	$(CXX) $(TSAN) $(CXXWARN) $(INC) -o $@ $(TSAN_OBJ) $(HOOK_TSAN_OBJ) tests/c/test_torch_hook.cc $(LIBS)
 $(BUILD)/bench_hot_path: $(LIB_SRC) bench/bench_hot_path.c $(HDRS)
@@ -150,7 +153,7 @@ check: test-c test-c-san test-c-tsan pytest
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 120
 FUZZ_FLAGS = -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-	-fno-omit-frame-pointer $(CWARN) $(INC) -Icsrc/python -Itests/fuzz
+	-fno-omit-frame-pointer $(DEBUG) $(CWARN) $(INC) -Icsrc/python -Itests/fuzz
 FUZZ = build/fuzz
 FUZZ_RUN = -max_total_time=$(FUZZ_SECONDS) -timeout=10 -max_len=8192 -print_final_stats=1
 FUZZ_HDRS = $(HDRS) tests/fuzz/fuzz_input.h csrc/python/pickle_scan.h

@@ -7,7 +7,10 @@
  *   (b) a training-step mix: sizes drawn from the size distribution of a
  *       transformer fine-tuning trace (log2 buckets, 4 B to 256 MiB, most of
  *       them small), 256 blocks live at once, the oldest freed each time;
- *   (c) (b) on 2 threads sharing one heap.
+ *   (c) (b) on 2 threads sharing one heap;
+ *   (d) 512 B allocated and freed in a loop while 0, 10,000 or 50,000 other
+ *       free blocks wait in its size class (every other 512 B block of a run
+ *       freed, so none coalesce): best fit must not slow down with them.
  *
  * Usage: bench_hot_path [pairs per repeat] [repeats] [only-vramguard]
  * With a third argument only the vramguard heap runs (for callgrind's
@@ -141,10 +144,6 @@ static double mixed_2_threads(const allocator *a, long pairs)
     return 0.5 * (args[0].ns + args[1].ns);
 }
 
-/* ------------------------------------------------------------------ */
-/* Main                                                                */
-/* ------------------------------------------------------------------ */
-
 typedef double (*workload)(const allocator *, long);
 
 static double mixed_1_thread(const allocator *a, long pairs) { return mixed(a, pairs, 0); }
@@ -156,6 +155,66 @@ static double run(workload w, const allocator *a, long pairs, int repeats)
     for (int r = 0; r < repeats; r++) v[r] = w(a, pairs);
     return median(v, repeats);
 }
+
+/* ------------------------------------------------------------------ */
+/* Many free blocks in one class                                       */
+/* ------------------------------------------------------------------ */
+
+/* A heap holding `nfree` free 512 B blocks, each between two live ones. */
+static vg_heap *heap_with_free_blocks(vg_device *dev, const vg_policy *policy, long nfree,
+                                      void ***held)
+{
+    vg_heap_config cfg = {policy, 0, 0};
+    vg_heap *h = vg_heap_create(dev, &cfg);
+    void **p = malloc((size_t)(2 * nfree + 1) * sizeof *p);
+    for (long i = 0; i < 2 * nfree + 1; i++) p[i] = vg_heap_alloc(h, VG_ALIGN, 0, NULL);
+    for (long i = 1; i < 2 * nfree + 1; i += 2) {
+        vg_heap_free(h, p[i]);
+        p[i] = NULL;
+    }
+    *held = p;
+    return h;
+}
+
+static double small_loop(const allocator *a, long pairs)
+{
+    double t0 = now_s();
+    for (long i = 0; i < pairs; i++) a->release(a->ctx, a->alloc(a->ctx, VG_ALIGN));
+    return (now_s() - t0) * 1e9 / (double)pairs;
+}
+
+/* ns per pair with `nfree` free blocks waiting in the class. */
+static double with_free_blocks(const vg_policy *policy, long nfree, long pairs, int repeats)
+{
+    vg_device *dev = vg_sim_create((size_t)1 << 40);
+    void **held;
+    vg_heap *h = heap_with_free_blocks(dev, policy, nfree, &held);
+    allocator a = {heap_alloc, heap_release, h};
+    double ns = run(small_loop, &a, pairs, repeats);
+    for (long i = 0; i < 2 * nfree + 1; i++) vg_heap_free(h, held[i]);
+    free(held);
+    vg_heap_destroy(h);
+    dev->ops->destroy(dev);
+    return ns;
+}
+
+static void free_blocks_case(long pairs, int repeats, int only_vramguard)
+{
+    static const long counts[] = {0, 10000, 50000};
+    const vg_policy *policies[] = {&vg_policy_default, &vg_policy_torch};
+    const char *names[] = {"vramguard", "torch-policy"};
+    for (int p = 0; p < (only_vramguard ? 1 : 2); p++) {
+        double ns[3];
+        for (int i = 0; i < 3; i++) ns[i] = with_free_blocks(policies[p], counts[i], pairs, repeats);
+        printf("(d) 512 B, free blocks in class, %-12s 0: %.1f   10,000: %.1f (%.2fx)   "
+               "50,000: %.1f (%.2fx)   goal: within 2x\n", names[p], ns[0], ns[1], ns[1] / ns[0],
+               ns[2], ns[2] / ns[0]);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Main                                                                */
+/* ------------------------------------------------------------------ */
 
 int main(int argc, char **argv)
 {
@@ -196,6 +255,7 @@ int main(int argc, char **argv)
         double g = run(cases[c].w, &libc, pairs, repeats);
         printf("%-24s %10.1f %12.1f %10.1f %14.2f %12.2f\n", cases[c].name, v, t, g, v / t, v / g);
     }
+    free_blocks_case(pairs, repeats, only_vramguard);
     vg_stats st;
     vg_heap_stats(hv, &st);
     printf("vramguard heap: cache hits %llu, misses %llu (%.4f%% misses), device allocs %llu\n",

@@ -1,11 +1,20 @@
-/* Size classes: rounding, the two-level class of a size, and the free-block
- * bins with their bitmaps.
+/* Size classes: rounding, the two-level class of a size, and best fit.
  *
  * A size is first rounded to VG_ALIGN. Counted in VG_ALIGN units, sizes
  * below 2^VG_SUB_BITS each have a class of their own; above, each power of
  * two is cut into 2^VG_SUB_BITS equal steps, so a class is never more than
- * 1/32 wider than its lower bound. Two bitmaps (levels, then steps in a
- * level) make "the first non-empty class at or above c" a pair of bit scans.
+ * 1/32 wider than its lower bound.
+ *
+ * Each pool has one bin per class, holding the free blocks of every stream
+ * in a tree ordered by (stream, size, address) (bin_tree.c); each stream
+ * has, per pool, a two-level bitmap of the classes where it has blocks
+ * (vg_class_map). Best fit for a stream is then: its own class, if marked,
+ * for its first block of at least the size; else the first class marked
+ * above (two bit scans), whose first block of the stream fits whatever its
+ * size. The answer is the smallest block that fits, the lowest address
+ * among equals, as PyTorch's ordered set gives; its cost does not grow with
+ * the number of free blocks but as the log of those in the one class read,
+ * and is O(1) when the stream's first block there answers.
  */
 #include "heap_internal.h"
 #include "bins.h"
@@ -25,58 +34,50 @@ size_t vg__bin_lower_bound(uint32_t bin)
     uint32_t level = bin / VG_SUBS, step = bin % VG_SUBS;
     if (level == 0) return (size_t)step * VG_ALIGN;
     unsigned fl = level + VG_SUB_BITS - 1;
-    return (size_t)(VG_SUBS + step) << (fl - VG_SUB_BITS) << 9;
+    return ((size_t)(VG_SUBS + step) << (fl - VG_SUB_BITS)) * VG_ALIGN;
 }
 
-/* First non-empty bin strictly above `bin`, or VG_NBINS. */
-static uint32_t next_non_empty(const vg_bins *b, uint32_t bin)
+/* First class marked strictly above `bin`, or VG_NBINS. */
+static uint32_t next_marked(const vg_class_map *m, uint32_t bin)
 {
     uint32_t level = bin / VG_SUBS, step = bin % VG_SUBS;
-    uint32_t above = step + 1 < VG_SUBS ? b->sub_map[level] & (~0u << (step + 1)) : 0;
+    uint32_t above = step + 1 < VG_SUBS ? m->sub_map[level] & (~0u << (step + 1)) : 0;
     if (above) return level * VG_SUBS + (uint32_t)__builtin_ctz(above);
-    uint64_t levels = level + 1 < 64 ? b->level_map & (~0ull << (level + 1)) : 0;
+    uint64_t levels = level + 1 < 64 ? m->level_map & (~0ull << (level + 1)) : 0;
     if (!levels) return VG_NBINS;
     level = (uint32_t)__builtin_ctzll(levels);
-    return level * VG_SUBS + (uint32_t)__builtin_ctz(b->sub_map[level]);
+    return level * VG_SUBS + (uint32_t)__builtin_ctz(m->sub_map[level]);
 }
 
-/* Smallest block of at least `size` in one list. With a scan limit, an
- * exact fit ends the search at once; without one the whole list is read and
- * ties go to the lowest address, as an ordered set (size, address) would. */
-static vg_block *best_in_list(vg_block *blk, size_t size, unsigned scan_limit)
-{
-    vg_block *best = NULL;
-    for (unsigned seen = 0; blk; blk = blk->link_next) {
-        if (blk->size >= size &&
-            (!best || blk->size < best->size ||
-             (blk->size == best->size && blk->addr < best->addr))) {
-            best = blk;
-            if (scan_limit && blk->size == size) break;
-        }
-        if (scan_limit && ++seen >= scan_limit && best) break;
-    }
-    return best;
-}
+/* ------------------------------------------------------------------ */
+/* Best fit                                                            */
+/* ------------------------------------------------------------------ */
 
-vg_block *vg__bins_best_fit(const vg_bins *b, size_t size, unsigned scan_limit)
+vg_block *vg__bins_best_fit(const vg_bin *bins, const vg_stream_state *s, int pool, size_t size)
 {
+    const vg_class_map *m = &s->classes[pool];
     uint32_t bin = vg__bin_of_size(size);
-    if (b->head[bin]) {
-        vg_block *hit = best_in_list(b->head[bin], size, scan_limit);
-        if (hit) return hit;
+    if (vg__class_marked(m, bin)) {
+        vg_block *hit = vg__tree_lower_bound(&bins[bin], s, size);
+        if (hit && hit->owner == s) return hit;
     }
-    uint32_t above = next_non_empty(b, bin);
+    uint32_t above = next_marked(m, bin);
     if (above == VG_NBINS) return NULL;
-    return best_in_list(b->head[above], size, scan_limit);
+    vg_block *hit = vg__tree_lower_bound(&bins[above], s, 0);
+    vg_assert_internal(hit && hit->owner == s && hit->size >= size);
+    return hit;
 }
 
-vg_block *vg__bins_largest(const vg_bins *b)
+vg_block *vg__bins_largest(const vg_bin *bins)
 {
-    if (!b->level_map) return NULL;
-    uint32_t level = vg__floor_log2(b->level_map);
-    uint32_t bin = level * VG_SUBS + vg__floor_log2(b->sub_map[level]);
-    vg_block *best = b->head[bin];
-    for (vg_block *blk = best; blk; blk = blk->link_next)
+    uint32_t bin = VG_NBINS;
+    while (bin > 0 && !bins[bin - 1].root) bin--;
+    if (!bin) return NULL;
+    /* The largest class holds the largest block; its streams' blocks are
+     * interleaved by size, so read them all (reports only, never the hot
+     * path). */
+    vg_block *best = bins[bin - 1].first;
+    for (vg_block *blk = best; blk; blk = vg__tree_next(blk))
         if (blk->size > best->size) best = blk;
     return best;
 }

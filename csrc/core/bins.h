@@ -1,10 +1,12 @@
-/* Size classes, the hot half: the class of a size and the bin list
- * operations, inline because every allocation and free runs them.
- * bins.c has the rest (rounding, best fit, class bounds). */
+/* Size classes, the hot half: the class of a size, the per-stream class
+ * maps, and putting a free block in its bin or taking it out, inline
+ * because every allocation and free runs them. bins.c has the rest
+ * (rounding, best fit, class bounds). */
 #ifndef VG_BINS_H
 #define VG_BINS_H
 
 #include "heap_internal.h"
+#include "bin_tree.h"
 
 /* vg_round_size, inline for the allocation path. */
 static inline size_t vg__round(size_t size)
@@ -20,7 +22,7 @@ static inline unsigned vg__floor_log2(uint64_t v)
 
 static inline uint32_t vg__bin_of_size(size_t size)
 {
-    uint64_t units = size / VG_ALIGN;
+    uint64_t units = size >> VG_ALIGN_SHIFT;
     if (units < VG_SUBS) return (uint32_t)units;
     unsigned fl = vg__floor_log2(units);
     uint32_t step = (uint32_t)(units >> (fl - VG_SUB_BITS)) - VG_SUBS;
@@ -28,45 +30,69 @@ static inline uint32_t vg__bin_of_size(size_t size)
     return level * VG_SUBS + step;
 }
 
+/* The smallest size of a class. */
+size_t vg__bin_lower_bound(uint32_t bin);
+
 /* ------------------------------------------------------------------ */
-/* Bin lists                                                           */
+/* Class maps                                                          */
 /* ------------------------------------------------------------------ */
 
-static inline void bin_mark_non_empty(vg_bins *b, uint32_t bin)
+static inline bool vg__class_marked(const vg_class_map *m, uint32_t bin)
 {
-    b->sub_map[bin / VG_SUBS] |= 1u << (bin % VG_SUBS);
-    b->level_map |= 1ull << (bin / VG_SUBS);
+    return (m->sub_map[bin / VG_SUBS] >> (bin % VG_SUBS)) & 1u;
 }
 
-static inline void bin_mark_empty(vg_bins *b, uint32_t bin)
+static inline void vg__class_mark(vg_class_map *m, uint32_t bin)
+{
+    m->sub_map[bin / VG_SUBS] |= 1u << (bin % VG_SUBS);
+    m->level_map |= 1ull << (bin / VG_SUBS);
+}
+
+static inline void vg__class_unmark(vg_class_map *m, uint32_t bin)
 {
     uint32_t level = bin / VG_SUBS;
-    b->sub_map[level] &= ~(1u << (bin % VG_SUBS));
-    if (!b->sub_map[level]) b->level_map &= ~(1ull << level);
+    m->sub_map[level] &= ~(1u << (bin % VG_SUBS));
+    if (!m->sub_map[level]) m->level_map &= ~(1ull << level);
 }
 
-/* Newest first: a size freed and asked for again in a loop is found at the
- * head of its list, which keeps the common training-step pattern O(1). */
-static inline void vg__bins_insert(vg_bins *b, vg_block *blk)
+/* ------------------------------------------------------------------ */
+/* Bins: `bins` is the array of one pool's classes                     */
+/* ------------------------------------------------------------------ */
+
+/* The smallest free block of at least `size` of stream `s` in a pool, the
+ * lowest address among equals; NULL if none. */
+vg_block *vg__bins_best_fit(const vg_bin *bins, const vg_stream_state *s, int pool, size_t size);
+/* The largest free block of any stream, NULL when none. */
+vg_block *vg__bins_largest(const vg_bin *bins);
+
+/* A free block joins the bin of its size, under its segment's stream. */
+static inline void vg__bins_insert(vg_bin *bins, vg_block *blk)
 {
+    vg_stream_state *owner = blk->seg->stream;
     uint32_t bin = vg__bin_of_size(blk->size);
+    blk->owner = owner;
     blk->bin = bin;
-    vg_block *head = b->head[bin];
-    blk->link_prev = NULL;
-    blk->link_next = head;
-    if (head) head->link_prev = blk;
-    else bin_mark_non_empty(b, bin);
-    b->head[bin] = blk;
+    vg__tree_insert(&bins[bin], blk);
+    vg__class_mark(&owner->classes[blk->seg->pool], bin);
 }
 
-static inline void vg__bins_remove(vg_bins *b, vg_block *blk)
+/* The stream's class stays marked while another of its blocks is in the
+ * bin: its blocks are contiguous in the tree, so a neighbour tells. */
+static inline void vg__bins_remove(vg_bin *bins, vg_block *blk)
 {
-    uint32_t bin = blk->bin; /* set by vg__bins_insert */
-    if (blk->link_prev) blk->link_prev->link_next = blk->link_next;
-    else b->head[bin] = blk->link_next;
-    if (blk->link_next) blk->link_next->link_prev = blk->link_prev;
-    if (!b->head[bin]) bin_mark_empty(b, bin);
-    blk->link_prev = blk->link_next = NULL;
+    vg_bin *bin = &bins[blk->bin];
+    if (bin->count == 1) {
+        /* The usual case: the class's only block. */
+        bin->root = bin->first = NULL;
+        bin->count = 0;
+        vg__class_unmark(&blk->owner->classes[blk->seg->pool], blk->bin);
+        return;
+    }
+    vg_block *next = vg__tree_next(blk);
+    vg_block *prev = bin->first == blk ? NULL : vg__tree_prev(blk);
+    bool more = (next && next->owner == blk->owner) || (prev && prev->owner == blk->owner);
+    vg__tree_erase(bin, blk, next);
+    if (!more) vg__class_unmark(&blk->owner->classes[blk->seg->pool], blk->bin);
 }
 
 #endif

@@ -1,17 +1,32 @@
-/* vg_heap_check: walk every segment, block, bin, list and counter, and name
- * the first invariant that does not hold. O(everything): for tests and
- * debugging, never for the hot path. */
+/* Invariants: vg_heap_check walks every segment, block, bin, stream record,
+ * list and counter and names the first equation of heap_internal.h that
+ * does not hold: O(everything), for tests and debugging, never the hot
+ * path. vg__check_block and vg__check_totals are the parts one operation
+ * touches, which debug builds (VG_DEBUG) assert as the heap runs. */
 #include "heap_internal.h"
 #include "addr_map.h"
 #include "bins.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#if VG_DEBUG_CHECKS
+_Thread_local uint64_t vg__debug_tree_steps;
+#endif
+
+_Noreturn void vg__assert_fail(const char *expr, const char *file, int line, const char *func)
+{
+    fprintf(stderr, "vramguard: internal assertion failed: %s (%s:%d, %s)\n", expr, file, line,
+            func);
+    abort();
+}
 
 typedef struct tally {
     int64_t reserved[VG_STAT_TYPES], segments[VG_STAT_TYPES];
     int64_t allocated[VG_STAT_TYPES], requested[VG_STAT_TYPES];
     int64_t live[VG_STAT_TYPES], active[VG_STAT_TYPES], active_bytes[VG_STAT_TYPES];
-    size_t free_blocks, idle_segments, pending;
+    size_t free_blocks, idle_segments, pending, stream_segments;
 } tally;
 
 static void count2(int64_t *v, int pool, int64_t n)
@@ -20,22 +35,91 @@ static void count2(int64_t *v, int pool, int64_t n)
     v[1 + pool] += n;
 }
 
-static const char *check_block(vg_heap *h, const vg_segment *seg, const vg_block *blk, tally *t)
+/* ------------------------------------------------------------------ */
+/* One segment                                                         */
+/* ------------------------------------------------------------------ */
+
+static const char *check_free_block(const vg_segment *seg, const vg_block *blk)
+{
+    if (blk->next && blk->next->state == VG_BLOCK_FREE) return "two free neighbours were not coalesced";
+    if (blk->uses) return "free block still has stream uses";
+    if (blk->owner != seg->stream) return "free block filed under another stream";
+    if (blk->bin != vg__bin_of_size(blk->size)) return "free block in the wrong size class";
+    if (!vg__class_marked(&seg->stream->classes[seg->pool], blk->bin))
+        return "free block's class not marked for its stream";
+    return NULL;
+}
+
+static const char *check_block_shape(const vg_segment *seg, const vg_block *blk)
 {
     if (blk->seg != seg) return "block does not point back to its segment";
-    if (blk->size == 0 || blk->size % VG_ALIGN) return "block size is not a positive multiple of 512";
+    if (blk->size == 0 || blk->size % VG_ALIGN) return "block size is not a positive multiple of VG_ALIGN";
     if (blk->next && blk->next->addr != blk->addr + blk->size) return "blocks do not tile their segment";
     if (blk->next && blk->next->prev != blk) return "block neighbour links disagree";
     switch (blk->state) {
     case VG_BLOCK_FREE:
-        if (blk->next && blk->next->state == VG_BLOCK_FREE) return "two free neighbours were not coalesced";
-        if (blk->uses) return "free block still has stream uses";
+        return check_free_block(seg, blk);
+    case VG_BLOCK_LIVE:
+        if (blk->requested == 0 || blk->requested > blk->size) return "live block's requested size out of range";
+        if (blk->bin != vg__bin_of_size(blk->size)) return "live block's size class is stale";
+        return NULL;
+    case VG_BLOCK_PENDING:
+        return NULL;
+    default:
+        return "block has an unknown state";
+    }
+}
+
+/* The invariants that hold around one block: its own, its tiling with its
+ * neighbours and its segment's ends, and its segment's idle flag. Checked
+ * for every block an operation touches, they imply the segment-wide ones
+ * (the blocks' bytes sum to the segment's size) by induction. */
+const char *vg__check_block(const vg_heap *h, const vg_block *blk)
+{
+    (void)h;
+    const vg_segment *seg = blk->seg;
+    const char *err = check_block_shape(seg, blk);
+    if (err) return err;
+    if (blk->prev ? blk->prev->next != blk : (seg->head != blk || blk->addr != seg->addr))
+        return "block's left neighbour or segment start is wrong";
+    if (blk->prev && blk->prev->state == VG_BLOCK_FREE && blk->state == VG_BLOCK_FREE)
+        return "two free neighbours were not coalesced";
+    if (!blk->next && blk->addr + blk->size != seg->addr + seg->size) return "last block does not end its segment";
+    bool whole_free = seg->head->state == VG_BLOCK_FREE && !seg->head->next;
+    if (seg->idle != whole_free) return "segment idle flag disagrees with its blocks";
+    return NULL;
+}
+
+const char *vg__check_segment(const vg_heap *h, const vg_segment *seg)
+{
+    (void)h;
+    if (!seg->head || seg->head->addr != seg->addr || seg->head->prev) return "segment's first block is wrong";
+    if (seg->size % VG_SEGMENT_GRANULE) return "segment size is not a multiple of the granule";
+    if (!seg->stream || !seg->stream->segments) return "segment's stream does not count it";
+    size_t covered = 0;
+    for (const vg_block *blk = seg->head; blk; blk = blk->next) {
+        const char *err = check_block_shape(seg, blk);
+        if (err) return err;
+        covered += blk->size;
+    }
+    if (covered != seg->size) return "blocks do not cover their segment";
+    bool whole_free = seg->head->state == VG_BLOCK_FREE && !seg->head->next;
+    if (seg->idle != whole_free) return "segment idle flag disagrees with its blocks";
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Every segment and block                                             */
+/* ------------------------------------------------------------------ */
+
+static const char *tally_block(vg_heap *h, const vg_segment *seg, const vg_block *blk, tally *t)
+{
+    switch (blk->state) {
+    case VG_BLOCK_FREE:
         t->free_blocks++;
         break;
     case VG_BLOCK_LIVE:
         if (vg__map_get(&h->live, blk->addr) != blk) return "live block missing from the address map";
-        if (blk->requested == 0 || blk->requested > blk->size) return "live block's requested size out of range";
-        if (blk->bin != vg__bin_of_size(blk->size)) return "live block's size class is stale";
         count2(t->live, seg->pool, 1);
         count2(t->allocated, seg->pool, (int64_t)blk->size);
         count2(t->requested, seg->pool, (int64_t)blk->requested);
@@ -48,27 +132,27 @@ static const char *check_block(vg_heap *h, const vg_segment *seg, const vg_block
         count2(t->active_bytes, seg->pool, (int64_t)blk->size);
         t->pending++;
         break;
-    default:
-        return "block has an unknown state";
     }
     return NULL;
+}
+
+static bool stream_registered(const vg_heap *h, const vg_stream_state *s)
+{
+    return vg__stream_find(&h->streams, s->key) == s;
 }
 
 static const char *check_segments(vg_heap *h, tally *t)
 {
     for (const vg_segment *seg = h->segments; seg; seg = seg->next) {
         if (seg->next && seg->next->prev != seg) return "segment list links disagree";
-        if (!seg->head || seg->head->addr != seg->addr || seg->head->prev) return "segment's first block is wrong";
-        if (seg->size % VG_SEGMENT_GRANULE) return "segment size is not a multiple of the granule";
-        size_t covered = 0;
+        const char *err = vg__check_segment(h, seg);
+        if (err) return err;
+        if (!stream_registered(h, seg->stream))
+            return "segment's stream is not in the stream table";
         for (const vg_block *blk = seg->head; blk; blk = blk->next) {
-            const char *err = check_block(h, seg, blk, t);
+            err = tally_block(h, seg, blk, t);
             if (err) return err;
-            covered += blk->size;
         }
-        if (covered != seg->size) return "blocks do not cover their segment";
-        bool whole_free = seg->head->state == VG_BLOCK_FREE && !seg->head->next;
-        if (seg->idle != whole_free) return "segment idle flag disagrees with its blocks";
         t->idle_segments += seg->idle;
         count2(t->reserved, seg->pool, (int64_t)seg->size);
         count2(t->segments, seg->pool, 1);
@@ -76,31 +160,112 @@ static const char *check_segments(vg_heap *h, tally *t)
     return NULL;
 }
 
+/* ------------------------------------------------------------------ */
+/* Bins: red-black trees ordered by (stream, size, address)            */
+/* ------------------------------------------------------------------ */
+
+static bool ordered(const vg_block *a, const vg_block *b)
+{
+    if (a->owner != b->owner) return (uintptr_t)a->owner < (uintptr_t)b->owner;
+    if (a->size != b->size) return a->size < b->size;
+    return a->addr < b->addr;
+}
+
+/* The black height of the subtree at `node`, or -1 with *err set. */
+static int check_subtree(const vg_block *node, const vg_block *parent, const char **err)
+{
+    if (!node) return 0;
+    if (node->link.tree.parent != parent) return *err = "bin tree parent links disagree", -1;
+    if (node->red && parent && parent->red) return *err = "red block with a red parent in a bin tree", -1;
+    const vg_block *l = node->link.tree.left, *r = node->link.tree.right;
+    if ((l && !ordered(l, node)) || (r && !ordered(node, r))) return *err = "bin tree out of order", -1;
+    int lh = check_subtree(l, node, err);
+    if (lh < 0) return -1;
+    int rh = check_subtree(r, node, err);
+    if (rh < 0) return -1;
+    if (lh != rh) return *err = "bin tree black heights differ", -1;
+    return lh + !node->red;
+}
+
+static const char *check_bin(const vg_bin *bin, int pool, uint32_t class, size_t *binned)
+{
+    const char *err = NULL;
+    if (bin->root && (bin->root->red || bin->root->link.tree.parent)) return "bin tree root is wrong";
+    if (check_subtree(bin->root, NULL, &err) < 0) return err;
+    const vg_block *least = bin->root;
+    while (least && least->link.tree.left) least = least->link.tree.left;
+    if (bin->first != least) return "bin's first block is not its least";
+    size_t n = 0;
+    for (const vg_block *blk = bin->first; blk; blk = vg__tree_next(blk), n++) {
+        if (blk->state != VG_BLOCK_FREE) return "non-free block in a bin";
+        if (blk->bin != class || vg__bin_of_size(blk->size) != class) return "block in the wrong size class";
+        if (blk->seg->pool != pool) return "block in another pool's bins";
+        if (blk->owner != blk->seg->stream) return "block filed under another stream";
+        if (!vg__class_marked(&blk->owner->classes[pool], class)) return "bin holds a block of a stream whose map lacks it";
+    }
+    if (n != bin->count) return "bin count is off";
+    *binned += n;
+    return NULL;
+}
+
 static const char *check_bins(vg_heap *h, size_t *binned)
 {
-    for (size_t s = 0; s < h->nstreams; s++) {
-        const vg_stream_bins *sb = h->streams[s];
-        for (int pool = 0; pool < VG_POOL_COUNT; pool++) {
-            const vg_bins *b = &sb->pool[pool];
-            for (uint32_t bin = 0; bin < VG_NBINS; bin++) {
-                uint32_t level = bin / VG_SUBS, bit = 1u << (bin % VG_SUBS);
-                bool marked = (b->sub_map[level] & bit) != 0;
-                if (marked != (b->head[bin] != NULL)) return "bin bitmap disagrees with its list";
-                for (const vg_block *blk = b->head[bin]; blk; blk = blk->link_next) {
-                    if (blk->state != VG_BLOCK_FREE) return "non-free block in a bin";
-                    if (vg__bin_of_size(blk->size) != bin || blk->bin != bin) return "block in the wrong size class";
-                    if (blk->seg->owner != sb || blk->seg->pool != pool) return "block in another stream's or pool's bins";
-                    if (blk->link_next && blk->link_next->link_prev != blk) return "bin list links disagree";
-                    (*binned)++;
-                }
-            }
-            for (uint32_t level = 0; level < VG_LEVELS; level++) {
-                if (((b->level_map >> level) & 1u) != (b->sub_map[level] != 0)) return "level bitmap disagrees";
-            }
+    for (int pool = 0; pool < VG_POOL_COUNT; pool++) {
+        for (uint32_t class = 0; class < VG_NBINS; class++) {
+            const char *err = check_bin(&h->bins[pool][class], pool, class, binned);
+            if (err) return err;
         }
     }
     return NULL;
 }
+
+/* ------------------------------------------------------------------ */
+/* Stream records                                                      */
+/* ------------------------------------------------------------------ */
+
+/* Every class marked for `s` holds one of its blocks, and the level map
+ * agrees with the steps. */
+static const char *check_class_map(const vg_heap *h, const vg_stream_state *s, int pool)
+{
+    const vg_class_map *m = &s->classes[pool];
+    for (uint32_t level = 0; level < VG_LEVELS; level++) {
+        if (((m->level_map >> level) & 1u) != (m->sub_map[level] != 0)) return "level bitmap disagrees";
+        for (uint32_t step = 0; step < VG_SUBS; step++) {
+            uint32_t class = level * VG_SUBS + step;
+            if (!vg__class_marked(m, class)) continue;
+            const vg_block *blk = vg__tree_lower_bound(&h->bins[pool][class], s, 0);
+            if (!blk || blk->owner != s) return "class marked for a stream without a block there";
+        }
+    }
+    if (m->level_map >> VG_LEVELS) return "level bitmap marks a level that does not exist";
+    return NULL;
+}
+
+static const char *check_streams(vg_heap *h, size_t segments)
+{
+    const vg_stream_table *t = &h->streams;
+    size_t records = 0, owned = 0;
+    for (size_t i = 0; i < (size_t)1 << t->bits; i++) {
+        for (const vg_stream_state *s = t->buckets[i]; s; s = s->hash_next) {
+            records++;
+            owned += s->segments;
+            if (!s->segments) return "stream record kept without a segment";
+            if (s->pinned) return "stream record still pinned between calls";
+            for (int pool = 0; pool < VG_POOL_COUNT; pool++) {
+                const char *err = check_class_map(h, s, pool);
+                if (err) return err;
+            }
+        }
+    }
+    if (records != t->count) return "stream table count is off";
+    if (owned != segments) return "stream records do not count the segments";
+    if (t->last && !stream_registered(h, t->last)) return "last stream is not in the table";
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Lists and counters                                                  */
+/* ------------------------------------------------------------------ */
 
 static const char *check_lists(vg_heap *h, const tally *t)
 {
@@ -111,7 +276,7 @@ static const char *check_lists(vg_heap *h, const tally *t)
         idle++;
     }
     if (idle != t->idle_segments) return "idle list misses idle segments";
-    for (const vg_block *blk = h->pending; blk; blk = blk->link_next) {
+    for (const vg_block *blk = h->pending; blk; blk = blk->link.wait.next) {
         if (blk->state != VG_BLOCK_PENDING) return "non-pending block on the pending list";
         pending++;
     }
@@ -119,13 +284,21 @@ static const char *check_lists(vg_heap *h, const tally *t)
     return NULL;
 }
 
+/* A counter's own equations: 0 <= current <= peak, and the all-pools
+ * entry is the sum of the pools'. (Its totals: vg__totals_consistent.) */
+static bool stat_consistent(const vg_stat *s)
+{
+    for (int i = 0; i < VG_STAT_TYPES; i++)
+        if (s[i].current < 0 || s[i].peak < s[i].current) return false;
+    return s[VG_STAT_ALL].current == s[VG_STAT_SMALL].current + s[VG_STAT_LARGE].current;
+}
+
+/* ... and its current values equal a recount. */
 static bool stat_matches(const vg_stat *s, const int64_t *expected)
 {
-    for (int i = 0; i < VG_STAT_TYPES; i++) {
+    for (int i = 0; i < VG_STAT_TYPES; i++)
         if (s[i].current != expected[i]) return false;
-        if (s[i].peak < s[i].current) return false;
-    }
-    return true;
+    return stat_consistent(s);
 }
 
 static const char *check_counters(vg_heap *h, const tally *t)
@@ -147,6 +320,26 @@ static const char *check_counters(vg_heap *h, const tally *t)
     return NULL;
 }
 
+const char *vg__check_totals(vg_heap *h)
+{
+    const vg_stats *st = &h->stats;
+    const vg_stat *all[] = {st->requested_bytes, st->allocated_bytes, st->allocation, st->active,
+                            st->active_bytes, st->reserved_bytes, st->segment};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (!stat_consistent(all[i])) return "a counter's current and peak disagree";
+    if (!vg__totals_consistent(h)) return "allocated - freed totals are off";
+    if (h->live.count != (size_t)st->allocation[VG_STAT_ALL].current) return "the address map and the allocation counter disagree";
+    return NULL;
+}
+
+const char *vg__check_bin_counts(const vg_heap *h)
+{
+    size_t binned = 0;
+    for (int pool = 0; pool < VG_POOL_COUNT; pool++)
+        for (uint32_t class = 0; class < VG_NBINS; class++) binned += h->bins[pool][class].count;
+    return binned == h->free_blocks ? NULL : "free_blocks is not the sum of the bins' counts";
+}
+
 const char *vg_heap_check(vg_heap *h)
 {
     tally t;
@@ -156,8 +349,11 @@ const char *vg_heap_check(vg_heap *h)
     const char *err = check_segments(h, &t);
     if (!err) err = check_bins(h, &binned);
     if (!err && binned != t.free_blocks) err = "free blocks missing from the bins";
+    if (!err) err = check_streams(h, (size_t)t.segments[VG_STAT_ALL]);
     if (!err) err = check_lists(h, &t);
     if (!err) err = check_counters(h, &t);
+    if (!err) err = vg__check_totals(h);
+    if (!err) err = vg__check_bin_counts(h);
     vg_lock_release(&h->lock);
     return err;
 }

@@ -1,17 +1,13 @@
 /* The heap: segments split into blocks, free blocks cached per stream,
- * split on allocation and coalesced on free.
- *
- * Invariants (checked by vg_heap_check in check.c):
- * - a segment's blocks tile it exactly, in address order;
- * - no two free blocks are neighbours (free coalesces both ways);
- * - a free block is in exactly one bin list: its segment owner's, for its
- *   segment's pool; a live block is in the live-address map; a pending
- *   block (freed, waiting for other streams) is in the pending list;
- * - a segment is on the idle list iff its only block is free.
+ * split on allocation and coalesced on free. The structures and their
+ * invariants are in heap_internal.h; vg_heap_check (check.c) verifies them
+ * all, and debug builds assert the touched segment's after every change.
+ * What happens when no cached block fits is in ladder.c.
  */
 #include "heap_internal.h"
 #include "addr_map.h"
 #include "bins.h"
+#include "streams.h"
 #include "vramguard/history.h"
 
 #include <stdlib.h>
@@ -39,19 +35,23 @@ static vg_block *new_block(vg_heap *h)
         vg_block *items = new_slab(h, sizeof(vg_block));
         if (!items) return NULL;
         for (size_t i = 0; i < VG_BLOCK_SLAB; i++) {
-            items[i].link_next = h->spare_blocks;
+            items[i].link.spare_next = h->spare_blocks;
             h->spare_blocks = &items[i];
         }
     }
     vg_block *blk = h->spare_blocks;
-    h->spare_blocks = blk->link_next;
-    *blk = (vg_block){.state = VG_BLOCK_FREE};
+    h->spare_blocks = blk->link.spare_next;
+    /* The callers set the address, size, segment and links. */
+    blk->prev = blk->next = NULL;
+    blk->uses = NULL;
+    blk->requested = 0;
+    blk->state = VG_BLOCK_FREE;
     return blk;
 }
 
 static void recycle_block(vg_heap *h, vg_block *blk)
 {
-    blk->link_next = h->spare_blocks;
+    blk->link.spare_next = h->spare_blocks;
     h->spare_blocks = blk;
 }
 
@@ -83,30 +83,6 @@ static void recycle_uses(vg_heap *h, vg_block *blk)
 }
 
 /* ------------------------------------------------------------------ */
-/* Streams                                                             */
-/* ------------------------------------------------------------------ */
-
-static vg_stream_bins *stream_bins(vg_heap *h, vg_stream_t stream)
-{
-    if (h->last_stream && h->last_stream->stream == stream) return h->last_stream;
-    for (size_t i = 0; i < h->nstreams; i++) {
-        if (h->streams[i]->stream == stream) return h->last_stream = h->streams[i];
-    }
-    if (h->nstreams == h->streams_cap) {
-        size_t cap = h->streams_cap ? h->streams_cap * 2 : 4;
-        vg_stream_bins **grown = realloc(h->streams, cap * sizeof *grown);
-        if (!grown) return NULL;
-        h->streams = grown;
-        h->streams_cap = cap;
-    }
-    vg_stream_bins *sb = calloc(1, sizeof *sb);
-    if (!sb) return NULL;
-    sb->stream = stream;
-    h->streams[h->nstreams++] = sb;
-    return h->last_stream = sb;
-}
-
-/* ------------------------------------------------------------------ */
 /* Idle segments                                                       */
 /* ------------------------------------------------------------------ */
 
@@ -134,20 +110,15 @@ static void idle_remove(vg_heap *h, vg_segment *seg)
 /* Free blocks                                                         */
 /* ------------------------------------------------------------------ */
 
-static inline vg_bins *bins_of(vg_segment *seg)
-{
-    return &seg->owner->pool[seg->pool];
-}
-
 static inline void bin_add(vg_heap *h, vg_block *blk)
 {
-    vg__bins_insert(bins_of(blk->seg), blk);
+    vg__bins_insert(h->bins[blk->seg->pool], blk);
     h->free_blocks++;
 }
 
 static inline void bin_drop(vg_heap *h, vg_block *blk)
 {
-    vg__bins_remove(bins_of(blk->seg), blk);
+    vg__bins_remove(h->bins[blk->seg->pool], blk);
     h->free_blocks--;
 }
 
@@ -182,6 +153,7 @@ static void make_free(vg_heap *h, vg_block *blk)
     }
     bin_add(h, blk);
     if (!blk->prev && !blk->next) idle_append(h, blk->seg);
+    vg_assert_internal(!vg__check_block(h, blk));
 }
 
 /* ------------------------------------------------------------------ */
@@ -204,6 +176,16 @@ size_t vg__reserved(const vg_heap *h)
     return (size_t)h->stats.reserved_bytes[VG_STAT_ALL].current;
 }
 
+size_t vg__ceiling(const vg_heap *h)
+{
+    return h->budget ? h->budget : h->device_total;
+}
+
+size_t vg__round_to_granule(size_t bytes)
+{
+    return (bytes + VG_SEGMENT_GRANULE - 1) & ~(VG_SEGMENT_GRANULE - 1);
+}
+
 bool vg__within_budget(const vg_heap *h, size_t bytes)
 {
     if (!h->budget) return true;
@@ -211,7 +193,7 @@ bool vg__within_budget(const vg_heap *h, size_t bytes)
     return bytes <= h->budget && reserved <= h->budget - bytes;
 }
 
-vg_segment *vg__segment_create(vg_heap *h, vg_stream_bins *sb, int pool, size_t size)
+vg_segment *vg__segment_create(vg_heap *h, vg_stream_state *s, int pool, size_t size)
 {
     vg_segment *seg = calloc(1, sizeof *seg);
     vg_block *blk = seg ? new_block(h) : NULL;
@@ -228,7 +210,8 @@ vg_segment *vg__segment_create(vg_heap *h, vg_stream_bins *sb, int pool, size_t 
     }
     seg->addr = addr;
     seg->size = size;
-    seg->owner = sb;
+    seg->stream = s;
+    s->segments++;
     seg->pool = pool;
     seg->head = blk;
     seg->next = h->segments;
@@ -245,12 +228,14 @@ vg_segment *vg__segment_create(vg_heap *h, vg_stream_bins *sb, int pool, size_t 
     h->stats.num_device_alloc++;
     vg__stat_add2(h->stats.reserved_bytes, pool, (int64_t)size);
     vg__stat_add2(h->stats.segment, pool, 1);
-    VG_HISTORY(h, VG_EV_RESERVE, addr, size, 0, sb->stream);
+    VG_HISTORY(h, VG_EV_RESERVE, addr, size, 0, s->key);
+    vg_assert_internal(!vg__check_segment(h, seg) && !vg__check_bin_counts(h));
     return seg;
 }
 
 void vg__segment_release(vg_heap *h, vg_segment *seg)
 {
+    vg_assert_internal(seg->idle && !vg__check_segment(h, seg));
     bin_drop(h, seg->head);
     recycle_block(h, seg->head);
     idle_remove(h, seg);
@@ -262,11 +247,13 @@ void vg__segment_release(vg_heap *h, vg_segment *seg)
     h->stats.num_device_free++;
     vg__stat_sub2(h->stats.reserved_bytes, seg->pool, (int64_t)seg->size);
     vg__stat_sub2(h->stats.segment, seg->pool, 1);
-    VG_HISTORY(h, VG_EV_RELEASE, seg->addr, seg->size, 0, seg->owner->stream);
+    VG_HISTORY(h, VG_EV_RELEASE, seg->addr, seg->size, 0, seg->stream->key);
+    vg__stream_lost_segment(h, seg->stream);
     free(seg);
+    vg_assert_internal(!vg__check_bin_counts(h));
 }
 
-size_t vg__release_idle(vg_heap *h, const vg_stream_bins *only, size_t target,
+size_t vg__release_idle(vg_heap *h, const vg_stream_state *only, size_t target,
                         uint64_t *counter)
 {
     size_t released = 0;
@@ -274,7 +261,7 @@ size_t vg__release_idle(vg_heap *h, const vg_stream_bins *only, size_t target,
     vg_segment *seg = h->idle_head;
     while (seg && released < target) {
         vg_segment *next = seg->idle_next;
-        if (!only || seg->owner == only) {
+        if (!only || seg->stream == only) {
             released += seg->size;
             vg__segment_release(h, seg);
             if (counter) (*counter)++;
@@ -290,10 +277,10 @@ size_t vg__release_idle(vg_heap *h, const vg_stream_bins *only, size_t target,
 
 static void pending_remove(vg_heap *h, vg_block *blk)
 {
-    if (blk->link_prev) blk->link_prev->link_next = blk->link_next;
-    else h->pending = blk->link_next;
-    if (blk->link_next) blk->link_next->link_prev = blk->link_prev;
-    blk->link_prev = blk->link_next = NULL;
+    if (blk->link.wait.prev) blk->link.wait.prev->link.wait.next = blk->link.wait.next;
+    else h->pending = blk->link.wait.next;
+    if (blk->link.wait.next) blk->link.wait.next->link.wait.prev = blk->link.wait.prev;
+    blk->link.wait.prev = blk->link.wait.next = NULL;
 }
 
 static bool uses_finished(vg_heap *h, const vg_block *blk)
@@ -307,7 +294,7 @@ void vg__process_pending(vg_heap *h)
 {
     vg_block *blk = h->pending;
     while (blk) {
-        vg_block *next = blk->link_next;
+        vg_block *next = blk->link.wait.next;
         if (uses_finished(h, blk)) {
             pending_remove(h, blk);
             recycle_uses(h, blk);
@@ -335,9 +322,9 @@ static void defer_free(vg_heap *h, vg_block *blk)
         if (rc == VG_ERR_DEVICE) vg__device_error(h);
     }
     blk->state = VG_BLOCK_PENDING;
-    blk->link_prev = NULL;
-    blk->link_next = h->pending;
-    if (h->pending) h->pending->link_prev = blk;
+    blk->link.wait.prev = NULL;
+    blk->link.wait.next = h->pending;
+    if (h->pending) h->pending->link.wait.prev = blk;
     h->pending = blk;
     h->stats.num_deferred_frees++;
     if (!recorded) vg__synchronize(h);
@@ -353,7 +340,8 @@ vg_heap *vg_heap_create(vg_device *dev, const vg_heap_config *cfg)
     if (cfg && !vg_valid_fraction(cfg->gc_threshold)) return NULL;
     vg_heap *h = calloc(1, sizeof *h);
     if (!h) return NULL;
-    if (vg__map_init(&h->live, 1024) != VG_OK) {
+    if (vg__map_init(&h->live, 1024) != VG_OK || vg__streams_init(&h->streams) != VG_OK) {
+        vg__map_free(&h->live);
         free(h);
         return NULL;
     }
@@ -371,7 +359,7 @@ vg_heap *vg_heap_create(vg_device *dev, const vg_heap_config *cfg)
 void vg_heap_destroy(vg_heap *h)
 {
     if (!h) return;
-    for (vg_block *blk = h->pending; blk; blk = blk->link_next) recycle_uses(h, blk);
+    for (vg_block *blk = h->pending; blk; blk = blk->link.wait.next) recycle_uses(h, blk);
     while (h->segments) {
         vg_segment *seg = h->segments;
         h->segments = seg->next;
@@ -384,8 +372,7 @@ void vg_heap_destroy(vg_heap *h)
         h->slabs = slab->next;
         free(slab);
     }
-    for (size_t i = 0; i < h->nstreams; i++) free(h->streams[i]);
-    free(h->streams);
+    vg__streams_destroy(&h->streams);
     vg__map_free(&h->live);
     vg__history_destroy(h->history);
     free(h);
@@ -435,6 +422,7 @@ static vg_block *take(vg_heap *h, vg_block *blk, size_t rounded, size_t requeste
     vg__stat_add2(st->allocation, pool, 1);
     vg__stat_add2(st->active, pool, 1);
     vg__stat_add2(st->active_bytes, pool, (int64_t)blk->size);
+    vg_assert_internal(!vg__check_block(h, blk) && (!blk->next || !vg__check_block(h, blk->next)));
     return blk;
 }
 
@@ -481,6 +469,18 @@ static void fill_oom(vg_heap *h, size_t size, size_t rounded, bool budget_refuse
     oom->budget_refused = budget_refused;
 }
 
+/* A cached block, or the out-of-memory ladder's answer (ladder.c), taken
+ * for the request; NULL when there is none. */
+static vg_block *alloc_block(vg_heap *h, vg_request *r, size_t size, vg_stream_t stream)
+{
+    r->stream = vg__stream_pin(h, stream);
+    if (!r->stream) return NULL;
+    r->pool = r->rounded <= VG_SMALL_REQUEST ? VG_POOL_SMALL : VG_POOL_LARGE;
+    vg_block *blk = vg__find_block(h, r) ? take(h, r->block, r->rounded, size) : NULL;
+    vg__stream_unpin(h, r->stream);
+    return blk;
+}
+
 void *vg_heap_alloc(vg_heap *h, size_t size, vg_stream_t stream, vg_oom_info *oom)
 {
     vg_lock_acquire(&h->lock);
@@ -491,35 +491,17 @@ void *vg_heap_alloc(vg_heap *h, size_t size, vg_stream_t stream, vg_oom_info *oo
     }
     h->device_failed = false;
     if (h->pending) vg__process_pending(h);
-    size_t rounded = vg__round(size);
-    vg_stream_bins *sb = rounded ? stream_bins(h, stream) : NULL;
-    vg_block *blk = NULL;
-    bool budget_refused = false;
-    if (sb) {
-        int pool = rounded <= VG_SMALL_REQUEST ? VG_POOL_SMALL : VG_POOL_LARGE;
-        const vg_policy *policy = h->policy;
-        blk = vg__bins_best_fit(&sb->pool[pool], rounded, policy->scan_limit);
-        vg_block *oversize = NULL;
-        if (blk && blk->size - rounded >= policy->oversize_remainder &&
-            policy->keep_whole(h, blk, rounded)) {
-            oversize = blk;
-            blk = NULL;
-        }
-        if (blk) {
-            h->stats.num_cache_hits++;
-        } else {
-            h->stats.num_cache_misses += !oversize;
-            blk = policy->grow(h, sb, pool, rounded, oversize, &budget_refused);
-        }
-        if (blk) blk = take(h, blk, rounded, size);
-    }
+    vg_request r = {.rounded = vg__round(size)};
+    vg_block *blk = r.rounded ? alloc_block(h, &r, size, stream) : NULL;
     if (!blk) {
-        if (h->device_failed) fill_device_error(h, size, rounded, oom);
-        else fill_oom(h, size, rounded, budget_refused, oom);
+        if (h->device_failed) fill_device_error(h, size, r.rounded, oom);
+        else fill_oom(h, size, r.rounded, r.budget_refused, oom);
+        vg_assert_internal(!vg__check_totals(h));
         vg_lock_release(&h->lock);
         return NULL;
     }
     VG_HISTORY(h, VG_EV_ALLOC, blk->addr, blk->size, size, stream);
+    vg_assert_internal(!vg__check_totals(h));
     vg_lock_release(&h->lock);
     return (void *)blk->addr;
 }
@@ -553,9 +535,10 @@ int vg_heap_free_if_owned(vg_heap *h, void *ptr)
     vg__stat_sub2(st->requested_bytes, pool, (int64_t)blk->requested);
     vg__stat_sub2(st->allocated_bytes, pool, (int64_t)blk->size);
     vg__stat_sub2(st->allocation, pool, 1);
-    VG_HISTORY(h, VG_EV_FREE, blk->addr, blk->size, blk->requested, blk->seg->owner->stream);
+    VG_HISTORY(h, VG_EV_FREE, blk->addr, blk->size, blk->requested, blk->seg->stream->key);
     if (blk->uses) defer_free(h, blk);
     else make_free(h, blk);
+    vg_assert_internal(!vg__check_totals(h));
     vg_lock_release(&h->lock);
     return VG_OK;
 }
@@ -573,7 +556,7 @@ int vg_heap_record_device_stream(vg_heap *h, void *ptr, int device, vg_stream_t 
     vg_block *blk = vg__map_get(&h->live, (uintptr_t)ptr);
     if (!blk) {
         rc = VG_ERR_INVALID;
-    } else if (device != h->dev->index || stream != blk->seg->owner->stream) {
+    } else if (device != h->dev->index || stream != blk->seg->stream->key) {
         vg_stream_use *use = blk->uses;
         while (use && (use->stream != stream || use->device != device)) use = use->next;
         if (!use) {
@@ -696,7 +679,7 @@ int vg_heap_visit(vg_heap *h, vg_segment_visitor on_segment, vg_block_visitor on
     int rc = 0;
     vg_lock_acquire(&h->lock);
     for (vg_segment *seg = h->segments; seg && !rc; seg = seg->next) {
-        vg_segment_info si = {seg->addr, seg->size, seg->owner->stream, seg->pool, 0, 0};
+        vg_segment_info si = {seg->addr, seg->size, seg->stream->key, seg->pool, 0, 0};
         for (vg_block *blk = seg->head; blk; blk = blk->next) {
             si.blocks++;
             if (blk->state == VG_BLOCK_LIVE) si.allocated += blk->size;

@@ -1,13 +1,24 @@
-/* Internal structures shared by the heap's files. Not installed. */
+/* Internal structures shared by the heap's files. Not installed.
+ *
+ * Each structure states its invariants next to it, as equations. check.c
+ * (vg_heap_check) verifies every one of them over the whole heap; builds
+ * with VG_DEBUG (the C tests and the sanitizer builds) also assert, with
+ * vg_assert_internal (debug.h), those an operation touches as it runs. */
 #ifndef VG_HEAP_INTERNAL_H
 #define VG_HEAP_INTERNAL_H
 
 #include "vramguard/heap.h"
 #include "vramguard/history.h"
 #include "vramguard/replay.h"
+#include "debug.h"
 #include "lock.h"
 
 #include <stdbool.h>
+
+typedef struct vg_block vg_block;
+typedef struct vg_segment vg_segment;
+typedef struct vg_stream_state vg_stream_state;
+typedef struct vg_stream_use vg_stream_use;
 
 /* ------------------------------------------------------------------ */
 /* Size classes (bins.c)                                               */
@@ -15,32 +26,42 @@
 
 /* Two levels: sizes (in VG_ALIGN units) below 2^VG_SUB_BITS map one to one
  * (linear classes); above, each power of two is split into 2^VG_SUB_BITS
- * linear sub-steps. */
+ * linear sub-steps. The number of classes is public (heap.h, for histogram
+ * buffers); the levels it makes must reach VG_MAX_REQUEST, the largest a
+ * block can be (a segment holds one request at most that big, or several
+ * smaller ones): level L holds sizes below 2^(L + VG_SUB_BITS) units. */
 #define VG_SUB_BITS 5
 #define VG_SUBS (1u << VG_SUB_BITS)
-#define VG_LEVELS 40 /* enough for VG_MAX_REQUEST in VG_ALIGN units */
-#define VG_NBINS (VG_LEVELS * VG_SUBS)
+#define VG_NBINS VG_SIZE_CLASSES
+#define VG_LEVELS (VG_NBINS / VG_SUBS)
+_Static_assert(VG_LEVELS * VG_SUBS == VG_NBINS, "whole levels");
+_Static_assert(VG_LEVELS + VG_SUB_BITS > VG_MAX_REQUEST_SHIFT - VG_ALIGN_SHIFT,
+               "the classes reach VG_MAX_REQUEST");
+_Static_assert(VG_LEVELS <= 64 && VG_SUBS <= 32, "a class map holds a level in a bit, a step in a bit");
 
-typedef struct vg_block vg_block;
-typedef struct vg_segment vg_segment;
-typedef struct vg_stream_use vg_stream_use;
+/* The classes in which one stream has free blocks, for one pool.
+ *   bit S of sub_map[L] == (class L*VG_SUBS+S holds a block of the stream)
+ *   bit L of level_map  == (sub_map[L] != 0) */
+typedef struct vg_class_map {
+    uint64_t level_map;
+    uint32_t sub_map[VG_LEVELS];
+} vg_class_map;
 
-typedef struct vg_bins {
-    uint64_t level_map;            /* bit L: some bin of level L is non-empty */
-    uint32_t sub_map[VG_LEVELS];   /* bit S: bin L*VG_SUBS+S is non-empty */
-    vg_block *head[VG_NBINS];
-} vg_bins;
-
-/* vg__bin_of_size, vg__bins_insert and vg__bins_remove are inline, in bins.h. */
-size_t vg__bin_lower_bound(uint32_t bin);
-/* Smallest free block of at least `size`, looking at no more than
- * `scan_limit` blocks per bin (0 = all of them). */
-vg_block *vg__bins_best_fit(const vg_bins *b, size_t size, unsigned scan_limit);
-/* Largest free block in the bins, NULL when empty. */
-vg_block *vg__bins_largest(const vg_bins *b);
+/* One size class of one pool: the free blocks of every stream whose size
+ * falls in the class, in a red-black tree ordered by (stream, size,
+ * address), so that one stream's blocks are contiguous and the best fit
+ * for a stream is the first of its blocks at or above a size: the order of
+ * PyTorch's per-pool set.
+ *   first == the least block in the tree (NULL when empty)
+ *   count == the number of blocks in the tree */
+typedef struct vg_bin {
+    vg_block *root;
+    vg_block *first;
+    size_t count;
+} vg_bin;
 
 /* ------------------------------------------------------------------ */
-/* Blocks and segments                                                 */
+/* Blocks, segments, streams                                           */
 /* ------------------------------------------------------------------ */
 
 /* A stream that used a block besides its own (record_stream); after the
@@ -54,25 +75,42 @@ struct vg_stream_use {
     vg_stream_use *next;
 };
 
+/* A block: a piece of a segment, free, live or pending.
+ *   addr + size == (next ? next->addr : seg->addr + seg->size)
+ *   prev ? prev->next == this : seg->head == this && addr == seg->addr
+ *     (so the blocks tile their segment: their sizes sum to seg->size)
+ *   state == FREE  =>  in the tree of bins[seg->pool][bin], owner == seg->stream,
+ *                      bin == vg__bin_of_size(size), uses == NULL,
+ *                      neither neighbour is free
+ *   state == LIVE  =>  in the live-address map, 0 < requested <= size,
+ *                      bin == vg__bin_of_size(size)
+ *   state == PENDING => on the pending list, not in the map */
 struct vg_block {
     uintptr_t addr;
     size_t size;
     size_t requested;           /* while live */
     vg_block *prev, *next;      /* address neighbours in the segment */
-    vg_block *link_prev, *link_next; /* bin list, or the pending list */
+    union {
+        struct { vg_block *left, *right, *parent; } tree; /* free */
+        struct { vg_block *prev, *next; } wait;           /* pending */
+        vg_block *spare_next;                             /* unused record */
+    } link;
     vg_segment *seg;
+    vg_stream_state *owner;     /* free: its stream, the first part of its tree key */
     vg_stream_use *uses;
-    uint32_t bin;               /* size class: of its bin when free, for the
+    uint32_t bin;               /* size class: of its tree when free, for the
                                    histogram when live */
     uint8_t state;              /* enum vg_block_state */
+    bool red;                   /* free: its colour in the tree */
 };
 
-typedef struct vg_stream_bins vg_stream_bins;
-
+/* A segment: what the provider gave, tiled by blocks.
+ *   sum of its blocks' sizes == size, head->addr == addr
+ *   idle == (head is free && head->next == NULL) == (on the heap's idle list) */
 struct vg_segment {
     uintptr_t addr;
     size_t size;
-    vg_stream_bins *owner;          /* the stream whose bins hold its blocks */
+    vg_stream_state *stream;        /* the stream whose blocks these are */
     int pool;
     vg_block *head;                 /* lowest-address block */
     vg_segment *prev, *next;        /* every segment of the heap */
@@ -80,10 +118,27 @@ struct vg_segment {
     bool idle;
 };
 
-struct vg_stream_bins {
-    vg_stream_t stream;
-    vg_bins pool[VG_POOL_COUNT];
+/* What the heap keeps per stream (streams.c), found by a hash of the key.
+ * It lives while the stream owns a segment, or while an allocation works
+ * for it, and is freed after, so distinct streams cost nothing once gone.
+ *   segments == the number of segments with seg->stream == this
+ *   segments > 0 || pinned                   (between calls: segments > 0) */
+struct vg_stream_state {
+    vg_stream_t key;                /* the handle: a heap serves one device */
+    vg_stream_state *hash_next;
+    size_t segments;
+    bool pinned;
+    vg_class_map classes[VG_POOL_COUNT];
 };
+
+/* The stream table: chained hash, the last stream asked for in front.
+ *   count == the number of records reachable from buckets */
+typedef struct vg_stream_table {
+    vg_stream_state **buckets;
+    unsigned bits;                  /* 2^bits buckets */
+    size_t count;
+    vg_stream_state *last;
+} vg_stream_table;
 
 /* ------------------------------------------------------------------ */
 /* Live-address map (addr_map.c): open addressing, linear probing      */
@@ -103,27 +158,35 @@ int vg__map_grow(vg_addr_map *m);
 /* vg__map_put, vg__map_get and vg__map_take are inline, in addr_map.h. */
 
 /* ------------------------------------------------------------------ */
-/* Policy                                                              */
+/* Policy (policy.c, policy_torch.c)                                   */
 /* ------------------------------------------------------------------ */
 
+/* The decisions the heap asks a policy for. The heap carries them out and
+ * counts them; the out-of-memory ladder that asks them is in ladder.c. */
 struct vg_policy {
     const char *name;
-    /* Split a free block only when the remainder is at least this. */
+    /* Split or keep: a block is split when at least this would remain. */
     size_t split_min[VG_POOL_COUNT];
-    /* How many blocks best fit may look at in one bin (0 = all). */
-    unsigned scan_limit;
-    /* Bytes to reserve for a new segment that must hold `rounded`. */
+    /* Which segment: the size to reserve for a request of `rounded` bytes. */
     size_t (*segment_size)(const vg_heap *h, int pool, size_t rounded);
-    /* A cached block whose split would leave at least this much is asked
-     * about with keep_whole before it is used (SIZE_MAX: never). */
-    size_t oversize_remainder;
-    /* Should `blk` stay whole rather than serve `rounded`? */
+    /* ... and when the budget or the device refuses it, a smaller one to
+     * try (0 = none). */
+    size_t (*fallback_segment_size)(const vg_heap *h, int pool, size_t rounded);
+    /* Keep whole: the best cached fit `blk` would leave at least
+     * keep_whole_from bytes (SIZE_MAX = never ask); should it stay whole, a
+     * fresh segment being reserved for `rounded` instead? */
+    size_t keep_whole_from;
     bool (*keep_whole)(const vg_heap *h, const vg_block *blk, size_t rounded);
-    /* Called when no cached block fits, or when the only one that fits is
-     * `oversize` (kept whole if possible): grow, release, retry. Returns a
-     * free block of at least `rounded` in the stream's bins, or NULL. */
-    vg_block *(*grow)(vg_heap *h, vg_stream_bins *sb, int pool, size_t rounded,
-                      vg_block *oversize, bool *budget_refused);
+    /* No fresh segment beside a block kept whole: release that block's
+     * segment for a right-sized one (true), or split it after all? */
+    bool (*swap_kept_whole)(const vg_heap *h, const vg_block *blk, size_t rounded);
+    /* What to release first: bytes of the requesting stream's idle segments
+     * (oldest first) before retrying; 0 skips the step. `budget_refused`:
+     * the budget, not the device, refused the last segment asked for. */
+    size_t (*stream_release)(const vg_heap *h, int pool, size_t rounded, bool budget_refused);
+    /* After synchronizing, look for a cached fit again (deferred frees may
+     * have finished) before releasing every idle segment. */
+    bool refit_after_sync;
 };
 
 /* ------------------------------------------------------------------ */
@@ -153,6 +216,11 @@ typedef struct vg_slab {
     struct vg_slab *next;
 } vg_slab;
 
+/* The heap.
+ *   free_blocks == sum over bins of count == the number of free blocks
+ *   stats.reserved_bytes[ALL].current == sum of its segments' sizes
+ *   stats.segment[ALL].current == the number of its segments
+ *   for every vg_stat s: s.allocated - s.freed == s.current <= s.peak */
 struct vg_heap {
     vg_lock lock;
     vg_device *dev;
@@ -161,9 +229,8 @@ struct vg_heap {
     double gc_threshold;   /* 0 = off */
     size_t device_total;
 
-    vg_stream_bins **streams;
-    size_t nstreams, streams_cap;
-    vg_stream_bins *last_stream; /* the stream of the previous call */
+    vg_stream_table streams;
+    vg_bin bins[VG_POOL_COUNT][VG_NBINS];
 
     vg_addr_map live;
     vg_block *spare_blocks;      /* free list of block records */
@@ -193,13 +260,13 @@ struct vg_heap {
     vg_device_error device_error; /* the last one, for the report */
 };
 
-/* heap.c: the operations the policies build on. */
-vg_segment *vg__segment_create(vg_heap *h, vg_stream_bins *sb, int pool, size_t size);
+/* heap.c: the operations the ladder builds on. */
+vg_segment *vg__segment_create(vg_heap *h, vg_stream_state *s, int pool, size_t size);
 void vg__segment_release(vg_heap *h, vg_segment *seg);
 /* Release wholly free segments, oldest first, until `target` bytes are
  * released (SIZE_MAX = all); only those of `only` when it is not NULL.
  * Returns the bytes released. */
-size_t vg__release_idle(vg_heap *h, const vg_stream_bins *only, size_t target,
+size_t vg__release_idle(vg_heap *h, const vg_stream_state *only, size_t target,
                         uint64_t *counter);
 /* Finish deferred frees whose events have completed. */
 void vg__process_pending(vg_heap *h);
@@ -212,20 +279,49 @@ static inline bool vg__device_failed(const vg_heap *h)
 {
     return h->device_failed;
 }
-/* Can `bytes` more be reserved without passing the budget or the device? */
+/* Can `bytes` more be reserved without passing the budget? */
 bool vg__within_budget(const vg_heap *h, size_t bytes);
 size_t vg__reserved(const vg_heap *h);
-
-/* policy.c: pieces both policies use. */
+/* What reserved memory may not pass: the budget, or else the device. */
+size_t vg__ceiling(const vg_heap *h);
 size_t vg__round_to_granule(size_t bytes);
-/* gc threshold: release idle segments, oldest first, so that growing by
- * `growth` stays under the threshold. */
-void vg__collect_before_growth(vg_heap *h, size_t growth);
+
+/* streams.c */
+int vg__streams_init(vg_stream_table *t);
+void vg__streams_destroy(vg_stream_table *t);
+/* vg__stream_pin and vg__stream_unpin are inline, in streams.h. */
+/* A segment of `s` was released: forget `s` if that was its last. */
+void vg__stream_lost_segment(vg_heap *h, vg_stream_state *s);
+/* The record of `key`, NULL if there is none. */
+vg_stream_state *vg__stream_find(const vg_stream_table *t, vg_stream_t key);
+
+/* ladder.c: for an allocation of r->rounded bytes (a multiple of VG_ALIGN)
+ * in r->pool for r->stream, a free block in r->block, from the cache or
+ * from the out-of-memory ladder; false when every step failed. */
+typedef struct vg_request {
+    vg_stream_state *stream;
+    int pool;
+    size_t rounded;
+    vg_block *block;        /* the answer */
+    vg_block *kept_whole;   /* a cached fit the policy keeps whole */
+    bool budget_refused;    /* the budget refused the last segment asked for */
+} vg_request;
+bool vg__find_block(vg_heap *h, vg_request *r);
 
 /* stats.c, with the heap locked. */
 void vg__fragmentation_locked(vg_heap *h, vg_fragmentation *out);
 /* allocated - freed == current - (current at the last reset), every stat. */
 bool vg__totals_consistent(vg_heap *h);
+
+/* check.c: parts of vg_heap_check, NULL when they hold, that debug builds
+ * assert as the heap runs: the invariants around a block (for every block
+ * an operation changes), of a whole segment (as segments come and go), the
+ * equations between the counters (after every call), and free_blocks
+ * against the bins (as segments come and go: it reads every bin). */
+const char *vg__check_block(const vg_heap *h, const vg_block *blk);
+const char *vg__check_segment(const vg_heap *h, const vg_segment *seg);
+const char *vg__check_totals(vg_heap *h);
+const char *vg__check_bin_counts(const vg_heap *h);
 
 /* ------------------------------------------------------------------ */
 /* Stats helpers (hot path, so inline)                                 */

@@ -15,11 +15,16 @@
  *   release every unsplit cached segment, retry once, else OOM. (Its
  *   release_available_cached_blocks step does nothing unless
  *   max_split_size is set, so it is left out.) Any other cudaMalloc error
- *   ends the allocation at once (its C10_CUDA_CHECK).
+ *   ends the allocation at once (its C10_CUDA_CHECK), as the ladder does.
+ *
+ * As decisions (heap_internal.h, struct vg_policy): no fallback segment, no
+ * block kept whole, nothing released before the synchronize, and no second
+ * look at the cache after it. The ladder is the heap's (ladder.c).
  */
 #include "heap_internal.h"
 
-#define TORCH_SMALL_SIZE ((size_t)1 << 20)
+/* PyTorch's kMinLargeAlloc and kLargeBuffer; kSmallSize is VG_SMALL_REQUEST,
+ * kSmallBuffer VG_SMALL_SEGMENT, kRoundLarge VG_SEGMENT_GRANULE. */
 #define TORCH_MIN_LARGE_ALLOC ((size_t)10 << 20)
 #define TORCH_LARGE_BUFFER ((size_t)20 << 20)
 
@@ -31,49 +36,14 @@ static size_t torch_segment_size(const vg_heap *h, int pool, size_t rounded)
     return vg__round_to_granule(rounded);
 }
 
-static vg_block *try_reserve(vg_heap *h, vg_stream_bins *sb, int pool, size_t size,
-                             bool *budget_refused)
-{
-    if (!vg__within_budget(h, size)) {
-        h->stats.num_budget_refusals++;
-        *budget_refused = true;
-        return NULL;
-    }
-    *budget_refused = false;
-    vg_segment *seg = vg__segment_create(h, sb, pool, size);
-    return seg ? seg->head : NULL;
-}
-
-static bool never_keep_whole(const vg_heap *h, const vg_block *blk, size_t rounded)
-{
-    (void)h;
-    (void)blk;
-    (void)rounded;
-    return false;
-}
-
-static vg_block *torch_grow(vg_heap *h, vg_stream_bins *sb, int pool, size_t rounded,
-                            vg_block *oversize, bool *budget_refused)
-{
-    (void)oversize; /* never set: never_keep_whole */
-    size_t size = torch_segment_size(h, pool, rounded);
-    vg__collect_before_growth(h, size);
-    vg_block *blk = try_reserve(h, sb, pool, size, budget_refused);
-    if (blk || vg__device_failed(h)) return blk;
-    h->stats.num_sync_all_streams++;
-    vg__synchronize(h);
-    if (vg__device_failed(h)) return NULL;
-    vg__release_idle(h, NULL, SIZE_MAX, &h->stats.num_sync_releases);
-    h->stats.num_alloc_retries++;
-    return try_reserve(h, sb, pool, size, budget_refused);
-}
-
 const vg_policy vg_policy_torch = {
     .name = "torch",
-    .split_min = {VG_ALIGN, TORCH_SMALL_SIZE + VG_ALIGN},
-    .scan_limit = 0,
-    .oversize_remainder = SIZE_MAX,
-    .keep_whole = never_keep_whole,
+    .split_min = {VG_ALIGN, VG_SMALL_REQUEST + VG_ALIGN},
     .segment_size = torch_segment_size,
-    .grow = torch_grow,
+    .fallback_segment_size = NULL,
+    .keep_whole_from = SIZE_MAX,
+    .keep_whole = NULL,
+    .swap_kept_whole = NULL,
+    .stream_release = NULL,
+    .refit_after_sync = false,
 };

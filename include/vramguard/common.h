@@ -30,16 +30,18 @@ static inline int vg_valid_fraction(double x)
     return x >= 0.0 && x <= 1.0;
 }
 
-/* Allocation granularity: every block size is a multiple of this. */
-#define VG_ALIGN ((size_t)512)
-/* Requests up to this size come from the small pool. */
+/* Allocation granularity: every block size is a multiple of this (512). */
+#define VG_ALIGN_SHIFT 9
+#define VG_ALIGN ((size_t)1 << VG_ALIGN_SHIFT)
+/* Requests up to this size come from the small pool (1 MiB). */
 #define VG_SMALL_REQUEST ((size_t)1 << 20)
-/* Segment size of the small pool. */
-#define VG_SMALL_SEGMENT ((size_t)2 << 20)
-/* Providers hand out memory in multiples of this (cudaMalloc's page). */
+/* Providers hand out memory in multiples of this (2 MiB, cudaMalloc's page). */
 #define VG_SEGMENT_GRANULE ((size_t)2 << 20)
+/* Segment size of the small pool: one granule. */
+#define VG_SMALL_SEGMENT VG_SEGMENT_GRANULE
 /* Largest request a heap will consider; anything above is an OOM. */
-#define VG_MAX_REQUEST ((size_t)1 << 47)
+#define VG_MAX_REQUEST_SHIFT 47
+#define VG_MAX_REQUEST ((size_t)1 << VG_MAX_REQUEST_SHIFT)
 
 enum vg_pool { VG_POOL_SMALL = 0, VG_POOL_LARGE = 1, VG_POOL_COUNT = 2 };
 

@@ -170,8 +170,10 @@ size_t vg_heap_device_total(vg_heap *h);
 void vg_heap_stats(vg_heap *h, vg_stats *out);
 void vg_heap_fragmentation(vg_heap *h, vg_fragmentation *out);
 /* How many size classes there are: a histogram of this many pairs holds
- * every class. */
-#define VG_SIZE_CLASSES 1280
+ * every class. (35 levels of 32 classes, from VG_ALIGN up to VG_MAX_REQUEST:
+ * see csrc/core/bins.c; the core derives its bins from this number and
+ * asserts that they reach VG_MAX_REQUEST.) */
+#define VG_SIZE_CLASSES 1120
 /* Live blocks per size class: fills up to `n` (class lower bound, count)
  * pairs with a non-zero count, smallest first, in one pass under the lock;
  * returns how many it wrote (n when there were more: pass VG_SIZE_CLASSES

@@ -438,6 +438,30 @@ static void test_sync_finishes_deferred_free_and_reuses_it(void)
     destroy(f);
 }
 
+static void test_torch_policy_releases_before_refit(void)
+{
+    /* The same deferred free as above under the torch policy: it takes no
+     * second look at the cache after the synchronize, so the finished
+     * block's segment is released and a fresh one reserved, as PyTorch's
+     * release_cached_blocks does; and nothing of the requesting stream is
+     * released before the synchronize. */
+    fixture f = make(GiB, 40 * MiB, 0, &vg_policy_torch);
+    void *a = vg_heap_alloc(f.heap, 30 * MiB, 1, NULL);
+    vg_heap_record_stream(f.heap, a, 9);
+    vg_heap_free(f.heap, a);
+    void *b = vg_heap_alloc(f.heap, 30 * MiB, 1, NULL);
+    CHECK(b != NULL && b != a);
+    vg_stats st = stats_of(f.heap);
+    CHECK_EQ(st.num_sync_all_streams, 1);
+    CHECK_EQ(st.num_sync_releases, 1);
+    CHECK_EQ(st.num_stream_releases, 0);
+    CHECK_EQ(st.num_alloc_retries, 1);
+    CHECK_EQ(st.num_device_alloc, 2);
+    CHECK_EQ(st.num_device_free, 1);
+    CHECK_HEAP(f.heap);
+    destroy(f);
+}
+
 static void test_gc_threshold_releases_oldest(void)
 {
     fixture f = make(GiB, 100 * MiB, 0.5, NULL);
@@ -732,6 +756,301 @@ static void test_random_fault_injection(void)
 }
 
 /* ------------------------------------------------------------------ */
+/* Bounded best fit                                                    */
+/* ------------------------------------------------------------------ */
+
+/* `nfree` free 512 B blocks, each between two live ones (none coalesce);
+ * held[] keeps the live ones. */
+static void **hold_free_blocks(vg_heap *h, size_t nfree)
+{
+    void **held = calloc(2 * nfree + 1, sizeof *held);
+    for (size_t i = 0; i < 2 * nfree + 1; i++) held[i] = vg_heap_alloc(h, VG_ALIGN, 0, NULL);
+    for (size_t i = 1; i < 2 * nfree + 1; i += 2) {
+        vg_heap_free(h, held[i]);
+        held[i] = NULL;
+    }
+    return held;
+}
+
+static void release_held(vg_heap *h, void **held, size_t nfree)
+{
+    for (size_t i = 0; i < 2 * nfree + 1; i++) vg_heap_free(h, held[i]);
+    free(held);
+}
+
+static int log2_ceil(size_t n)
+{
+    int k = 0;
+    while (((size_t)1 << k) < n) k++;
+    return k;
+}
+
+/* Nodes the bin trees visit for one alloc+free of 512 B. */
+static uint64_t steps_of_one_pair(vg_heap *h, void **got)
+{
+    uint64_t before = vg__debug_tree_steps;
+    *got = vg_heap_alloc(h, VG_ALIGN, 0, NULL);
+    vg_heap_free(h, *got);
+    return vg__debug_tree_steps - before;
+}
+
+static void test_best_fit_bounded_with_many_free_blocks(void)
+{
+    /* With 50,000 free blocks in the class, best fit still gives the
+     * lowest address (as an ordered set would) and reads a handful of
+     * nodes, not the class: a loop that frees and allocates one size finds
+     * its block first in the class, and puts it back there. */
+    const vg_policy *policies[2] = {&vg_policy_default, &vg_policy_torch};
+    for (int p = 0; p < 2; p++) {
+        fixture f = make(GiB, 0, 0, policies[p]);
+        enum { NFREE = 50000 };
+        void **held = hold_free_blocks(f.heap, NFREE);
+        CHECK_EQ(f.heap->bins[VG_POOL_SMALL][1].count, NFREE);
+        uintptr_t lowest = (uintptr_t)held[0] + VG_ALIGN;
+        void *got;
+        uint64_t most = 0, total = 0;
+        for (int i = 0; i < 1000; i++) {
+            uint64_t steps = steps_of_one_pair(f.heap, &got);
+            total += steps;
+            if (steps > most) most = steps;
+            CHECK_EQ((uintptr_t)got, lowest);
+        }
+        /* O(1) amortized (rebalancing now and then climbs the tree), and
+         * never more than the tree's height allows. */
+        CHECK(total <= 2 * 1000);
+        CHECK(most <= (uint64_t)(4 * log2_ceil(NFREE)));
+        CHECK_HEAP(f.heap);
+        release_held(f.heap, held, NFREE);
+        destroy(f);
+    }
+}
+
+static void test_best_fit_bounded_in_any_order(void)
+{
+    /* Frees in a scrambled order: every insert, removal and lookup in a
+     * class of 20,000 blocks reads O(log n) nodes, the tree stays balanced
+     * (vg_heap_check verifies the red-black rules), and each allocation
+     * still gets the lowest free address. */
+    fixture f = make(GiB, 0, 0, NULL);
+    enum { N = 20000 };
+    void **p = calloc(2 * N, sizeof *p);
+    for (size_t i = 0; i < 2 * N; i++) p[i] = vg_heap_alloc(f.heap, VG_ALIGN, 0, NULL);
+    uint64_t rng = 99, most = 0;
+    size_t order[N];
+    for (size_t i = 0; i < N; i++) order[i] = 2 * i;
+    for (size_t i = N - 1; i > 0; i--) {
+        size_t j = (size_t)(rng_next(&rng) % (i + 1)), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    for (size_t i = 0; i < N; i++) {
+        uint64_t before = vg__debug_tree_steps;
+        vg_heap_free(f.heap, p[order[i]]);
+        uint64_t steps = vg__debug_tree_steps - before;
+        if (steps > most) most = steps;
+    }
+    CHECK_HEAP(f.heap);
+    /* Insert: descent (2 log n at most in a red-black tree) plus
+     * rebalancing; removal of the neighbours: their in-order neighbours. */
+    CHECK(most <= (uint64_t)(6 * log2_ceil(N)));
+    for (size_t i = 0; i < N; i++) {
+        uint64_t before = vg__debug_tree_steps;
+        void *q = vg_heap_alloc(f.heap, VG_ALIGN, 0, NULL);
+        uint64_t steps = vg__debug_tree_steps - before;
+        if (steps > most) most = steps;
+        CHECK(q == p[2 * i]); /* lowest address first */
+    }
+    CHECK(most <= (uint64_t)(6 * log2_ceil(N)));
+    CHECK_HEAP(f.heap);
+    for (size_t i = 0; i < 2 * N; i++) vg_heap_free(f.heap, p[i]);
+    free(p);
+    CHECK_HEAP(f.heap);
+    destroy(f);
+}
+
+/* Free blocks of the given sizes on `stream`, each between two live ones. */
+static void free_blocks_of(vg_heap *h, vg_stream_t stream, const size_t *sizes, int n, void **out)
+{
+    for (int i = 0; i < n; i++) {
+        vg_heap_alloc(h, VG_ALIGN, stream, NULL);
+        out[i] = vg_heap_alloc(h, sizes[i], stream, NULL);
+    }
+    vg_heap_alloc(h, VG_ALIGN, stream, NULL);
+    for (int i = n - 1; i >= 0; i--) vg_heap_free(h, out[i]);
+}
+
+static void test_best_fit_smallest_then_lowest_per_stream(void)
+{
+    /* One class (128-132 KiB), several sizes on two streams: the smallest
+     * block that fits, the lowest address among equals, and never another
+     * stream's block, however well it would fit. */
+    fixture f = make(GiB, 0, 0, NULL);
+    CHECK_EQ(vg__bin_of_size(128 * KiB), vg__bin_of_size(131 * KiB + 512));
+    size_t mine_sizes[6] = {130 * KiB + 512, 129 * KiB, 129 * KiB + 512, 129 * KiB, 130 * KiB, 129 * KiB};
+    size_t their_sizes[3] = {128 * KiB + 512, 129 * KiB + 512, 129 * KiB};
+    void *mine[6], *theirs[3];
+    free_blocks_of(f.heap, 1, mine_sizes, 6, mine);
+    free_blocks_of(f.heap, 2, their_sizes, 3, theirs);
+    CHECK_HEAP(f.heap);
+    CHECK(vg_heap_alloc(f.heap, 128 * KiB + 512, 1, NULL) == mine[1]);
+    CHECK(vg_heap_alloc(f.heap, 129 * KiB, 1, NULL) == mine[3]);
+    CHECK(vg_heap_alloc(f.heap, 129 * KiB, 1, NULL) == mine[5]);
+    CHECK(vg_heap_alloc(f.heap, 129 * KiB, 1, NULL) == mine[2]);
+    CHECK(vg_heap_alloc(f.heap, 129 * KiB + 512, 1, NULL) == mine[4]);
+    CHECK(vg_heap_alloc(f.heap, 129 * KiB + 512, 1, NULL) == mine[0]);
+    CHECK(vg_heap_alloc(f.heap, 129 * KiB, 2, NULL) == theirs[2]);
+    CHECK_HEAP(f.heap);
+    destroy(f);
+}
+
+static void test_check_names_broken_invariants(void)
+{
+    /* vg_heap_check names the equation that fails; put back, it passes. */
+    fixture f = make(GiB, 0, 0, NULL);
+    size_t sizes[4] = {129 * KiB, 130 * KiB, 129 * KiB + 512, 131 * KiB};
+    void *blk[4];
+    free_blocks_of(f.heap, 1, sizes, 4, blk);
+    CHECK_HEAP(f.heap);
+    vg_bin *bin = &f.heap->bins[VG_POOL_SMALL][vg__bin_of_size(129 * KiB)];
+    CHECK_EQ(bin->count, 4);
+
+    vg_block *root = bin->root;
+    root->red = true;
+    CHECK(strcmp(vg_heap_check(f.heap), "bin tree root is wrong") == 0);
+    root->red = false;
+    CHECK_HEAP(f.heap);
+
+    vg_block *least = bin->first;
+    vg_block *leaf = least->link.tree.right ? least->link.tree.right : least;
+    bool was_red = leaf->red;
+    leaf->red = !was_red;
+    CHECK(vg_heap_check(f.heap) != NULL);
+    leaf->red = was_red;
+    CHECK_HEAP(f.heap);
+
+    bin->count++;
+    CHECK(strcmp(vg_heap_check(f.heap), "bin count is off") == 0);
+    bin->count--;
+
+    vg_class_map *map = &least->owner->classes[VG_POOL_SMALL];
+    uint32_t spare = vg__bin_of_size(3 * KiB);
+    CHECK(!vg__class_marked(map, spare));
+    vg__class_mark(map, spare);
+    CHECK(strcmp(vg_heap_check(f.heap), "class marked for a stream without a block there") == 0);
+    vg__class_unmark(map, spare);
+    CHECK_HEAP(f.heap);
+
+    vg_segment *seg = least->seg;
+    seg->stream->segments++;
+    CHECK(strcmp(vg_heap_check(f.heap), "stream records do not count the segments") == 0);
+    seg->stream->segments--;
+
+    least->size += VG_ALIGN;
+    CHECK(vg__check_block(f.heap, least) != NULL);
+    CHECK(vg_heap_check(f.heap) != NULL);
+    least->size -= VG_ALIGN;
+    CHECK(vg__check_block(f.heap, least) == NULL);
+    CHECK_HEAP(f.heap);
+    destroy(f);
+}
+
+/* ------------------------------------------------------------------ */
+/* Stream records                                                      */
+/* ------------------------------------------------------------------ */
+
+static void test_many_streams_bounded_state(void)
+{
+    /* 100,000 streams, each allocating once: under a 64 MiB budget the
+     * ladder releases the idle segments of streams gone by, and their
+     * records go with them. At most one record per segment the budget
+     * holds, plus the one allocating, ever lives. */
+    fixture f = make(GiB, 64 * MiB, 0, NULL);
+    enum { STREAMS = 100000 };
+    size_t most = 0;
+    for (vg_stream_t s = 1; s <= STREAMS; s++) {
+        void *p = vg_heap_alloc(f.heap, 4096, s, NULL);
+        CHECK(p != NULL);
+        CHECK_EQ(vg_heap_free(f.heap, p), VG_OK);
+        if (f.heap->streams.count > most) most = f.heap->streams.count;
+        if (s % 20000 == 0) CHECK_HEAP(f.heap);
+    }
+    CHECK(most <= 64 / 2);
+    CHECK(f.heap->streams.bits <= 6);
+    vg_heap_empty_cache(f.heap);
+    CHECK_EQ(f.heap->streams.count, 0);
+    CHECK_HEAP(f.heap);
+    destroy(f);
+}
+
+static void test_stream_state_freed_with_its_last_segment(void)
+{
+    fixture f = make(64 * MiB, 0, 0, NULL);
+    void *a = vg_heap_alloc(f.heap, 1000, 7, NULL);
+    void *b = vg_heap_alloc(f.heap, 30 * MiB, 7, NULL);
+    CHECK_EQ(f.heap->streams.count, 1);
+    vg_heap_free(f.heap, a);
+    vg_heap_free(f.heap, b);
+    /* Its segments are cached: the record stays. */
+    CHECK_EQ(f.heap->streams.count, 1);
+    CHECK_EQ(vg_heap_empty_cache(f.heap), 32 * MiB);
+    CHECK_EQ(f.heap->streams.count, 0);
+    /* A request that fails leaves no record behind. */
+    vg_oom_info oom;
+    CHECK(vg_heap_alloc(f.heap, 100 * MiB, 8, &oom) == NULL);
+    CHECK_EQ(f.heap->streams.count, 0);
+    /* Streams only recorded on (record_stream) get no record. */
+    void *c = vg_heap_alloc(f.heap, 1000, 9, NULL);
+    for (vg_stream_t s = 100; s < 200; s++) CHECK_EQ(vg_heap_record_stream(f.heap, c, s), VG_OK);
+    CHECK_EQ(f.heap->streams.count, 1);
+    vg_heap_free(f.heap, c);
+    vg_heap_synchronize(f.heap);
+    /* The ladder releasing the requesting stream's last segment keeps its
+     * record for the segment it reserves next. */
+    void *d = vg_heap_alloc(f.heap, 40 * MiB, 9, NULL);
+    CHECK(d != NULL);
+    CHECK_EQ(stats_of(f.heap).num_stream_releases, 0);
+    vg_heap_free(f.heap, d);
+    void *e = vg_heap_alloc(f.heap, 50 * MiB, 9, NULL); /* 42 + 50 > 64 */
+    CHECK(e != NULL);
+    CHECK_EQ(stats_of(f.heap).num_stream_releases, 2);
+    CHECK_EQ(f.heap->streams.count, 1);
+    CHECK_HEAP(f.heap);
+    vg_heap_free(f.heap, e);
+    destroy(f);
+}
+
+static void test_replay_of_many_streams(void)
+{
+    /* The replay engine on a trace of 100,000 streams (alloc, free each):
+     * no OOM, and under a budget only the streams with cached segments
+     * keep a record. */
+    enum { STREAMS = 100000, OPS = 2 * STREAMS };
+    uint8_t *kinds = malloc(OPS);
+    uint32_t *ids = malloc(OPS * sizeof *ids);
+    uint64_t *sizes = malloc(OPS * sizeof *sizes), *streams = malloc(OPS * sizeof *streams);
+    for (size_t i = 0; i < STREAMS; i++) {
+        kinds[2 * i] = VG_OP_ALLOC;
+        kinds[2 * i + 1] = VG_OP_FREE;
+        ids[2 * i] = ids[2 * i + 1] = (uint32_t)(i % 4);
+        sizes[2 * i] = sizes[2 * i + 1] = 4096;
+        streams[2 * i] = streams[2 * i + 1] = 0x7f0000000000ull + 0x1000 * i;
+    }
+    vg_trace_ops t = {kinds, ids, sizes, streams, OPS, 4};
+    fixture f = make((size_t)1 << 40, 32 * MiB, 0, NULL);
+    vg_replay_result r;
+    CHECK_EQ(vg_replay(f.heap, &t, NULL, 0, 0, &r), VG_OK);
+    CHECK_EQ(r.ooms, 0);
+    CHECK_EQ(r.allocs, STREAMS);
+    CHECK(f.heap->streams.count <= 16);
+    CHECK_HEAP(f.heap);
+    destroy(f);
+    free(kinds);
+    free(ids);
+    free(sizes);
+    free(streams);
+}
+
+/* ------------------------------------------------------------------ */
 /* Threads: autograd frees from other threads                          */
 /* ------------------------------------------------------------------ */
 
@@ -798,6 +1117,7 @@ static const harness_test tests[] = {
     T(test_release_same_stream_then_retry),
     T(test_sync_release_all_then_retry),
     T(test_sync_finishes_deferred_free_and_reuses_it),
+    T(test_torch_policy_releases_before_refit),
     T(test_gc_threshold_releases_oldest),
     T(test_device_refusal_and_fault_injection),
     T(test_lowering_budget_releases_idle),
@@ -810,6 +1130,13 @@ static const harness_test tests[] = {
     T(test_random_budget_gc),
     T(test_random_torch),
     T(test_random_fault_injection),
+    T(test_best_fit_bounded_with_many_free_blocks),
+    T(test_best_fit_bounded_in_any_order),
+    T(test_best_fit_smallest_then_lowest_per_stream),
+    T(test_check_names_broken_invariants),
+    T(test_many_streams_bounded_state),
+    T(test_stream_state_freed_with_its_last_segment),
+    T(test_replay_of_many_streams),
     T(test_threads),
 };
 
