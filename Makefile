@@ -26,56 +26,49 @@ BUILD = build/c
 C_TESTS = test_core test_hostile test_devices test_cuda test_hook test_threads
 all: $(C_TESTS:%=$(BUILD)/%)
 
-# Objects, plain and sanitized.
-$(BUILD)/obj/%.o: csrc/%.c $(HDRS)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(DEBUG) $(CWARN) $(INC) -c $< -o $@
-$(BUILD)/obj/%.o: csrc/%.cc $(HDRS)
-	@mkdir -p $(@D)
-	$(CXX) $(CFLAGS) $(CXXWARN) $(INC) -c $< -o $@
-$(BUILD)/san/%.o: csrc/%.c $(HDRS)
-	@mkdir -p $(@D)
-	$(CC) $(SAN) $(DEBUG) $(CWARN) $(INC) -c $< -o $@
-$(BUILD)/san/%.o: csrc/%.cc $(HDRS)
-	@mkdir -p $(@D)
-	$(CXX) $(SAN) $(CXXWARN) $(INC) -c $< -o $@
-$(BUILD)/tsan/%.o: csrc/%.c $(HDRS)
-	@mkdir -p $(@D)
-	$(CC) $(TSAN) $(DEBUG) $(CWARN) $(INC) -c $< -o $@
-$(BUILD)/tsan/%.o: csrc/%.cc $(HDRS)
-	@mkdir -p $(@D)
-	$(CXX) $(TSAN) $(CXXWARN) $(INC) -c $< -o $@
+# Three builds of the library and the C tests, each in its own object
+# directory: obj (plain), san (AddressSanitizer + UBSan), tsan
+# (ThreadSanitizer). All three define VG_DEBUG, so the invariants next to
+# the structs are asserted on every operation (the bench and the Python
+# extension leave it out).
+FLAGS_obj = $(CFLAGS)
+FLAGS_san = $(SAN)
+FLAGS_tsan = $(TSAN)
+SUFFIX_obj =
+SUFFIX_san = _san
+SUFFIX_tsan = _tsan
+BUILDS = obj san tsan
 
-OBJ = $(LIB_SRC:csrc/%.c=$(BUILD)/obj/%.o)
-SAN_OBJ = $(LIB_SRC:csrc/%.c=$(BUILD)/san/%.o)
-TSAN_OBJ = $(LIB_SRC:csrc/%.c=$(BUILD)/tsan/%.o)
+define object_rules
+$(BUILD)/$(1)/%.o: csrc/%.c $$(HDRS)
+	@mkdir -p $$(@D)
+	$$(CC) $$(FLAGS_$(1)) $$(DEBUG) $$(CWARN) $$(INC) -c $$< -o $$@
+$(BUILD)/$(1)/%.o: csrc/%.cc $$(HDRS)
+	@mkdir -p $$(@D)
+	$$(CXX) $$(FLAGS_$(1)) $$(CXXWARN) $$(INC) -c $$< -o $$@
+$(BUILD)/$(1)/tests/%.o: tests/c/%.c $$(HDRS)
+	@mkdir -p $$(@D)
+	$$(CC) $$(FLAGS_$(1)) $$(DEBUG) $$(CWARN) $$(INC) -c $$< -o $$@
+$(BUILD)/$(1)/tests/%.o: tests/c/%.cc $$(HDRS)
+	@mkdir -p $$(@D)
+	$$(CXX) $$(FLAGS_$(1)) $$(CXXWARN) $$(INC) -c $$< -o $$@
+endef
+$(foreach b,$(BUILDS),$(eval $(call object_rules,$(b))))
+
 HOOK_SRC = $(wildcard csrc/torch/*.cc)
-HOOK_OBJ = $(HOOK_SRC:csrc/%.cc=$(BUILD)/obj/%.o)
-HOOK_SAN_OBJ = $(HOOK_SRC:csrc/%.cc=$(BUILD)/san/%.o)
-HOOK_TSAN_OBJ = $(HOOK_SRC:csrc/%.cc=$(BUILD)/tsan/%.o)
+# What each test links besides the library: its own source, and extras.
+SRC_test_hook = test_torch_hook
+EXTRA_test_hook = $(HOOK_SRC:csrc/%.cc=%.o)
+DEPS_test_cuda = $(FAKE_CUDART)
+LINK_test_cuda = $(FAKE_LINK)
 
-$(BUILD)/test_core: $(OBJ) tests/c/test_core.c $(HDRS)
-	$(CC) $(CFLAGS) $(DEBUG) $(CWARN) $(INC) -o $@ $(OBJ) tests/c/test_core.c $(LIBS)
-$(BUILD)/test_hostile: $(OBJ) tests/c/test_hostile.c $(HDRS)
-	$(CC) $(CFLAGS) $(CWARN) $(INC) -o $@ $(OBJ) tests/c/test_hostile.c $(LIBS)
-$(BUILD)/test_hostile_san: $(SAN_OBJ) tests/c/test_hostile.c $(HDRS)
-	$(CC) $(SAN) $(CWARN) $(INC) -o $@ $(SAN_OBJ) tests/c/test_hostile.c $(LIBS)
-$(BUILD)/test_hostile_tsan: $(TSAN_OBJ) tests/c/test_hostile.c $(HDRS)
-	$(CC) $(TSAN) $(CWARN) $(INC) -o $@ $(TSAN_OBJ) tests/c/test_hostile.c $(LIBS)
-$(BUILD)/test_hook: $(OBJ) $(HOOK_OBJ) tests/c/test_torch_hook.cc $(HDRS)
-	$(CXX) $(CFLAGS) $(CXXWARN) $(INC) -o $@ $(OBJ) $(HOOK_OBJ) tests/c/test_torch_hook.cc $(LIBS)
-$(BUILD)/test_devices: $(OBJ) tests/c/test_devices.c $(HDRS)
-	$(CC) $(CFLAGS) $(CWARN) $(INC) -o $@ $(OBJ) tests/c/test_devices.c $(LIBS)
-$(BUILD)/test_devices_san: $(SAN_OBJ) tests/c/test_devices.c $(HDRS)
-	$(CC) $(SAN) $(CWARN) $(INC) -o $@ $(SAN_OBJ) tests/c/test_devices.c $(LIBS)
-$(BUILD)/test_devices_tsan: $(TSAN_OBJ) tests/c/test_devices.c $(HDRS)
-	$(CC) $(TSAN) $(CWARN) $(INC) -o $@ $(TSAN_OBJ) tests/c/test_devices.c $(LIBS)
-$(BUILD)/test_threads: $(OBJ) tests/c/test_threads.c $(HDRS)
-	$(CC) $(CFLAGS) $(CWARN) $(INC) -o $@ $(OBJ) tests/c/test_threads.c $(LIBS)
-$(BUILD)/test_threads_san: $(SAN_OBJ) tests/c/test_threads.c $(HDRS)
-	$(CC) $(SAN) $(CWARN) $(INC) -o $@ $(SAN_OBJ) tests/c/test_threads.c $(LIBS)
-$(BUILD)/test_threads_tsan: $(TSAN_OBJ) tests/c/test_threads.c $(HDRS)
-	$(CC) $(TSAN) $(CWARN) $(INC) -o $@ $(TSAN_OBJ) tests/c/test_threads.c $(LIBS)
+# $(1) test, $(2) build. Linked by the C++ driver: test_hook is C++, and
+# the rest link the same way.
+define test_rule
+$(BUILD)/$(1)$(SUFFIX_$(2)): $(LIB_SRC:csrc/%.c=$(BUILD)/$(2)/%.o) \
+		$(BUILD)/$(2)/tests/$(or $(SRC_$(1)),$(1)).o $(EXTRA_$(1):%=$(BUILD)/$(2)/%) $(DEPS_$(1))
+	$$(CXX) $$(FLAGS_$(2)) -o $$@ $$(filter %.o,$$^) $$(LINK_$(1)) $$(LIBS)
+endef
 
 # The CUDA provider's test runs over a small fake CUDA runtime, named as
 # older PyTorch wheels name theirs and linked in, so that it is already
@@ -85,21 +78,9 @@ $(FAKE_CUDART): tests/c/fake_cudart.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(CWARN) -shared -fPIC -Wl,-soname,$(@F) -o $@ $<
 FAKE_LINK = $(FAKE_CUDART) -Wl,-rpath,'$$ORIGIN/fakecudart'
-$(BUILD)/test_cuda: $(OBJ) tests/c/test_cuda.c $(FAKE_CUDART) $(HDRS)
-	$(CC) $(CFLAGS) $(CWARN) $(INC) -o $@ $(OBJ) tests/c/test_cuda.c $(FAKE_LINK) $(LIBS)
-$(BUILD)/test_cuda_san: $(SAN_OBJ) tests/c/test_cuda.c $(FAKE_CUDART) $(HDRS)
-	$(CC) $(SAN) $(CWARN) $(INC) -o $@ $(SAN_OBJ) tests/c/test_cuda.c $(FAKE_LINK) $(LIBS)
-$(BUILD)/test_cuda_tsan: $(TSAN_OBJ) tests/c/test_cuda.c $(FAKE_CUDART) $(HDRS)
-	$(CC) $(TSAN) $(CWARN) $(INC) -o $@ $(TSAN_OBJ) tests/c/test_cuda.c $(FAKE_LINK) $(LIBS)
 
-$(BUILD)/test_core_san: $(SAN_OBJ) tests/c/test_core.c $(HDRS)
-	$(CC) $(SAN) $(DEBUG) $(CWARN) $(INC) -o $@ $(SAN_OBJ) tests/c/test_core.c $(LIBS)
-$(BUILD)/test_hook_san: $(SAN_OBJ) $(HOOK_SAN_OBJ) tests/c/test_torch_hook.cc $(HDRS)
-	$(CXX) $(SAN) $(CXXWARN) $(INC) -o $@ $(SAN_OBJ) $(HOOK_SAN_OBJ) tests/c/test_torch_hook.cc $(LIBS)
-$(BUILD)/test_core_tsan: $(TSAN_OBJ) tests/c/test_core.c $(HDRS)
-	$(CC) $(TSAN) $(DEBUG) $(CWARN) $(INC) -o $@ $(TSAN_OBJ) tests/c/test_core.c $(LIBS)
-$(BUILD)/test_hook_tsan: $(TSAN_OBJ) $(HOOK_TSAN_OBJ) tests/c/test_torch_hook.cc $(HDRS)
-	$(CXX) $(TSAN) $(CXXWARN) $(INC) -o $@ $(TSAN_OBJ) $(HOOK_TSAN_OBJ) tests/c/test_torch_hook.cc $(LIBS)
+$(foreach t,$(C_TESTS),$(foreach b,$(BUILDS),$(eval $(call test_rule,$(t),$(b)))))
+
 $(BUILD)/bench_hot_path: $(LIB_SRC) bench/bench_hot_path.c $(HDRS)
 	@mkdir -p $(@D)
 	$(CC) -O2 -DNDEBUG $(CWARN) $(INC) -o $@ $(LIB_SRC) bench/bench_hot_path.c $(LIBS)
