@@ -22,7 +22,7 @@ INC = -Iinclude -Icsrc/core
 HDRS = $(wildcard include/vramguard/*.h csrc/*/*.h) tests/c/harness.h
 BUILD = build/c
 
-.PHONY: all test-c test-c-san test-c-tsan bench check pytest clean fuzz
+.PHONY: all test-c test-c-san test-c-tsan bench check pytest clean fuzz test
 C_TESTS = test_core test_hostile test_devices test_cuda test_hook test_threads
 all: $(C_TESTS:%=$(BUILD)/%)
 
@@ -127,6 +127,9 @@ pytest: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -q -rs
 
 check: test-c test-c-san test-c-tsan pytest
+
+# The README's test command: the fast suite, then the real-PyTorch tier.
+test: check check-torch
 
 # Fuzzing (not in CI): libFuzzer harnesses, built with clang under ASan and
 # UBSan, each run FUZZ_SECONDS from a corpus kept in build/fuzz/corpus;
