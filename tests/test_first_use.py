@@ -381,3 +381,20 @@ def test_the_shipped_trace_fits_a_t4_under_vramguard_only():
     assert (min_budget(t), min_budget(t, "torch")) == (15_023_996_928, 16_120_807_424)
     assert replay(t, "T4").fits and not replay(t, "T4", "torch").fits
     assert replay(t, "L4", "torch").fits
+
+
+def test_the_line_of_an_allocation_costs_a_bounded_look_at_its_frames(tmp_path):
+    torch_frame = {"filename": "/x/torch/nn/functional.py", "line": 1, "name": "linear"}
+    user_frame = {"filename": "/content/train.py", "line": 9, "name": "step"}
+    long_path = {"filename": "/" + "d" * 100_000 + "/model.py", "line": 3, "name": "n" * 1000}
+    events = [
+        dict(ev("alloc", 0x1000, MiB), frames=[torch_frame] * 64 + [user_frame]),  # past the 64 looked at
+        dict(ev("alloc", 0x200000, MiB), frames=[torch_frame] * 63 + [user_frame]),
+        dict(ev("alloc", 0x400000, MiB), frames=[long_path]),
+        dict(ev("alloc", 0x600000, MiB), frames=[{"filename": 7}, "junk", user_frame]),
+        dict(ev("alloc", 0x800000, MiB), frames="not a list"),
+    ]
+    (tmp_path / "f.pickle").write_bytes(pickle.dumps({"segments": [], "device_traces": [events]}))
+    trace = load_trace(tmp_path / "f.pickle")
+    assert [trace.site_of(op) for op in range(5)] == [
+        "functional.py:1 linear", "train.py:9 step", "model.py:3 " + "n" * 200, "train.py:9 step", None]

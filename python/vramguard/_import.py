@@ -310,7 +310,8 @@ class _SnapshotReader:
             key = (filename, line, name)
             if first is None:
                 first = key
-            if filename.endswith(".py") and not _is_torch_file(filename):
+            tail = filename[-_PATH_TAIL:]  # a crafted path can be long: look at its end only
+            if tail.endswith(".py") and not _is_torch_file(tail):
                 return self.intern(key)
         return self.intern(first) if first else None
 
@@ -318,17 +319,20 @@ class _SnapshotReader:
         site = self.sites.get(key)
         if site is None:
             filename, line, name = key
-            base = filename.replace("\\", "/").rsplit("/", 1)[-1][:120]
-            site = self.sites[key] = f"{base}:{line} {name[:120]}"
+            base = filename[-_PATH_TAIL:].replace("\\", "/").rsplit("/", 1)[-1]
+            site = self.sites[key] = f"{base}:{line} {name[:_PATH_TAIL]}"
         return site
 
 
-#: Frames looked at per event to find the line that allocated.
+#: Frames looked at per event to find the line that allocated, and the
+#: characters of a path or function name read: what a crafted snapshot
+#: can make one event cost.
 _FRAMES_LOOKED_AT = 64
+_PATH_TAIL = 200
 
 
-def _is_torch_file(filename):
-    path = filename.replace("\\", "/")
+def _is_torch_file(path_tail):
+    path = path_tail.replace("\\", "/")
     return "/torch/" in path or path.startswith("torch/")
 
 
