@@ -52,7 +52,7 @@ def test_summary_shows_current_peak_totals_and_counters():
     row = next(line for line in lines if line.startswith("| Allocated memory"))
     assert row.split("|")[2:6] == [" 1024 bytes ", " 100.00 MiB ", " 100.00 MiB ", " 100.00 MiB "]
     assert "Reserved memory" in text and "from small pool" in text
-    assert "External fragmentation" in text and "cache hits 0" in text
+    assert "Cached free in pieces (1 - largest free block / cached free)" in text and "cache hits 0" in text
     heap.free(b)
 
 

@@ -307,7 +307,8 @@ def test_oom_message_names_fragmentation():
     [
         ({"capacity": 0}, ValueError),
         ({"capacity": -5}, ValueError),
-        ({"capacity": "1GiB"}, TypeError),
+        ({"capacity": "lots"}, ValueError),
+        ({"capacity": [1]}, TypeError),
         ({"capacity": GiB, "budget": 0}, ValueError),
         ({"capacity": GiB, "budget": -1}, ValueError),
         ({"capacity": GiB, "gc_threshold": 1.5}, ValueError),

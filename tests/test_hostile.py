@@ -564,6 +564,8 @@ def test_cli_bad_input_is_one_line_and_status_2(tmp_path, args, said):
 
 
 def test_cli_does_not_fit_keeps_status_1(tmp_path):
-    cli_inputs(tmp_path)
-    proc = run_cli("replay", "small.vgtrace", "--budget", "100", cwd=tmp_path)
+    t = Trace("big")
+    t.free(t.alloc(3 * MiB))
+    save_trace(t, tmp_path / "big.vgtrace")
+    proc = run_cli("replay", "big.vgtrace", "--budget", "2MiB", cwd=tmp_path)
     assert proc.returncode == 1 and "DOES NOT FIT" in proc.stdout and proc.stderr == ""

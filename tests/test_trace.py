@@ -329,7 +329,7 @@ def test_cli_replay_json_and_exit_status(tmp_path):
     assert out["recorded_peak_reserved_bytes"] is None and out["events"] == 8
     proc = run_cli("replay", str(p), "--budget", "50MiB", "--policy", "torch")
     assert proc.returncode == 1
-    assert "DOES NOT FIT" in proc.stdout and "first OOM at event 3" in proc.stdout
+    assert "DOES NOT FIT" in proc.stdout and "first OOM at op 3" in proc.stdout
     proc = run_cli("replay", str(tmp_path / "missing.vgtrace"))
     assert proc.returncode == 2 and "No such file" in proc.stderr
 

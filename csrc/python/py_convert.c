@@ -40,16 +40,32 @@ int vgpy_as_u64(PyObject *obj, const char *what, uint64_t *out)
     return 0;
 }
 
+/* Sizes people type ("2GiB", "T4", a bare 15) follow one rule everywhere,
+ * the one vramguard._units writes down; it is read when a heap is made or
+ * its budget set, never on the hot path, and with no heap lock held. */
+static int as_u64_by_rule(const char *rule, PyObject *obj, const char *what, uint64_t *out)
+{
+    PyObject *units = PyImport_ImportModule("vramguard._units");
+    if (!units) return -1;
+    PyObject *bytes = PyObject_CallMethod(units, rule, "Os", obj, what);
+    Py_DECREF(units);
+    if (!bytes) return -1;
+    int rc = vgpy_as_u64(bytes, what, out);
+    Py_DECREF(bytes);
+    return rc;
+}
+
+int vgpy_as_size(PyObject *obj, const char *what, uint64_t *out)
+{
+    if (!PyUnicode_Check(obj)) return vgpy_as_u64(obj, what, out);
+    return as_u64_by_rule("parse_size", obj, what, out);
+}
+
 int vgpy_as_budget(PyObject *obj, uint64_t *out)
 {
     *out = 0;
     if (!obj || obj == Py_None) return 0;
-    if (vgpy_as_u64(obj, "budget", out) < 0) return -1;
-    if (*out == 0) {
-        PyErr_SetString(PyExc_ValueError, "budget must be positive (None means no budget)");
-        return -1;
-    }
-    return 0;
+    return as_u64_by_rule("parse_budget", obj, "budget", out);
 }
 
 static int fraction_error(PyObject *obj, const char *what)

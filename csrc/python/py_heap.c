@@ -26,7 +26,7 @@ static int Heap_init(HeapObject *self, PyObject *args, PyObject *kwargs)
     }
     uint64_t capacity, budget;
     double gc;
-    if (vgpy_as_u64(capacity_obj, "capacity", &capacity) < 0) return -1;
+    if (vgpy_as_size(capacity_obj, "capacity", &capacity) < 0) return -1;
     if (capacity == 0 || capacity > ((uint64_t)1 << 56)) {
         PyErr_SetString(PyExc_ValueError, "capacity must be between 1 byte and 64 PiB");
         return -1;
@@ -415,7 +415,9 @@ static PyGetSetDef Heap_getset[] = {
 
 static PyType_Slot Heap_slots[] = {
     {Py_tp_doc, (void *)"Heap(capacity, budget=None, gc_threshold=None, policy='vramguard')\n\n"
-                        "A caching allocator over a simulated device of `capacity` bytes."},
+                        "A caching allocator over a simulated device of `capacity` bytes. Sizes are\n"
+                        "ints of bytes or strings such as '15GiB' or a GPU preset ('T4'); a budget\n"
+                        "is at least one 2 MiB segment."},
     {Py_tp_new, (void *)PyType_GenericNew},
     {Py_tp_init, (void *)Heap_init},
     {Py_tp_dealloc, (void *)Heap_dealloc},

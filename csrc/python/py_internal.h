@@ -13,7 +13,9 @@
 /* A non-negative int that fits in 64 bits; sets an exception and returns
  * -1 otherwise. `what` names the argument in the message. */
 int vgpy_as_u64(PyObject *obj, const char *what, uint64_t *out);
-/* None -> 0, else a positive int of bytes. */
+/* A size: an int, or a string by vramguard._units.parse_size ("15GiB", "T4"). */
+int vgpy_as_size(PyObject *obj, const char *what, uint64_t *out);
+/* None -> 0, else bytes by vramguard._units.parse_budget (at least 2 MiB). */
 int vgpy_as_budget(PyObject *obj, uint64_t *out);
 /* None -> 0.0, else a number (not a bool) in (0, 1]. */
 int vgpy_as_fraction(PyObject *obj, const char *what, double *out);

@@ -1,7 +1,7 @@
 """vramguard: a caching allocator for GPU memory that explains itself.
 
 With PyTorch and a GPU, before anything touches the GPU:
-    vramguard.install(budget="15GiB")
+    vramguard.install(budget="T4")      # or "15GiB"; presets: vramguard.PRESETS
     ...train...
     print(vramguard.summary())
 
@@ -11,22 +11,24 @@ On any machine:
     print(vramguard.format_summary(heap.stats()))
 """
 from ._core import Heap, format_size, round_size
+from ._demo import example_trace
 from ._import import load_trace
+from ._presets import PRESETS, GpuPreset
 from ._record import record, start_recording, stop_recording
-from ._replay import ReplayResult, min_budget, replay
+from ._replay import FirstOOM, LiveSet, ReplayResult, live_at_peak, min_budget, replay
 from ._summary import format_summary
 from ._torch import (
     VramguardError, empty_cache, install, is_installed, is_oom, reset_peaks, stats, summary,
 )
 from ._trace import Trace, TraceFormatError, save_trace
-from ._units import parse_size
+from ._units import parse_budget, parse_size
 
 __version__ = "0.1.0"
 
 __all__ = [
     "VramguardError", "empty_cache", "install", "is_installed", "is_oom", "reset_peaks", "stats",
     "summary",
-    "Heap", "ReplayResult", "Trace", "TraceFormatError", "format_size", "format_summary",
-    "load_trace", "min_budget", "parse_size", "record", "replay", "round_size", "save_trace",
-    "start_recording", "stop_recording",
+    "FirstOOM", "GpuPreset", "Heap", "LiveSet", "PRESETS", "ReplayResult", "Trace", "TraceFormatError",
+    "example_trace", "format_size", "format_summary", "live_at_peak", "load_trace", "min_budget", "parse_budget",
+    "parse_size", "record", "replay", "round_size", "save_trace", "start_recording", "stop_recording",
 ]

@@ -3,6 +3,9 @@
   python -m vramguard demo                 a training loop on a simulated T4
   python -m vramguard replay TRACE [...]   would this trace fit? both policies
 
+Sizes are bytes, a number with a unit ("15GiB", "12.5GB") or a GPU preset
+(T4, L4, A100-40GB, A100-80GB, V100-16GB, H100-80GB: their usable memory).
+
 Exit status: 0 done (the trace fits), 1 the trace does not fit the budget,
 2 bad input (one line on stderr says what).
 """
@@ -10,7 +13,7 @@ import argparse
 import json
 import sys
 
-from ._units import parse_size
+from ._units import parse_budget, parse_size
 
 EXIT_DOES_NOT_FIT = 1
 EXIT_BAD_INPUT = 2
@@ -28,9 +31,9 @@ def _first_line(exc):
 def _demo(args):
     from ._demo import run_demo
 
-    capacity = parse_size(args.capacity, "capacity")
+    parse_size(args.capacity, "capacity")  # a bad size is bad input, said before anything runs
     try:
-        run_demo(capacity=capacity, steps=args.steps)
+        run_demo(capacity=args.capacity, steps=args.steps)
     except MemoryError as exc:  # the model itself does not fit the device
         raise BadInput(f"--capacity {args.capacity} is too small for the demo's model: {_first_line(exc)}") from None
     return 0
@@ -40,11 +43,12 @@ def _replay(args):
     from ._import import load_trace
     from ._report import format_replay_report, replay_report
 
-    budget = parse_size(args.budget, "budget") if args.budget is not None else None
+    budget = parse_budget(args.budget) if args.budget is not None else None
     trace = load_trace(args.trace)
     if not trace.counts()["alloc"]:
         raise BadInput(f"{args.trace}: the trace holds no allocations; there is nothing to replay")
-    report = replay_report(trace, budget, args.policy)
+    # The budget as typed, so that a preset keeps its name in the report.
+    report = replay_report(trace, args.budget if budget else None, args.policy)
     if args.json:
         print(json.dumps(report, sort_keys=True))
     else:
@@ -73,12 +77,12 @@ def main(argv=None):
     parser = _Parser(prog="vramguard", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="a training loop on a simulated device, and its report")
-    demo.add_argument("--capacity", default="15GiB", help="simulated device size (default 15GiB)")
+    demo.add_argument("--capacity", default="T4", help="simulated device size (default T4: its usable 14.35 GiB)")
     demo.add_argument("--steps", type=_positive_int, default=5)
     demo.set_defaults(run=_demo)
     rep = sub.add_parser("replay", help="replay an allocation trace: would it fit?")
     rep.add_argument("trace", help="a .vgtrace file, a PyTorch memory snapshot pickle, or a lifetime log")
-    rep.add_argument("--budget", help="e.g. 15GiB; the exit status is 1 when it does not fit")
+    rep.add_argument("--budget", help="e.g. 15GiB or T4; the exit status is 1 when it does not fit")
     rep.add_argument("--policy", default="vramguard", choices=("vramguard", "torch"))
     rep.add_argument("--json", action="store_true", help="one JSON object instead of text")
     rep.set_defaults(run=_replay)

@@ -11,6 +11,7 @@ import io
 import os
 import pickle
 import zlib
+from array import array
 
 from . import _core
 from ._trace import MAGIC, OP_BYTES, Trace, TraceAssembler, TraceFormatError, parse_vgtrace
@@ -252,38 +253,87 @@ class _SnapshotReader:
         self.fields = fields
         self.reserved = 0      # relative to the start
         self.curve = []        # (op position, reserved) at each change
-        self.freeing = False   # inside a burst of segment_free
+        self.freeing = None    # inside a burst of segment_free: its first event
         self.empty_caches = 0
         self.retries = 0
+        self.sites = {}        # (filename, line, name) -> "file.py:line name"
 
     def end_burst(self, next_action):
         # A burst that an allocation's new segment follows at once is
-        # PyTorch's own release-and-retry; any other burst is empty_cache().
-        if self.freeing:
+        # PyTorch's own release-and-retry; any other burst is empty_cache(),
+        # named by the burst's first event.
+        if self.freeing is not None:
             if next_action in ("segment_alloc", "segment_map"):
                 self.retries += 1
             else:
-                self.ops.empty_cache()
+                self.ops.empty_cache(self.freeing)
                 self.empty_caches += 1
-        self.freeing = False
+        self.freeing = None
 
-    def event(self, ev, where):
+    def event(self, ev, where, index):
+        """Read event number `index` of the device's trace: each op keeps
+        that number, the one memory_viz shows."""
         f = self.fields
         action = f.text(ev, "action", where)
         addr, size, stream = f.u64(ev, "addr", where), f.u64(ev, "size", where), f.u64(ev, "stream", where)
         if action != "segment_free" and action != "segment_unmap":
             self.end_burst(action)
         if action == "alloc":
-            self.ops.alloc(addr, size, stream)
+            self.ops.alloc(addr, size, stream, index, self.site(ev.get("frames")))
         elif action == "free_completed":
-            self.ops.free(addr, size, stream)
+            self.ops.free(addr, size, stream, index)
         elif action in ("segment_alloc", "segment_map"):
             self.reserved += size
             self.curve.append((self.ops.position(), self.reserved))
         elif action in ("segment_free", "segment_unmap"):
             self.reserved -= size
             self.curve.append((self.ops.position(), self.reserved))
-            self.freeing = True
+            if self.freeing is None:
+                self.freeing = index
+
+
+    def site(self, frames):
+        """Where an allocation was made: the innermost frame of Python code
+        outside torch, as "file.py:line function" (interned), or None. Frames
+        are optional: malformed ones are skipped, and at most _FRAMES_LOOKED_AT
+        are looked at, so that a crafted list shared by every event costs
+        little."""
+        if type(frames) is not list:
+            return None
+        first = None
+        for frame in frames[:_FRAMES_LOOKED_AT]:
+            if type(frame) is not dict:
+                continue
+            filename, line, name = frame.get("filename"), frame.get("line"), frame.get("name")
+            if type(filename) is not str or type(line) is not int or type(name) is not str:
+                continue
+            key = (filename, line, name)
+            if first is None:
+                first = key
+            tail = filename[-_PATH_TAIL:]  # a crafted path can be long: look at its end only
+            if tail.endswith(".py") and not _is_torch_file(tail):
+                return self.intern(key)
+        return self.intern(first) if first else None
+
+    def intern(self, key):
+        site = self.sites.get(key)
+        if site is None:
+            filename, line, name = key
+            base = filename[-_PATH_TAIL:].replace("\\", "/").rsplit("/", 1)[-1]
+            site = self.sites[key] = f"{base}:{line} {name[:_PATH_TAIL]}"
+        return site
+
+
+#: Frames looked at per event to find the line that allocated, and the
+#: characters of a path or function name read: what a crafted snapshot
+#: can make one event cost.
+_FRAMES_LOOKED_AT = 64
+_PATH_TAIL = 200
+
+
+def _is_torch_file(path_tail):
+    path = path_tail.replace("\\", "/")
+    return "/torch/" in path or path.startswith("torch/")
 
 
 def _envelope(curve, points=1000):
@@ -329,7 +379,7 @@ def trace_from_snapshot(snapshot, path="snapshot", device=None, allowance=None):
     name = str(path).rsplit("/", 1)[-1].split(".")[0]
     reader = _SnapshotReader(name, fields)
     for i, ev in fields.records(events, f"device_traces[{device}]", allowance):
-        reader.event(ev, f"device_traces[{device}][{i}]")
+        reader.event(ev, f"device_traces[{device}][{i}]", i)
     reader.end_burst(None)
     ops = reader.ops
     live, at_dump = _state_at_dump(snapshot, device, fields, allowance)
@@ -344,6 +394,8 @@ def trace_from_snapshot(snapshot, path="snapshot", device=None, allowance=None):
     trace.meta.update(
         source="pytorch-snapshot",
         device=device,
+        event_label="snapshot event",
+        source_events=len(events),
         recorded_peak_reserved_bytes=max(r for _, r in curve) if reader.curve else None,
         recorded_reserved_start_bytes=start,
         recorded_reserved_curve=_envelope(curve),
@@ -380,15 +432,16 @@ def trace_from_lifetimes(data, path="lifetimes"):
         raise TraceFormatError(path, 0, "no buffers (expected lines 'alloc_op free_op size')")
     if len(events) > 1 << 32:
         raise TraceFormatError(path, 0, f"{len(events)} buffers; a trace holds at most 2**32")
-    trace = Trace(str(path).rsplit("/", 1)[-1].split(".")[0], {"source": "lifetimes"})
+    trace = Trace(str(path).rsplit("/", 1)[-1].split(".")[0], {"source": "lifetimes", "event_label": "log op"})
+    trace.events = array("Q")  # each op keeps the log's own op index
     order = []
     for ident, (start, end, size) in enumerate(events):
         order.append((start, 0, ident, size))
         if end >= 0:
             order.append((end, 1, ident, 0))
     order.sort()
-    for _op, is_free, ident, size in order:
-        trace._append(2 if is_free else 1, ident, size, 0)
+    for op, is_free, ident, size in order:
+        trace._append(2 if is_free else 1, ident, size, 0, op)
     trace.nids = len(events)
     return trace
 

@@ -1,30 +1,144 @@
 """Replaying traces on a simulated device: "would this fit in 15 GiB?",
 the smallest budget that fits, and the same for PyTorch's own policy."""
+import heapq
 from dataclasses import dataclass, field
+from typing import Optional
 
 from ._core import SEGMENT_GRANULE, Heap
 from ._import import load_trace
-from ._trace import Trace
-from ._units import parse_size
+from ._presets import find_preset
+from ._trace import ALLOC, FREE, Trace
+from ._units import format_size, parse_budget
 
-__all__ = ["ReplayResult", "replay", "min_budget"]
+__all__ = ["FirstOOM", "LiveSet", "ReplayResult", "replay", "min_budget", "live_at", "live_at_peak"]
 
 #: The simulated device of a replay: large enough never to be the limit,
 #: so that the budget alone decides.
 UNLIMITED = 1 << 50
 
 
-@dataclass
+def _sizes(items):
+    return ", ".join(f"{format_size(b)} ({w})" for b, w in items)
+
+
+@dataclass(frozen=True)
+class LiveSet:
+    """What was live at one point of a trace.
+
+    `where` names the point as its source does ("snapshot event 1,622": the
+    index memory_viz shows), `event` is that index (None when the source has
+    none), `op` the trace's own op index, and `site` the line that made the
+    allocation there when the source says. `largest_live` holds the few
+    largest live allocations as (bytes, where each was made); `by_line`, when
+    the source says which line made each allocation (a snapshot's frames),
+    the lines holding the most as (bytes, allocations, "file.py:line function")."""
+
+    op: int
+    where: str
+    event: Optional[int]
+    site: Optional[str]
+    live_bytes: int
+    live_allocations: int
+    largest_live: tuple
+    by_line: tuple
+
+    @property
+    def place(self):
+        """`where`, and the line when known: "snapshot event 1,622, train.py:82 step"."""
+        return f"{self.where}, {self.site}" if self.site else self.where
+
+    def __str__(self):
+        text = f"{self.place}: {format_size(self.live_bytes)} live in {self.live_allocations:,} allocations"
+        if self.by_line:
+            text += "; by line: " + ", ".join(f"{format_size(b)} from {site}" for b, _, site in self.by_line)
+        elif self.largest_live:
+            text += "; largest: " + _sizes(self.largest_live)
+        return text
+
+
+@dataclass(frozen=True)
+class FirstOOM(LiveSet):
+    """The first allocation a replay could not serve (`request_bytes`), named
+    as its source names it, and what was live when it was asked for."""
+
+    request_bytes: int = 0
+
+    def __str__(self):
+        text = (f"{self.place}: an allocation of {format_size(self.request_bytes)}, with "
+                f"{format_size(self.live_bytes)} live in {self.live_allocations:,} allocations")
+        if self.largest_live:
+            text += "; largest live: " + _sizes(self.largest_live)
+        return text
+
+
+def _live_after(trace, end):
+    """{id: the op that allocated it} for the allocations live after ops [0, end)."""
+    kinds, ids = trace.kinds, trace.ids
+    live = {}
+    for i in range(end):
+        kind = kinds[i]
+        if kind == ALLOC:
+            live[ids[i]] = i
+        elif kind == FREE:
+            live.pop(ids[i], None)
+    return live
+
+
+def _live_set(trace, live, name_op, keep, cls=LiveSet, **extra):
+    sizes, ids, made = trace.sizes, trace.ids, live.values()
+    largest = heapq.nlargest(keep, made, key=sizes.__getitem__)
+    lines = {}
+    if trace.sites:
+        for i in made:
+            site = trace.sites.get(ids[i])
+            if site is not None:
+                total, count = lines.get(site, (0, 0))
+                lines[site] = (total + sizes[i], count + 1)
+    by_line = heapq.nlargest(keep, ((b, n, site) for site, (b, n) in lines.items()))
+    return cls(
+        op=name_op, where=trace.event_name(name_op, site=False), event=trace.event_of(name_op),
+        site=trace.site_of(name_op),
+        live_bytes=sum(sizes[i] for i in made), live_allocations=len(live),
+        largest_live=tuple((sizes[i], trace.event_name(i)) for i in largest), by_line=tuple(by_line), **extra,
+    )
+
+
+def live_at(trace, op, keep=5):
+    """The FirstOOM view of allocation op `op` of `trace`: what was live just
+    before it ran (one pass over the ops before it)."""
+    return _live_set(trace, _live_after(trace, op), op, keep, FirstOOM, request_bytes=trace.sizes[op])
+
+
+def live_at_peak(trace, keep=5):
+    """What was live at the trace's peak of live bytes (just after the
+    allocation that reached it), and which lines held it when known."""
+    kinds, ids, sizes = trace.kinds, trace.ids, trace.sizes
+    live, now, peak, at = {}, 0, -1, 0
+    for i in range(len(kinds)):
+        kind = kinds[i]
+        if kind == ALLOC:
+            live[ids[i]] = sizes[i]
+            now += sizes[i]
+            if now > peak:
+                peak, at = now, i
+        elif kind == FREE:
+            now -= live.pop(ids[i], 0)
+    if peak < 0:
+        raise ValueError(f"{trace.name}: the trace holds no allocations")
+    return _live_set(trace, _live_after(trace, at + 1), at, keep)
+
+
+@dataclass(repr=False)
 class ReplayResult:
-    """What a replay found. Sizes are bytes."""
+    """What a replay found. Sizes are bytes; the repr shows them in GiB/MiB."""
 
     trace: str
     policy: str
     budget: int                     # 0 = none
     fits: bool
-    ooms: int
-    first_oom: int                  # op index, -1 if none
-    events: int
+    ooms: int                       # refused allocations, carrying on past each (see first_oom_at)
+    first_oom: int                  # the trace's op index, -1 if none
+    events: int                     # ops replayed
     peak_requested_bytes: int       # the physical limit (peak live requested)
     peak_allocated_bytes: int
     peak_reserved_bytes: int
@@ -32,16 +146,42 @@ class ReplayResult:
     device_free: int
     alloc_retries: int
     seconds: float
-    curve: list = field(repr=False, default_factory=list)  # (op, requested, allocated, reserved)
+    curve: list = field(default_factory=list)  # (op, requested, allocated, reserved)
+    first_oom_at: Optional[FirstOOM] = None    # the first OOM as its source names it
+    budget_name: Optional[str] = None          # the preset named, e.g. "T4"
 
     @property
     def events_per_second(self):
         return self.events / self.seconds if self.seconds > 0 else float("inf")
 
     @property
-    def fragmentation(self):
-        """1 - peak live / peak reserved."""
-        return 1 - self.peak_requested_bytes / self.peak_reserved_bytes if self.peak_reserved_bytes else 0.0
+    def reserve_overhead(self):
+        """Peak reserved over peak live: peak_reserved / peak_requested - 1,
+        what the cache cost above the tensors themselves at the peak."""
+        live = self.peak_requested_bytes
+        return self.peak_reserved_bytes / live - 1 if live else 0.0
+
+    @property
+    def budget_label(self):
+        if not self.budget:
+            return "no budget"
+        if self.budget_name:
+            return f"{self.budget_name} ({format_size(self.budget)} usable)"
+        return format_size(self.budget)
+
+    def __repr__(self):
+        budget = f"budget {self.budget_label}" if self.budget else "no budget"
+        text = f"ReplayResult({self.trace!r}, policy={self.policy!r}, {budget}: "
+        if self.fits:
+            text += (f"FITS; peak live {format_size(self.peak_requested_bytes)}, peak reserved "
+                     f"{format_size(self.peak_reserved_bytes)} ({self.reserve_overhead:+.1%} over live)")
+        else:
+            text += f"DOES NOT FIT; peak live {format_size(self.peak_requested_bytes)}"
+            if self.first_oom_at is not None:
+                oom = self.first_oom_at
+                text += (f", first OOM at {oom.place} ({format_size(oom.request_bytes)} asked, "
+                         f"{format_size(oom.live_bytes)} live)")
+        return text + f", {self.events:,} ops)"
 
 
 def _as_trace(trace):
@@ -49,21 +189,27 @@ def _as_trace(trace):
 
 
 def _budget_bytes(budget):
-    if budget is None:
-        return 0
-    value = parse_size(budget, "budget")
-    if value <= 0:
-        raise ValueError("a budget must be positive (None means no budget)")
-    return value
+    return 0 if budget is None else parse_budget(budget)
 
 
 def replay(trace, budget=None, policy="vramguard", samples=1000):
     """Drive `trace` (a Trace or a path) through a heap on a simulated device
-    with `budget` (bytes, "15GiB", or None) under `policy` ("vramguard" or
-    "torch"). Allocations that do not fit are counted as OOMs and the replay
-    goes on, as a training script that caught the error would."""
+    with `budget` (bytes, "15GiB", a GPU preset such as "T4", or None) under
+    `policy` ("vramguard" or "torch"). An allocation that does not fit is an
+    OOM; the replay goes on, as a training script that caught the error
+    would, and `first_oom_at` says where the first one was (in the source's
+    own event numbers) and what was live then."""
     trace = _as_trace(trace)
-    limit = _budget_bytes(budget)
+    result = _run(trace, _budget_bytes(budget), policy, samples)
+    preset = find_preset(budget)
+    result.budget_name = preset.name if preset else None
+    if result.first_oom >= 0:
+        result.first_oom_at = live_at(trace, result.first_oom)
+    return result
+
+
+def _run(trace, limit, policy, samples):
+    """The replay itself, `limit` bytes already checked (0 for none)."""
     heap = Heap(UNLIMITED, budget=limit or None, policy=policy)
     r = heap.replay(*trace.columns(), trace.nids, samples)
     return ReplayResult(
@@ -86,7 +232,9 @@ def replay(trace, budget=None, policy="vramguard", samples=1000):
 
 
 def _fits(trace, policy, budget):
-    return replay(trace, budget, policy, samples=0).fits
+    # Every allocation takes a segment of at least 2 MiB: a smaller budget
+    # fits nothing (and a heap refuses one, as a person's budget is refused).
+    return budget >= SEGMENT_GRANULE and _run(trace, budget, policy, 0).fits
 
 
 def _granularity(granularity):
@@ -115,7 +263,7 @@ def min_budget(trace, policy="vramguard", granularity=SEGMENT_GRANULE):
     lo = live // g  # the physical limit rounded down: it fits only if equal
     if lo and _fits(trace, policy, lo * g):
         return lo * g
-    hi = max(-(-replay(trace, None, policy, samples=0).peak_reserved_bytes // g), lo + 1)
+    hi = max(-(-_run(trace, 0, policy, 0).peak_reserved_bytes // g), lo + 1)
     for _ in range(8):  # a budget equal to the free-running peak nearly always fits
         if _fits(trace, policy, hi * g):
             break

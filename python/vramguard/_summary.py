@@ -1,7 +1,11 @@
 """The text table people print in a notebook cell, in the spirit of
 torch.cuda.memory_summary(), read from a stats dict (Heap.stats(),
 vramguard.stats())."""
+import textwrap
+
+from ._advice import fragmentation_so_what
 from ._core import format_size
+from ._units import format_size_column
 
 _WIDTH = 81
 
@@ -46,7 +50,7 @@ def _rule(char="-"):
 
 
 def _cell(value, is_bytes):
-    return format_size(max(value, 0)) if is_bytes else str(value)
+    return format_size_column(max(value, 0)) if is_bytes else str(value)
 
 
 def _metric_rows(stats):
@@ -66,14 +70,20 @@ def _metric_rows(stats):
 def _fragmentation_rows(stats):
     free = stats.get("fragmentation.free_bytes", 0)
     largest = stats.get("fragmentation.largest_free_block", 0)
-    return [
+    # Two different ratios, each named for what it measures: "fragmentation"
+    # alone meant both and read as a contradiction.
+    rows = [
         _line(
-            f"Free in cache: {format_size(free)} in {stats.get('fragmentation.free_blocks', 0)} blocks, "
-            f"largest {format_size(largest)}"
+            f"Cached free: {format_size(free)} in {stats.get('fragmentation.free_blocks', 0)} blocks, "
+            f"largest free block {format_size(largest)}"
         ),
-        _line(f"External fragmentation (1 - largest free / free):  {stats.get('fragmentation.external', 0.0):6.1%}"),
-        _line(f"Unused reserve (1 - allocated / reserved):          {stats.get('fragmentation.unused', 0.0):6.1%}"),
+        _line(f"{'Cached free in pieces (1 - largest free block / cached free):':66}"
+              f"{stats.get('fragmentation.external', 0.0):>8.1%}"),
+        _line(f"{'Reserved but not allocated (1 - allocated / reserved):':66}"
+              f"{stats.get('fragmentation.unused', 0.0):>8.1%}"),
     ]
+    so_what = textwrap.wrap(fragmentation_so_what(stats), _WIDTH - 4, subsequent_indent="  ")
+    return rows + [_line(text) for text in so_what]
 
 
 def _policy_rows(stats):
@@ -97,6 +107,8 @@ def format_summary(stats, title="vramguard memory summary"):
     policy counter. `stats` is a dict as returned by Heap.stats()."""
     budget = stats.get("budget_bytes", 0)
     subtitle = f"budget {format_size(budget)}" if budget else "no budget"
+    if stats.get("device_total_bytes"):  # the device a report's header names too
+        subtitle += f" on a {format_size(stats['device_total_bytes'])} device"
     if stats.get("gc_threshold"):
         subtitle += f", gc threshold {stats['gc_threshold']:.0%}"
     out = [_rule("="), _line(f"{title} ({subtitle})".center(_WIDTH - 4)), _rule()]

@@ -29,7 +29,7 @@ import warnings
 
 from . import _core, _hooks, _oom_shim
 from ._summary import format_summary
-from ._units import parse_size
+from ._units import parse_budget
 
 __all__ = [
     "VramguardError", "install", "is_installed", "stats", "summary", "empty_cache",
@@ -75,14 +75,7 @@ def _parse_budget(budget):
             value = None
         if value is not None and 0.0 < value <= 1.0 and "." in budget:
             return 0, value
-    nbytes = parse_size(budget)
-    if nbytes <= 0:
-        raise ValueError(f"a budget must be positive, got {budget!r} (None means no budget)")
-    if nbytes < _core.SEGMENT_GRANULE:
-        raise ValueError(
-            f"a budget of {nbytes} bytes is smaller than one 2 MiB segment: give a unit, e.g. '{budget}GiB'"
-        )
-    return nbytes, 0.0
+    return parse_budget(budget), 0.0
 
 
 def _parse_gc(gc_threshold):

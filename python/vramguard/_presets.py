@@ -1,0 +1,78 @@
+"""GPU presets: budget="T4" and friends, wherever a size is taken.
+
+A preset's total is what CUDA reports for the card (cudaDeviceProp.totalGlobalMem,
+which is torch.cuda.get_device_properties(i).total_memory and the "total
+capacity" of PyTorch's out-of-memory message), not the marketing figure: a
+"16 GB" T4 reports 14.74 GiB. Its usable bytes, the figure a preset stands for,
+are that total less CONTEXT_ALLOWANCE for the CUDA context, rounded down to
+whole 2 MiB segments: what an allocator can reserve for tensors once the
+process runs.
+"""
+from dataclasses import dataclass
+
+from ._core import SEGMENT_GRANULE
+
+__all__ = ["GpuPreset", "PRESETS", "CONTEXT_ALLOWANCE", "find_preset", "preset_names"]
+
+MiB = 1 << 20
+
+#: Device memory the CUDA context takes before any tensor exists: the
+#: driver's per-context state and the kernels loaded into it. About 300 to
+#: 400 MiB with PyTorch and CUDA's lazy module loading (CUDA 11.7 and later,
+#: as PyTorch's maintainers put it in pytorch/pytorch#107667 and #20532); the
+#: top of that range is taken, so that a preset errs on the safe side.
+CONTEXT_ALLOWANCE = 400 * MiB
+
+
+@dataclass(frozen=True)
+class GpuPreset:
+    """One GPU's memory: `total_bytes` as CUDA reports it, `source` where
+    that number was read, and `usable_bytes` for tensors (see the module)."""
+
+    name: str
+    total_bytes: int
+    source: str
+
+    @property
+    def usable_bytes(self):
+        return (self.total_bytes - CONTEXT_ALLOWANCE) // SEGMENT_GRANULE * SEGMENT_GRANULE
+
+    def __str__(self):
+        gib = 1 << 30
+        return (f"{self.name}: {self.usable_bytes / gib:.2f} GiB usable "
+                f"of {self.total_bytes / gib:.2f} GiB ({self.total_bytes:,} bytes)")
+
+
+# Totals vary by a few MiB with the driver and ECC setting; each is one
+# published reading (deviceQuery prints totalGlobalMem in bytes).
+PRESETS = {p.name: p for p in (
+    GpuPreset("T4", 15_828_320_256,
+              "Colab's Tesla T4 (ECC on): torch.cuda.get_device_properties(0).total_memory"),
+    GpuPreset("L4", 23_583_784_960,
+              "deviceQuery on an NVIDIA L4, driver 12.2 (bottlerocket-os/bottlerocket-kernel-kit#139)"),
+    GpuPreset("A100-40GB", 42_298_834_944,
+              "deviceQuery on an NVIDIA A100-SXM4-40GB, driver 12.2 (bottlerocket-os/bottlerocket#3873)"),
+    GpuPreset("A100-80GB", 84_987_740_160,
+              "deviceQuery on an NVIDIA A100-SXM4-80GB, driver 12.2 (a public log; "
+              "other drivers read up to 81,158 MiB)"),
+    GpuPreset("V100-16GB", 16_945_512_448,
+              "deviceQuery on a Tesla V100-SXM2-16GB (16,160 MiB, also PyTorch's "
+              "total_memory=16160MB in many public logs)"),
+    GpuPreset("H100-80GB", 85_028_896_768,
+              "deviceQuery on an NVIDIA H100 80GB HBM3, driver 12.8 (81,090 MiB; "
+              "PyTorch logs read 81,082 to 81,090 MiB)"),
+)}
+
+_BY_KEY = {name.upper(): preset for name, preset in PRESETS.items()}
+
+
+def preset_names():
+    return ", ".join(PRESETS)
+
+
+def find_preset(text):
+    """The preset named `text` (any case; '_' or ' ' for '-'), or None."""
+    if not isinstance(text, str):
+        return None
+    key = text.strip().upper().replace("_", "-").replace(" ", "-")
+    return _BY_KEY.get(key)
