@@ -26,6 +26,7 @@ typedef struct tally {
     int64_t reserved[VG_STAT_TYPES], segments[VG_STAT_TYPES];
     int64_t allocated[VG_STAT_TYPES], requested[VG_STAT_TYPES];
     int64_t live[VG_STAT_TYPES], active[VG_STAT_TYPES], active_bytes[VG_STAT_TYPES];
+    int64_t split_free[VG_STAT_TYPES], split_free_bytes[VG_STAT_TYPES];
     size_t free_blocks, idle_segments, pending, stream_segments;
 } tally;
 
@@ -117,6 +118,10 @@ static const char *tally_block(vg_heap *h, const vg_segment *seg, const vg_block
     switch (blk->state) {
     case VG_BLOCK_FREE:
         t->free_blocks++;
+        if (blk->prev || blk->next) { /* inactive_split: it shares its segment */
+            count2(t->split_free, seg->pool, 1);
+            count2(t->split_free_bytes, seg->pool, (int64_t)blk->size);
+        }
         break;
     case VG_BLOCK_LIVE:
         if (vg__map_get(&h->live, blk->addr) != blk) return "live block missing from the address map";
@@ -311,6 +316,9 @@ static const char *check_counters(vg_heap *h, const tally *t)
     if (!stat_matches(st->allocation, t->live)) return "allocation counter is off";
     if (!stat_matches(st->active, t->active)) return "active counter is off";
     if (!stat_matches(st->active_bytes, t->active_bytes)) return "active_bytes counter is off";
+    if (!stat_matches(st->inactive_split, t->split_free)) return "inactive_split counter is off";
+    if (!stat_matches(st->inactive_split_bytes, t->split_free_bytes))
+        return "inactive_split_bytes counter is off";
     if (!vg__totals_consistent(h)) return "allocated - freed totals are off";
     if (h->free_blocks != t->free_blocks) return "free block counter is off";
     if (h->live.count != (size_t)t->live[VG_STAT_ALL]) return "address map holds blocks that are not live";

@@ -122,6 +122,18 @@ static inline void bin_drop(vg_heap *h, vg_block *blk)
     h->free_blocks--;
 }
 
+/* PyTorch's inactive_split: free blocks that share their segment with
+ * others. Changed by net amounts where PyTorch's allocator changes it (a
+ * block taken, a block freed), so that its totals mean the same. */
+static inline void inactive_split_change(vg_heap *h, int pool, int64_t blocks, int64_t bytes)
+{
+    vg_stats *st = &h->stats;
+    if (blocks > 0) vg__stat_add2(st->inactive_split, pool, blocks);
+    else if (blocks < 0) vg__stat_sub2(st->inactive_split, pool, -blocks);
+    if (bytes > 0) vg__stat_add2(st->inactive_split_bytes, pool, bytes);
+    else if (bytes < 0) vg__stat_sub2(st->inactive_split_bytes, pool, -bytes);
+}
+
 /* Fold `right` into `left`; both are address neighbours. */
 static void absorb(vg_heap *h, vg_block *left, vg_block *right)
 {
@@ -141,18 +153,29 @@ static void make_free(vg_heap *h, vg_block *blk)
     vg__stat_sub2(h->stats.active_bytes, pool, (int64_t)blk->size);
     blk->state = VG_BLOCK_FREE;
     blk->requested = 0;
+    int64_t split_blocks = 0, split_bytes = 0; /* free neighbours were split blocks */
     if (blk->prev && blk->prev->state == VG_BLOCK_FREE) {
         vg_block *left = blk->prev;
+        split_blocks--;
+        split_bytes -= (int64_t)left->size;
         bin_drop(h, left);
         absorb(h, left, blk);
         blk = left;
     }
     if (blk->next && blk->next->state == VG_BLOCK_FREE) {
+        split_blocks--;
+        split_bytes -= (int64_t)blk->next->size;
         bin_drop(h, blk->next);
         absorb(h, blk, blk->next);
     }
     bin_add(h, blk);
-    if (!blk->prev && !blk->next) idle_append(h, blk->seg);
+    if (!blk->prev && !blk->next) {
+        idle_append(h, blk->seg);
+    } else {
+        split_blocks++;
+        split_bytes += (int64_t)blk->size;
+    }
+    inactive_split_change(h, pool, split_blocks, split_bytes);
     vg_assert_internal(!vg__check_block(h, blk));
 }
 
@@ -408,10 +431,17 @@ static vg_block *take(vg_heap *h, vg_block *blk, size_t rounded, size_t requeste
     if (vg__map_put(&h->live, blk->addr, blk) != VG_OK) return NULL;
     vg_segment *seg = blk->seg;
     int pool = seg->pool;
+    bool was_split = blk->prev || blk->next;
+    size_t whole = blk->size;
     bin_drop(h, blk);
     if (seg->idle) idle_remove(h, seg);
     /* A failed split (no memory for a record) only costs the remainder. */
     if (blk->size - rounded >= h->policy->split_min[pool]) split(h, blk, rounded);
+    if (blk->size < whole) /* a remainder stays free beside it */
+        inactive_split_change(h, pool, !was_split, was_split ? -(int64_t)blk->size
+                                                             : (int64_t)(whole - blk->size));
+    else if (was_split)
+        inactive_split_change(h, pool, -1, -(int64_t)whole);
     blk->state = VG_BLOCK_LIVE;
     blk->requested = requested;
     blk->bin = vg__bin_of_size(blk->size);

@@ -210,7 +210,7 @@ void vg__history_destroy(vg_history *r);
 #define VG_BLOCK_SLAB 256
 
 /* The vg_stat arrays of vg_stats that keep totals (allocated, freed). */
-#define VG_TOTALED_STATS 7
+#define VG_TOTALED_STATS 9
 
 typedef struct vg_slab {
     struct vg_slab *next;

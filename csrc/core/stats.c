@@ -31,6 +31,8 @@ void vg_heap_reset_peaks(vg_heap *h)
     reset_peak(st->active_bytes);
     reset_peak(st->reserved_bytes);
     reset_peak(st->segment);
+    reset_peak(st->inactive_split);
+    reset_peak(st->inactive_split_bytes);
     vg_lock_release(&h->lock);
 }
 
@@ -39,7 +41,8 @@ static const size_t stats_with_totals[VG_TOTALED_STATS] = {
     offsetof(vg_stats, requested_bytes), offsetof(vg_stats, allocated_bytes),
     offsetof(vg_stats, allocation),      offsetof(vg_stats, active),
     offsetof(vg_stats, active_bytes),    offsetof(vg_stats, reserved_bytes),
-    offsetof(vg_stats, segment),
+    offsetof(vg_stats, segment),         offsetof(vg_stats, inactive_split),
+    offsetof(vg_stats, inactive_split_bytes),
 };
 
 static vg_stat *stat_at(vg_stats *st, size_t k)

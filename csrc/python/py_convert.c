@@ -191,6 +191,8 @@ PyObject *vgpy_stats_dict(vg_heap *h)
     if (!rc) rc = set_stat(d, "active_bytes", st.active_bytes);
     if (!rc) rc = set_stat(d, "reserved_bytes", st.reserved_bytes);
     if (!rc) rc = set_stat(d, "segment", st.segment);
+    if (!rc) rc = set_stat(d, "inactive_split", st.inactive_split);
+    if (!rc) rc = set_stat(d, "inactive_split_bytes", st.inactive_split_bytes);
     for (size_t i = 0; !rc && i < sizeof counters / sizeof counters[0]; i++) {
         uint64_t v;
         memcpy(&v, (const char *)&st + counters[i].offset, sizeof v);

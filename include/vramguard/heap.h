@@ -55,6 +55,10 @@ typedef struct vg_stats {
     vg_stat active_bytes[VG_STAT_TYPES];
     vg_stat reserved_bytes[VG_STAT_TYPES];  /* held from the provider */
     vg_stat segment[VG_STAT_TYPES];
+    /* Free blocks in segments that also hold other blocks: memory that
+     * empty_cache cannot give back (PyTorch's inactive_split). */
+    vg_stat inactive_split[VG_STAT_TYPES];
+    vg_stat inactive_split_bytes[VG_STAT_TYPES];
 
     /* Counters: each policy decision and each provider call. They stay
      * last in the struct, from num_device_alloc on (reset_accumulated). */

@@ -14,9 +14,12 @@ _ROWS = [
     ("Requested memory", "requested_bytes", True),
     ("Active memory", "active_bytes", True),
     ("Reserved memory", "reserved_bytes", True),
+    # free blocks in partly used segments: cached, but empty_cache cannot release them
+    ("Non-releasable memory", "inactive_split_bytes", True),
     ("Allocations", "allocation", False),
     ("Active allocations", "active", False),
     ("Segments", "segment", False),
+    ("Non-releasable blocks", "inactive_split", False),
 ]
 
 _POLICY = [
