@@ -14,20 +14,19 @@ and the private pools of CUDA graphs) to vramguard's C entry points
 (_hooks.py), so C++ inside PyTorch reaches vramguard too: NCCL's
 record_stream, torch._C._cuda_emptyCache, torch.cuda.graph. An
 out-of-memory is torch.OutOfMemoryError where a C++ compiler could build
-the small shim that throws it (_oom_shim.py), else RuntimeError. With
-patch_torch=True, install() also makes the Python functions people and
-libraries call use vramguard where no hook reaches: the memory_* statistics
-(which otherwise raise under any pluggable allocator). See docs/pytorch.md.
+the small shim that throws it (_oom_shim.py), else RuntimeError. The
+memory statistics have no hook and raise under any pluggable allocator (or,
+in torch.accelerator, read the unused native one), so with patch_torch=True
+install() also replaces the Python functions of torch.cuda and
+torch.accelerator that read them (_torch_patches.py); and it keeps cuDNN's
+benchmark mode off (_cudnn.py). See docs/pytorch.md.
 
 There is no uninstall: PyTorch cannot swap an allocator that has been used.
 """
-import collections
-import importlib
 import os
 import threading
-import warnings
 
-from . import _core, _hooks, _oom_shim
+from . import _core, _cudnn, _hooks, _oom_shim, _torch_patches
 from ._summary import format_summary
 from ._units import parse_budget
 
@@ -127,9 +126,10 @@ def install(budget=None, gc_threshold=None, patch_torch=None, oom_error=None):
         Use it to behave like a smaller GPU (a T4's 15 GiB on an A100).
     gc_threshold: a fraction of the budget past which idle cached segments
         are released before the cache grows.
-    patch_torch: make torch.cuda.memory_allocated() and friends,
-        empty_cache(), set_per_process_memory_fraction() and
-        Tensor.record_stream() use vramguard (default True).
+    patch_torch: make the memory statistics of torch.cuda and
+        torch.accelerator (memory_allocated(), memory_stats(), ...),
+        mem_get_info(), get_per_process_memory_fraction() and
+        torch.accelerator.empty_cache() use vramguard (default True).
     oom_error: "auto" (default): out-of-memory errors are
         torch.OutOfMemoryError, through a small C++ shim built against the
         installed torch the first time (cached in ~/.cache/vramguard),
@@ -162,8 +162,9 @@ def install(budget=None, gc_threshold=None, patch_torch=None, oom_error=None):
         _state["settings"] = {"budget_bytes": nbytes or None, "budget_fraction": fraction or None,
                               "gc_threshold": gc or None}
         if patch_torch and not _state["patched"]:
-            _patch(torch)
-        _keep_cudnn_benchmark_off(torch)
+            _torch_patches.patch(torch)
+            _state["patched"] = True
+        _cudnn.keep_benchmark_off(torch)
 
 
 def _plug_in(torch, oom_error="auto"):
@@ -201,9 +202,13 @@ def _device_index(device):
     return torch.cuda._get_device_index(device, optional=True)
 
 
-def _device_heap(device=None):
+def _require_installed():
     if not _state["installed"]:
         raise VramguardError("vramguard is not installed: call vramguard.install() first")
+
+
+def _device_heap(device=None):
+    _require_installed()
     return _core.device_heap(_device_index(device))
 
 
@@ -226,6 +231,7 @@ class Report(str):
 
 def summary(device=None):
     """The memory summary table of a device, ready to print or to show."""
+    _require_installed()
     index = _device_index(device)
     return Report(format_summary(stats(index), title=f"vramguard memory summary, device {index}"))
 
@@ -233,8 +239,7 @@ def summary(device=None):
 def empty_cache(device=None):
     """Release every wholly free cached segment (of one device, or of all);
     returns the bytes released."""
-    if not _state["installed"]:
-        raise VramguardError("vramguard is not installed: call vramguard.install() first")
+    _require_installed()
     devices = _core.existing_devices() if device is None else [_device_index(device)]
     return sum(_core.device_heap(d).empty_cache() for d in devices)
 
@@ -249,134 +254,3 @@ def is_oom(exc):
     is torch.OutOfMemoryError where install() could build its shim, else a
     RuntimeError with the same message."""
     return isinstance(exc, (RuntimeError, MemoryError)) and "out of memory" in str(exc)
-
-
-# ------------------------------------------------------------------ patches
-
-
-def _memory_stats(device=None):
-    return collections.OrderedDict(sorted(stats(device).items()))
-
-
-def _memory_stats_as_nested_dict(device=None):
-    nested = {}
-    for key, value in stats(device).items():
-        node = nested
-        *path, leaf = key.split(".")
-        for part in path:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return nested
-
-
-def _set_per_process_memory_fraction(fraction, device=None):
-    if not isinstance(fraction, float) and not isinstance(fraction, int):
-        raise TypeError("Invalid type for fraction argument, must be `float`")
-    if not 0 <= fraction <= 1:
-        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
-    # A fraction of 0 means no memory at all to PyTorch; here the smallest budget.
-    _core.set_device_budget(_device_index(device), budget_fraction=float(fraction) or 1e-9)
-
-
-def _record_stream(self, stream):
-    """Tensor.record_stream: the storage's block is also used by `stream`,
-    a stream of its own device (handle 0 is every device's default stream)."""
-    handle = getattr(stream, "cuda_stream", None)
-    if handle is None:  # a generic torch.Stream: ask torch for its CUDA handle
-        import torch
-
-        handle = torch.cuda.Stream(stream_id=stream.stream_id, device_index=stream.device_index,
-                                   device_type=stream.device_type).cuda_stream
-    device = getattr(stream, "device_index", None)
-    _core.record_stream_any(self.untyped_storage().data_ptr(), handle, -1 if device is None else device)
-
-
-def _empty_all_caches():
-    empty_cache(None)
-
-
-def _stat(key):
-    def read(device=None):
-        return stats(device)[key]
-
-    read.__name__ = key
-    return read
-
-
-def _patch(torch):
-    replacements = {
-        "memory_allocated": _stat("allocated_bytes.all.current"),
-        "max_memory_allocated": _stat("allocated_bytes.all.peak"),
-        "memory_reserved": _stat("reserved_bytes.all.current"),
-        "max_memory_reserved": _stat("reserved_bytes.all.peak"),
-        "memory_cached": _stat("reserved_bytes.all.current"),
-        "max_memory_cached": _stat("reserved_bytes.all.peak"),
-        "reset_peak_memory_stats": reset_peaks,
-        "reset_max_memory_allocated": reset_peaks,
-        "reset_max_memory_cached": reset_peaks,
-        "reset_accumulated_memory_stats": lambda device=None: _device_heap(device).reset_accumulated(),
-        "memory_stats": _memory_stats,
-        "memory_stats_as_nested_dict": _memory_stats_as_nested_dict,
-        "memory_summary": lambda device=None, abbreviated=False: str(summary(device)),
-        "empty_cache": _empty_all_caches,
-        "set_per_process_memory_fraction": _set_per_process_memory_fraction,
-    }
-    for name, fn in replacements.items():
-        for module in (torch.cuda, torch.cuda.memory):
-            if hasattr(module, name):
-                setattr(module, name, fn)
-    torch.Tensor.record_stream = _record_stream
-    _state["patched"] = True
-
-
-_benchmark_warned = []
-
-
-def _keep_cudnn_benchmark_off(torch):
-    """cudnn.benchmark asks the allocator for its largest free block
-    (cacheInfo), which PyTorch's pluggable allocator refuses with an error
-    in the middle of a convolution. Keep it off, and say so once."""
-    try:
-        cudnn = importlib.import_module("torch.backends.cudnn")
-    except ImportError:
-        return
-    if getattr(cudnn, "benchmark", False):
-        cudnn.benchmark = False
-        _warn_benchmark()
-    cls = type(cudnn)
-    if getattr(cls, "_vramguard_guarded", False):
-        return
-    try:
-        original = cls.benchmark
-    except AttributeError:
-        return
-
-    def get(self):
-        return original.__get__(self, cls) if hasattr(original, "__get__") else False
-
-    def set_(self, value):
-        if value:
-            _warn_benchmark()
-            value = False
-        if hasattr(original, "__set__"):
-            original.__set__(self, value)
-
-    try:
-        cls.benchmark = property(get, set_)
-        cls._vramguard_guarded = True
-    except (TypeError, AttributeError):
-        pass  # not a class we can guard; the warning above still stands
-
-
-def _warn_benchmark():
-    if _benchmark_warned:
-        return
-    _benchmark_warned.append(True)
-    warnings.warn(
-        "vramguard: torch.backends.cudnn.benchmark is kept off. With any pluggable allocator, "
-        "cuDNN's benchmark mode asks for the largest cached block (cacheInfo), which PyTorch "
-        "refuses with an error in the middle of a convolution. Training works without it; to use "
-        "benchmark mode, run without vramguard.",
-        RuntimeWarning,
-        stacklevel=3,
-    )
