@@ -198,7 +198,7 @@ def _replace(replacements, *modules):
 
 
 class AcceleratorStats:
-    """torch.accelerator's statistics (PyTorch 2.8 and later) over
+    """torch.accelerator's statistics (newer PyTorch; 2.15 here) over
     vramguard's heaps, when the accelerator is CUDA."""
 
     def __init__(self, torch):
