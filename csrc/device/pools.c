@@ -234,9 +234,12 @@ int vg__pools_free(void *ptr)
     if (!atomic_load_explicit(&npools, memory_order_acquire)) return VG_ERR_INVALID;
     int rc = VG_ERR_INVALID;
     pthread_mutex_lock(&lock);
-    for (private_pool *p = pools; p && rc != VG_OK; p = p->next) {
+    for (private_pool *p = pools; p; p = p->next) {
         rc = vg_heap_free_if_owned(p->heap, ptr);
-        if (rc == VG_OK && p->released) finish_if_idle(p);
+        if (rc != VG_OK) continue;
+        /* The owner found: finish_if_idle may free p, so nothing reads it after. */
+        if (p->released) finish_if_idle(p);
+        break;
     }
     pthread_mutex_unlock(&lock);
     return rc;
