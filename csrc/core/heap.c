@@ -304,9 +304,27 @@ void vg__process_pending(vg_heap *h)
     }
 }
 
+/* The wait itself, with the heap's lock released so that the heap's other
+ * callers (a free, a stats read, another allocation) are not held up for
+ * the device. */
+static int wait_for_device(vg_heap *h)
+{
+    vg_lock_release(&h->lock);
+    pthread_mutex_lock(&h->device_wait);
+    int rc = h->dev->ops->synchronize(h->dev);
+    pthread_mutex_unlock(&h->device_wait);
+    vg_lock_acquire(&h->lock);
+    return rc;
+}
+
 void vg__synchronize(vg_heap *h)
 {
-    if (h->dev->ops->synchronize(h->dev) != VG_OK) vg__device_error(h);
+    int rc = wait_for_device(h);
+    /* device_failed is the current allocation's: another one may have set
+     * it while the lock was released; this caller's was false (the ladder
+     * stops at an error before it synchronizes). */
+    h->device_failed = false;
+    if (rc != VG_OK) vg__device_error(h);
     vg__process_pending(h);
 }
 
@@ -346,6 +364,7 @@ vg_heap *vg_heap_create(vg_device *dev, const vg_heap_config *cfg)
         return NULL;
     }
     vg_lock_init(&h->lock);
+    pthread_mutex_init(&h->device_wait, NULL);
     h->dev = dev;
     h->policy = cfg && cfg->policy ? cfg->policy : &vg_policy_default;
     h->budget = cfg ? cfg->budget : 0;
@@ -375,6 +394,7 @@ void vg_heap_destroy(vg_heap *h)
     vg__streams_destroy(&h->streams);
     vg__map_free(&h->live);
     vg__history_destroy(h->history);
+    pthread_mutex_destroy(&h->device_wait);
     free(h);
 }
 
@@ -598,6 +618,14 @@ void vg_heap_synchronize(vg_heap *h)
     vg_lock_acquire(&h->lock);
     vg__synchronize(h);
     vg_lock_release(&h->lock);
+}
+
+void vg_heap_wait_for_calls(vg_heap *h)
+{
+    vg_lock_acquire(&h->lock);
+    vg_lock_release(&h->lock);
+    pthread_mutex_lock(&h->device_wait);
+    pthread_mutex_unlock(&h->device_wait);
 }
 
 int vg_heap_set_budget(vg_heap *h, size_t budget)

@@ -13,6 +13,7 @@
 #include "debug.h"
 #include "lock.h"
 
+#include <pthread.h>
 #include <stdbool.h>
 
 typedef struct vg_block vg_block;
@@ -223,6 +224,10 @@ typedef struct vg_slab {
  *   for every vg_stat s: s.allocated - s.freed == s.current <= s.peak */
 struct vg_heap {
     vg_lock lock;
+    /* Held around the provider's synchronize, which runs with `lock`
+     * released (no device wait under the heap's lock); never held while
+     * `lock` is taken, nor taken while `lock` is held. */
+    pthread_mutex_t device_wait;
     vg_device *dev;
     const vg_policy *policy;
     size_t budget;         /* 0 = none */
@@ -270,7 +275,10 @@ size_t vg__release_idle(vg_heap *h, const vg_stream_state *only, size_t target,
                         uint64_t *counter);
 /* Finish deferred frees whose events have completed. */
 void vg__process_pending(vg_heap *h);
-/* Wait for the device and finish every deferred free. */
+/* Wait for the device and finish every deferred free. Called with the
+ * lock held, it releases the lock for the wait and takes it again: the
+ * heap may have changed meanwhile, so a caller looks again at whatever it
+ * had found before (blocks, segments, the bins). */
 void vg__synchronize(vg_heap *h);
 /* A provider call returned VG_ERR_DEVICE: count it (num_device_errors),
  * keep the provider's words, and set device_failed. */

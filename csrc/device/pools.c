@@ -114,12 +114,13 @@ static size_t finish_if_idle(private_pool *p)
 }
 
 /* Calls on the device's heap that checked for captures before this begin
- * counted one hold its lock until they are done: taking the lock once
- * waits for them, so nothing they do can meet the capture that follows. */
+ * counted hold its lock, or its device wait, until they are done: waiting
+ * for both once waits for them, so nothing they do can meet the capture
+ * that follows. */
 static void wait_for_calls_in_flight(int device)
 {
     vg_heap *h = vg_devices_existing(device);
-    if (h) (void)vg_heap_block_size(h, NULL);
+    if (h) vg_heap_wait_for_calls(h);
 }
 
 /* ------------------------------------------------------------------ */

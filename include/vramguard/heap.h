@@ -140,8 +140,14 @@ int vg_heap_record_device_stream(vg_heap *h, void *ptr, int device, vg_stream_t 
 
 /* Release every wholly free segment; returns the bytes released. */
 size_t vg_heap_empty_cache(vg_heap *h);
-/* Wait for the device, then finish every deferred free. */
+/* Wait for the device, then finish every deferred free. No call on the
+ * heap waits for the device with the heap's lock held: other threads may
+ * use the heap meanwhile. */
 void vg_heap_synchronize(vg_heap *h);
+/* Returns once every call on `h` that began before it has finished,
+ * including one waiting for the device with the lock released (the
+ * registry, before a capture begins). */
+void vg_heap_wait_for_calls(vg_heap *h);
 void vg_heap_reset_peaks(vg_heap *h);
 /* Totals (allocated, freed) and every counter restart from 0, as
  * torch.cuda.reset_accumulated_memory_stats() does: afterwards allocated -

@@ -411,12 +411,95 @@ static void test_device_heaps_many_threads(void)
     CHECK_EQ(deferred, sum.deferred);
 }
 
+/* ------------------------------------------------------------------ */
+/* No device wait under the heap's lock                                */
+/* ------------------------------------------------------------------ */
+
+enum waiting_call { WAIT_SYNCHRONIZE, WAIT_EMPTY_CACHE, WAIT_LADDER };
+
+typedef struct device_waiter {
+    vg_heap *heap;
+    enum waiting_call call;
+    void *block; /* WAIT_LADDER: what the allocation got */
+} device_waiter;
+
+static void *device_waiter_main(void *arg)
+{
+    device_waiter *w = arg;
+    switch (w->call) {
+    case WAIT_SYNCHRONIZE: vg_heap_synchronize(w->heap); break;
+    case WAIT_EMPTY_CACHE: (void)vg_heap_empty_cache(w->heap); break;
+    case WAIT_LADDER: w->block = vg_heap_alloc(w->heap, 6 * MiB, 0, NULL); break;
+    }
+    return NULL;
+}
+
+/* One thread is stopped inside the device's synchronize (the sim holds it
+ * there) while this one reads the stats, frees a block and allocates one:
+ * it could not if the waiting thread held the heap's lock (it would hang). */
+static void check_heap_usable_during_wait(enum waiting_call call)
+{
+    vg_device *dev = vg_sim_create(8 * MiB);
+    vg_heap_config cfg = {NULL, 0, 0};
+    vg_heap *heap = vg_heap_create(dev, &cfg);
+    void *big = vg_heap_alloc(heap, 6 * MiB, 0, NULL);
+    void *small = vg_heap_alloc(heap, 1000, 0, NULL);
+    CHECK(big && small);
+    /* a deferred free, for empty_cache to synchronize for */
+    CHECK_EQ(vg_heap_record_stream(heap, small, 7), VG_OK);
+    CHECK_EQ(vg_heap_free(heap, small), VG_OK);
+    vg_sim_hold_synchronize(dev, 1);
+    device_waiter w = {heap, call, NULL};
+    pthread_t tid;
+    pthread_create(&tid, NULL, device_waiter_main, &w);
+    vg_sim_wait_for_held(dev, 1);
+    vg_stats st;
+    vg_heap_stats(heap, &st);
+    CHECK_EQ(st.num_deferred_frees, 1);
+    CHECK_EQ(vg_heap_free(heap, big), VG_OK);
+    void *again = vg_heap_alloc(heap, 1000, 0, NULL);
+    CHECK(again);
+    CHECK_EQ(vg_heap_free(heap, again), VG_OK);
+    vg_sim_hold_synchronize(dev, 0);
+    pthread_join(tid, NULL);
+    vg_heap_stats(heap, &st);
+    CHECK_EQ(st.num_sync_all_streams, call == WAIT_LADDER);
+    if (call == WAIT_LADDER) {
+        /* after the wait the step looked again: big's block was free by then */
+        CHECK(w.block == big);
+        CHECK_EQ(st.num_cache_hits + st.num_cache_misses, st.allocation[VG_STAT_ALL].allocated);
+        CHECK_EQ(vg_heap_free(heap, w.block), VG_OK);
+    }
+    CHECK_EQ(st.active[VG_STAT_ALL].current, call == WAIT_LADDER);
+    CHECK_HEAP(heap);
+    vg_heap_destroy(heap);
+    dev->ops->destroy(dev);
+}
+
+static void test_synchronize_leaves_the_heap_usable(void)
+{
+    check_heap_usable_during_wait(WAIT_SYNCHRONIZE);
+}
+
+static void test_empty_cache_leaves_the_heap_usable_while_it_waits(void)
+{
+    check_heap_usable_during_wait(WAIT_EMPTY_CACHE);
+}
+
+static void test_ladder_leaves_the_heap_usable_while_it_waits(void)
+{
+    check_heap_usable_during_wait(WAIT_LADDER);
+}
+
 #define T(fn) {#fn, fn}
 static const harness_test tests[] = {
     T(test_lock_excludes_and_wakes_sleepers),
     T(test_lock_waiter_sleeps_behind_a_long_holder),
     T(test_one_heap_many_threads),
     T(test_device_heaps_many_threads),
+    T(test_synchronize_leaves_the_heap_usable),
+    T(test_empty_cache_leaves_the_heap_usable_while_it_waits),
+    T(test_ladder_leaves_the_heap_usable_while_it_waits),
 };
 
 int main(int argc, char **argv)
