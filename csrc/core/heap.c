@@ -283,10 +283,19 @@ static void pending_remove(vg_heap *h, vg_block *blk)
     blk->link.wait.prev = blk->link.wait.next = NULL;
 }
 
+/* A use without an event is not known to be finished until a synchronize
+ * begun after the free has succeeded: not after one that failed, nor one
+ * the provider skipped (VG_ERR_BUSY, during a capture). */
+static bool use_finished(vg_heap *h, const vg_stream_use *use)
+{
+    if (!use->has_event) return h->syncs_done > use->syncs_before;
+    return h->dev->ops->event_query(h->dev, use->event);
+}
+
 static bool uses_finished(vg_heap *h, const vg_block *blk)
 {
     for (const vg_stream_use *use = blk->uses; use; use = use->next)
-        if (use->has_event && !h->dev->ops->event_query(h->dev, use->event)) return false;
+        if (!use_finished(h, use)) return false;
     return true;
 }
 
@@ -309,11 +318,13 @@ void vg__process_pending(vg_heap *h)
  * the device. */
 static int wait_for_device(vg_heap *h)
 {
+    uint64_t begun = ++h->syncs_begun;
     vg_lock_release(&h->lock);
     pthread_mutex_lock(&h->device_wait);
     int rc = h->dev->ops->synchronize(h->dev);
     pthread_mutex_unlock(&h->device_wait);
     vg_lock_acquire(&h->lock);
+    if (rc == VG_OK && begun > h->syncs_done) h->syncs_done = begun;
     return rc;
 }
 
@@ -324,7 +335,9 @@ void vg__synchronize(vg_heap *h)
      * it while the lock was released; this caller's was false (the ladder
      * stops at an error before it synchronizes). */
     h->device_failed = false;
-    if (rc != VG_OK) vg__device_error(h);
+    /* Skipped (a capture underway) is no error: nothing was waited for,
+     * and nothing without an event is freed on its strength. */
+    if (rc != VG_OK && rc != VG_ERR_BUSY) vg__device_error(h);
     vg__process_pending(h);
 }
 
@@ -337,6 +350,7 @@ static void defer_free(vg_heap *h, vg_block *blk)
         int rc = h->dev->ops->event_record(h->dev, use->device, use->stream, &use->event);
         if (rc == VG_OK) use->has_event = true;
         else recorded = false;
+        use->syncs_before = h->syncs_begun;
         if (rc == VG_ERR_DEVICE) vg__device_error(h);
     }
     blk->state = VG_BLOCK_PENDING;

@@ -73,6 +73,10 @@ struct vg_stream_use {
     int device;
     vg_event_t event;
     bool has_event;
+    /* No event (its record failed): finished only once a synchronize begun
+     * after the free has returned VG_OK, that is once the heap's
+     * syncs_done passes this (its syncs_begun at the free). */
+    uint64_t syncs_before;
     vg_stream_use *next;
 };
 
@@ -228,6 +232,8 @@ struct vg_heap {
      * released (no device wait under the heap's lock); never held while
      * `lock` is taken, nor taken while `lock` is held. */
     pthread_mutex_t device_wait;
+    /* Synchronizes begun, and the last begun one that returned VG_OK. */
+    uint64_t syncs_begun, syncs_done;
     vg_device *dev;
     const vg_policy *policy;
     size_t budget;         /* 0 = none */

@@ -1099,6 +1099,47 @@ static void test_threads(void)
     destroy(f);
 }
 
+/* A use whose event could not be recorded is finished only by a
+ * synchronize that worked: not by one the provider skipped (a capture),
+ * nor by one that failed. Until then its block is not reused. */
+static void test_unrecorded_use_waits_for_a_synchronize_that_worked(void)
+{
+    vg_device *dev = vg_sim_create(1 * GiB);
+    vg_heap_config cfg = {NULL, 0, 0};
+    vg_heap *h = vg_heap_create(dev, &cfg);
+    void *p = vg_heap_alloc(h, 1000, 0, NULL);
+    CHECK_EQ(vg_heap_record_stream(h, p, 7), VG_OK);
+    vg_sim_fail_events(dev, 1);
+    vg_sim_synchronize_answer(dev, VG_ERR_BUSY);
+    CHECK_EQ(vg_heap_free(h, p), VG_OK); /* no event, and the synchronize skipped */
+    vg_stats st;
+    vg_heap_stats(h, &st);
+    CHECK_EQ(st.active[VG_STAT_ALL].current, 1);
+    CHECK_EQ(st.num_device_errors, 0);
+    void *q = vg_heap_alloc(h, 1000, 0, NULL);
+    CHECK(q && q != p);
+    vg_heap_synchronize(h); /* skipped again */
+    vg_sim_synchronize_answer(dev, VG_ERR_DEVICE);
+    vg_heap_synchronize(h); /* failed */
+    vg_heap_stats(h, &st);
+    CHECK_EQ(st.active[VG_STAT_ALL].current, 2);
+    CHECK_EQ(st.num_device_errors, 1);
+    void *r = vg_heap_alloc(h, 1000, 0, NULL);
+    CHECK(r && r != p);
+    vg_sim_synchronize_answer(dev, VG_OK);
+    vg_heap_synchronize(h);
+    vg_heap_stats(h, &st);
+    CHECK_EQ(st.active[VG_STAT_ALL].current, 2);
+    void *again = vg_heap_alloc(h, 1000, 0, NULL);
+    CHECK(again == p);
+    vg_heap_free(h, again);
+    vg_heap_free(h, q);
+    vg_heap_free(h, r);
+    CHECK_HEAP(h);
+    vg_heap_destroy(h);
+    dev->ops->destroy(dev);
+}
+
 #define T(fn) {#fn, fn}
 static const harness_test tests[] = {
     T(test_round_size),
@@ -1138,6 +1179,7 @@ static const harness_test tests[] = {
     T(test_stream_state_freed_with_its_last_segment),
     T(test_replay_of_many_streams),
     T(test_threads),
+    T(test_unrecorded_use_waits_for_a_synchronize_that_worked),
 };
 
 int main(int argc, char **argv)
