@@ -512,6 +512,11 @@ static vg_block *alloc_block(vg_heap *h, vg_request *r, size_t size, vg_stream_t
     r->pool = r->rounded <= VG_SMALL_REQUEST ? VG_POOL_SMALL : VG_POOL_LARGE;
     vg_block *blk = vg__find_block(h, r) ? take(h, r->block, r->rounded, size) : NULL;
     vg__stream_unpin(h, r->stream);
+    /* Once per allocation that succeeds, whichever step found its block. */
+    if (blk) {
+        if (r->fresh) h->stats.num_cache_misses++;
+        else h->stats.num_cache_hits++;
+    }
     return blk;
 }
 

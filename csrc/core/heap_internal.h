@@ -319,6 +319,7 @@ typedef struct vg_request {
     vg_block *block;        /* the answer */
     vg_block *kept_whole;   /* a cached fit the policy keeps whole */
     bool budget_refused;    /* the budget refused the last segment asked for */
+    bool fresh;             /* the answer is a segment reserved for it */
 } vg_request;
 bool vg__find_block(vg_heap *h, vg_request *r);
 

@@ -1140,6 +1140,97 @@ static void test_unrecorded_use_waits_for_a_synchronize_that_worked(void)
     dev->ops->destroy(dev);
 }
 
+/* Each allocation that succeeds counts once: a hit, or a miss when its
+ * block is a segment reserved for it, whichever ladder step found it. */
+#define CHECK_HITS_AND_MISSES(h)                                                   \
+    do {                                                                           \
+        vg_stats st_ = stats_of(h);                                                \
+        CHECK_EQ(st_.num_cache_hits + st_.num_cache_misses,                        \
+                 st_.allocation[VG_STAT_ALL].allocated);                           \
+    } while (0)
+
+static uint64_t xorshift(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* A seeded random sequence near the device's capacity, with deferred
+ * frees: it takes every path of the ladder (checked below). */
+static void run_random_sequence(const vg_policy *policy, uint64_t seed, vg_stats *out)
+{
+    fixture f = make(96 * MiB, 0, 0, policy);
+    void *slot[32] = {0};
+    uint64_t rng = seed, allocs = 0;
+    for (int i = 0; i < 4000; i++) {
+        int k = (int)(xorshift(&rng) % 32);
+        if (slot[k]) {
+            if (xorshift(&rng) % 4 == 0) vg_heap_record_stream(f.heap, slot[k], 9);
+            CHECK_EQ(vg_heap_free(f.heap, slot[k]), VG_OK);
+            slot[k] = NULL;
+            if (xorshift(&rng) % 8 == 0) vg_sim_complete_stream(f.dev, 9);
+            continue;
+        }
+        uint64_t r = xorshift(&rng);
+        size_t size = r % 4 == 0 ? 1 + (size_t)(r >> 8) % (24 * MiB) : 1 + (size_t)(r >> 8) % (2 * MiB);
+        slot[k] = vg_heap_alloc(f.heap, size, (vg_stream_t)(r >> 60) % 2, NULL);
+        if (slot[k]) allocs++;
+        CHECK_HITS_AND_MISSES(f.heap);
+    }
+    for (int k = 0; k < 32; k++) vg_heap_free(f.heap, slot[k]);
+    *out = stats_of(f.heap);
+    CHECK_EQ(out->allocation[VG_STAT_ALL].allocated, allocs);
+    CHECK_HEAP(f.heap);
+    destroy(f);
+}
+
+static void test_hits_and_misses_count_each_allocation_once(void)
+{
+    vg_stats a, b;
+    run_random_sequence(&vg_policy_default, 12345, &a);
+    run_random_sequence(&vg_policy_torch, 777, &b);
+    /* the paths that used to count twice or not at all were taken */
+    CHECK(a.num_sync_all_streams + b.num_sync_all_streams > 0);
+    CHECK(a.num_kept_whole + b.num_kept_whole > 0);
+    CHECK(a.num_oversize_splits + b.num_oversize_splits + a.num_oversize_releases +
+              b.num_oversize_releases > 0);
+    CHECK(a.num_ooms > 0 && b.num_ooms > 0);
+}
+
+/* The ladder's paths one by one: found again after the synchronize, a fit
+ * kept whole with a segment beside it. */
+static void test_hits_and_misses_on_each_ladder_path(void)
+{
+    fixture f = make(8 * MiB, 0, 0, NULL);
+    void *a = vg_heap_alloc(f.heap, 6 * MiB, 0, NULL);
+    CHECK_EQ(vg_heap_record_stream(f.heap, a, 7), VG_OK);
+    vg_heap_free(f.heap, a);
+    vg_sim_complete_stream(f.dev, 7);
+    /* the event completes only as the synchronize sees it: found again */
+    void *b = vg_heap_alloc(f.heap, 6 * MiB, 0, NULL);
+    CHECK(b == a);
+    vg_stats st = stats_of(f.heap);
+    CHECK_EQ(st.num_cache_misses, 1);
+    CHECK_EQ(st.num_cache_hits, 1);
+    vg_heap_free(f.heap, b);
+    destroy(f);
+
+    f = make(GiB, 0, 0, NULL);
+    void *big = vg_heap_alloc(f.heap, 200 * MiB, 0, NULL);
+    vg_heap_free(f.heap, big);
+    void *small = vg_heap_alloc(f.heap, 20 * MiB, 0, NULL); /* kept whole: a fresh segment */
+    CHECK(small != big);
+    st = stats_of(f.heap);
+    CHECK_EQ(st.num_kept_whole, 1);
+    CHECK_EQ(st.num_cache_misses, 2);
+    CHECK_EQ(st.num_cache_hits, 0);
+    vg_heap_free(f.heap, small);
+    CHECK_HITS_AND_MISSES(f.heap);
+    destroy(f);
+}
+
 #define T(fn) {#fn, fn}
 static const harness_test tests[] = {
     T(test_round_size),
@@ -1180,6 +1271,8 @@ static const harness_test tests[] = {
     T(test_replay_of_many_streams),
     T(test_threads),
     T(test_unrecorded_use_waits_for_a_synchronize_that_worked),
+    T(test_hits_and_misses_count_each_allocation_once),
+    T(test_hits_and_misses_on_each_ladder_path),
 };
 
 int main(int argc, char **argv)
