@@ -19,7 +19,11 @@ const char *vg_devices_error(void);
 
 /* Budget in bytes, or as a fraction of each device's total (which wins when
  * positive); 0 for none. Applies to existing heaps and to those to come.
- * VG_ERR_ARG unless both fractions are vg_valid_fraction (NaN is not). */
+ * VG_ERR_ARG unless both fractions are vg_valid_fraction (NaN is not).
+ * VG_ERR_DEVICE, with vg_devices_error() saying "memory unknown", for a
+ * fraction when a device's total is unknown (its mem_info failed): then
+ * nothing is changed, and a heap created under such a setting is refused
+ * the same way. */
 int vg_devices_configure(size_t budget, double budget_fraction, double gc_threshold);
 int vg_devices_set_budget(int device, size_t budget, double budget_fraction);
 /* Tests: every device is simulated with this capacity. Only before any

@@ -43,6 +43,7 @@ static struct fake_state {
     int malloc_error;            /* the next cudaMalloc's */
     int malloc_sticky;
     int count_error;             /* cudaGetDeviceCount's */
+    int mem_info_error;          /* cudaMemGetInfo's */
     int set_device_error[DEVICES];
     int events_pending;          /* new records wait for fake_complete */
     size_t capacity, used[DEVICES];
@@ -71,6 +72,7 @@ void fake_reset(void);
 void fake_fail_malloc(int err, int sticky);
 void fake_fail_set_device(int device, int err);
 void fake_fail_device_count(int err);
+void fake_fail_mem_info(int err);
 void fake_events_wait(int on);
 void fake_complete(int device);
 unsigned fake_mallocs(int device);
@@ -107,6 +109,11 @@ void fake_fail_set_device(int device, int err)
 void fake_fail_device_count(int err)
 {
     f.count_error = err;
+}
+
+void fake_fail_mem_info(int err)
+{
+    f.mem_info_error = err;
 }
 
 void fake_events_wait(int on)
@@ -305,6 +312,7 @@ int cudaFree(void *p)
 int cudaMemGetInfo(size_t *free_bytes, size_t *total)
 {
     if (f.sticky) return fail(f.sticky);
+    if (f.mem_info_error) return fail(f.mem_info_error);
     *free_bytes = f.capacity - f.used[f.current];
     *total = f.capacity;
     return SUCCESS;

@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #endif
 #include "vramguard/heap.h"
+#include "vramguard/devices.h"
 #include "harness.h"
 
 #include <link.h>
@@ -20,6 +21,7 @@ void fake_reset(void);
 void fake_fail_malloc(int err, int sticky);
 void fake_fail_set_device(int device, int err);
 void fake_fail_device_count(int err);
+void fake_fail_mem_info(int err);
 void fake_events_wait(int on);
 void fake_complete(int device);
 unsigned fake_mallocs(int device);
@@ -462,6 +464,31 @@ static void test_stream_device(void)
     CHECK_EQ(cudaSetDevice(0), 0);
 }
 
+/* A budget fraction of a device whose total is unknown (cudaMemGetInfo
+ * failed when its heap was created) is an error, not "no budget". */
+static void test_budget_fraction_of_unknown_memory_is_refused(void)
+{
+    fake_reset();
+    fake_fail_mem_info(1);
+    CHECK_EQ(vg_devices_configure(0, 0.5, 0.0), VG_OK); /* no heap yet */
+    CHECK(vg_devices_heap(1) == NULL);
+    CHECK(strstr(vg_devices_error(), "memory unknown"));
+    CHECK_EQ(vg_devices_configure(0, 0.0, 0.0), VG_OK);
+    vg_heap *h = vg_devices_heap(1); /* its total unknown */
+    CHECK(h);
+    CHECK_EQ(vg_heap_device_total(h), 0);
+    fake_fail_mem_info(0);
+    CHECK_EQ(vg_devices_set_budget(1, 0, 0.5), VG_ERR_DEVICE);
+    CHECK(strstr(vg_devices_error(), "device 1 memory unknown"));
+    CHECK_EQ(vg_devices_configure(64 * MiB, 0.5, 0.25), VG_ERR_DEVICE);
+    CHECK_EQ(vg_heap_budget(h), 0); /* nothing changed */
+    CHECK(vg_heap_gc_threshold(h) == 0.0);
+    CHECK_EQ(vg_devices_set_budget(1, 64 * MiB, 0.0), VG_OK);
+    CHECK_EQ(vg_heap_budget(h), 64 * MiB);
+    CHECK_EQ(vg_devices_configure(32 * MiB, 0.0, 0.0), VG_OK);
+    CHECK_EQ(vg_heap_budget(h), 32 * MiB);
+}
+
 #define T(fn) {#fn, fn}
 static const harness_test tests[] = {
     T(test_runtime_name_table),
@@ -477,6 +504,7 @@ static const harness_test tests[] = {
     T(test_capture_is_per_device),
     T(test_stream_device),
     T(test_failed_event_record_falls_back_to_synchronize),
+    T(test_budget_fraction_of_unknown_memory_is_refused),
 };
 
 int main(int argc, char **argv)
