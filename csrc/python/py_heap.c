@@ -20,7 +20,9 @@ static int Heap_init(HeapObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OOs", kwlist, &capacity_obj, &budget_obj,
                                      &gc_obj, &policy_name))
         return -1;
-    if (self->heap) {
+    /* A first __init__ that failed leaves nothing behind (below); a device
+     * without a heap would be one, so both are checked. */
+    if (self->heap || self->dev) {
         PyErr_SetString(PyExc_RuntimeError, "Heap is already initialised");
         return -1;
     }
@@ -35,13 +37,16 @@ static int Heap_init(HeapObject *self, PyObject *args, PyObject *kwargs)
     if (vgpy_as_fraction(gc_obj, "gc_threshold", &gc) < 0) return -1;
     const vg_policy *policy = policy_named(policy_name);
     if (!policy) return -1;
-    self->dev = vg_sim_create((size_t)capacity);
+    vg_device *dev = vg_sim_create((size_t)capacity);
     vg_heap_config cfg = {policy, (size_t)budget, gc};
-    self->heap = self->dev ? vg_heap_create(self->dev, &cfg) : NULL;
-    if (!self->heap) {
+    vg_heap *heap = dev ? vg_heap_create(dev, &cfg) : NULL;
+    if (!heap) {
+        if (dev) dev->ops->destroy(dev);
         PyErr_NoMemory();
         return -1;
     }
+    self->dev = dev;
+    self->heap = heap;
     self->capacity = capacity;
     self->device_kind = "Simulated device";
     return 0;
