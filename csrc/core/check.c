@@ -276,10 +276,14 @@ static const char *check_lists(vg_heap *h, const tally *t)
         idle++;
     }
     if (idle != t->idle_segments) return "idle list misses idle segments";
+    const vg_block *last = NULL;
     for (const vg_block *blk = h->pending; blk; blk = blk->link.wait.next) {
         if (blk->state != VG_BLOCK_PENDING) return "non-pending block on the pending list";
+        if (blk->link.wait.prev != last) return "pending list links disagree";
+        last = blk;
         pending++;
     }
+    if (last != h->pending_tail) return "pending list's tail is not its last block";
     if (pending != t->pending) return "pending list misses pending blocks";
     return NULL;
 }

@@ -275,36 +275,72 @@ size_t vg__release_idle(vg_heap *h, const vg_stream_state *only, size_t target,
 /* Deferred frees (record_stream)                                      */
 /* ------------------------------------------------------------------ */
 
+static void pending_append(vg_heap *h, vg_block *blk)
+{
+    blk->link.wait.next = NULL;
+    blk->link.wait.prev = h->pending_tail;
+    if (h->pending_tail) h->pending_tail->link.wait.next = blk;
+    else h->pending = blk;
+    h->pending_tail = blk;
+}
+
 static void pending_remove(vg_heap *h, vg_block *blk)
 {
     if (blk->link.wait.prev) blk->link.wait.prev->link.wait.next = blk->link.wait.next;
     else h->pending = blk->link.wait.next;
     if (blk->link.wait.next) blk->link.wait.next->link.wait.prev = blk->link.wait.prev;
+    else h->pending_tail = blk->link.wait.prev;
     blk->link.wait.prev = blk->link.wait.next = NULL;
+}
+
+/* The streams found busy in one pass over the pending list. Events on a
+ * stream complete in the order they were recorded, and the list is in that
+ * order: once one event of a stream is not finished, no later one is, and
+ * it is not queried. Full, it only stops saving queries. */
+#define BUSY_STREAMS 16
+typedef struct busy_streams {
+    int n;
+    struct { vg_stream_t stream; int device; } at[BUSY_STREAMS];
+} busy_streams;
+
+static bool known_busy(const busy_streams *b, const vg_stream_use *use)
+{
+    for (int i = 0; i < b->n; i++)
+        if (b->at[i].stream == use->stream && b->at[i].device == use->device) return true;
+    return false;
 }
 
 /* A use without an event is not known to be finished until a synchronize
  * begun after the free has succeeded: not after one that failed, nor one
  * the provider skipped (VG_ERR_BUSY, during a capture). */
-static bool use_finished(vg_heap *h, const vg_stream_use *use)
+static bool use_finished(vg_heap *h, const vg_stream_use *use, busy_streams *busy)
 {
     if (!use->has_event) return h->syncs_done > use->syncs_before;
-    return h->dev->ops->event_query(h->dev, use->event);
+    if (known_busy(busy, use)) return false;
+    if (h->dev->ops->event_query(h->dev, use->event)) return true;
+    if (busy->n < BUSY_STREAMS) {
+        busy->at[busy->n].stream = use->stream;
+        busy->at[busy->n].device = use->device;
+        busy->n++;
+    }
+    return false;
 }
 
-static bool uses_finished(vg_heap *h, const vg_block *blk)
+static bool uses_finished(vg_heap *h, const vg_block *blk, busy_streams *busy)
 {
     for (const vg_stream_use *use = blk->uses; use; use = use->next)
-        if (!use_finished(h, use)) return false;
+        if (!use_finished(h, use, busy)) return false;
     return true;
 }
 
 void vg__process_pending(vg_heap *h)
 {
+    busy_streams busy;
+    busy.n = 0;
     vg_block *blk = h->pending;
     while (blk) {
         vg_block *next = blk->link.wait.next;
-        if (uses_finished(h, blk)) {
+        if (uses_finished(h, blk, &busy)) {
             pending_remove(h, blk);
             recycle_uses(h, blk);
             make_free(h, blk);
@@ -354,10 +390,7 @@ static void defer_free(vg_heap *h, vg_block *blk)
         if (rc == VG_ERR_DEVICE) vg__device_error(h);
     }
     blk->state = VG_BLOCK_PENDING;
-    blk->link.wait.prev = NULL;
-    blk->link.wait.next = h->pending;
-    if (h->pending) h->pending->link.wait.prev = blk;
-    h->pending = blk;
+    pending_append(h, blk);
     h->stats.num_deferred_frees++;
     if (!recorded) vg__synchronize(h);
 }

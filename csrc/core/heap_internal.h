@@ -250,7 +250,9 @@ struct vg_heap {
 
     vg_segment *segments;
     vg_segment *idle_head, *idle_tail;
-    vg_block *pending;           /* freed blocks waiting for other streams */
+    /* Freed blocks waiting for other streams, oldest first: their events
+     * were recorded in this order. */
+    vg_block *pending, *pending_tail;
     size_t free_blocks;
 
     vg_stats stats;

@@ -56,6 +56,7 @@ typedef struct vg_sim {
     sim_stream *streams;
     size_t nstreams;
     bool fail_events;        /* event_record says VG_ERR_NOMEM */
+    uint64_t event_queries;
     int synchronize_answer;  /* VG_OK: wait; else return it, waiting for nothing */
 
     /* A test may hold synchronize at its start, to see what other threads
@@ -184,6 +185,7 @@ static int sim_event_record(vg_device *dev, int device, vg_stream_t stream, vg_e
 static int sim_event_query(vg_device *dev, vg_event_t ev)
 {
     vg_sim *sim = as_sim(dev);
+    sim->event_queries++;
     const sim_stream *s = &sim->streams[(uint64_t)ev >> SEQ_BITS];
     return s->completed >= ((uint64_t)ev & (((uint64_t)1 << SEQ_BITS) - 1));
 }
@@ -383,4 +385,13 @@ void vg_sim_wait_for_held(vg_device *dev, int n)
     pthread_mutex_lock(&sim->hold_lock);
     while (sim->held < n) pthread_cond_wait(&sim->hold_changed, &sim->hold_lock);
     pthread_mutex_unlock(&sim->hold_lock);
+}
+
+uint64_t vg_sim_event_queries(vg_device *dev)
+{
+    vg_sim *sim = sim_of(dev);
+    if (!sim) return 0;
+    uint64_t n;
+    LOCKED(sim, n = sim->event_queries);
+    return n;
 }

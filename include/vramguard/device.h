@@ -108,6 +108,8 @@ void vg_sim_synchronize_answer(vg_device *dev, int rc);
  * lifted (0); vg_sim_wait_for_held returns once `n` are stopped there. */
 void vg_sim_hold_synchronize(vg_device *dev, int hold);
 void vg_sim_wait_for_held(vg_device *dev, int n);
+/* Event queries answered so far. */
+uint64_t vg_sim_event_queries(vg_device *dev);
 
 /* The CUDA provider (device/cuda.c). The CUDA runtime is found at run
  * time, where PyTorch loaded it; vg_cuda_load() returns NULL when it is

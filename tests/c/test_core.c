@@ -1231,6 +1231,38 @@ static void test_hits_and_misses_on_each_ladder_path(void)
     destroy(f);
 }
 
+/* Deferred frees are finished oldest first, and one pass queries a busy
+ * stream once: its later events cannot have finished before it. */
+static void test_pending_frees_query_each_busy_stream_once(void)
+{
+    fixture f = make(GiB, 0, 0, NULL);
+    void *p[8];
+    for (int i = 0; i < 8; i++) {
+        p[i] = vg_heap_alloc(f.heap, 1000, 0, NULL);
+        CHECK_EQ(vg_heap_record_stream(f.heap, p[i], i < 6 ? 7 : 8), VG_OK);
+    }
+    for (int i = 0; i < 8; i++) CHECK_EQ(vg_heap_free(f.heap, p[i]), VG_OK);
+    uint64_t before = vg_sim_event_queries(f.dev);
+    void *q = vg_heap_alloc(f.heap, 1000, 0, NULL); /* one pass: streams 7 and 8 once each */
+    CHECK_EQ(vg_sim_event_queries(f.dev) - before, 2);
+    vg_sim_complete_stream(f.dev, 8);
+    before = vg_sim_event_queries(f.dev);
+    vg_heap_free(f.heap, q);
+    q = vg_heap_alloc(f.heap, 1000, 0, NULL); /* 7 once; 8's two finish */
+    CHECK_EQ(vg_sim_event_queries(f.dev) - before, 3);
+    vg_fragmentation fr;
+    vg_heap_fragmentation(f.heap, &fr);
+    CHECK_EQ(fr.pending_blocks, 6);
+    vg_sim_complete_stream(f.dev, 7);
+    vg_heap_free(f.heap, q);
+    q = vg_heap_alloc(f.heap, 1000, 0, NULL);
+    vg_heap_fragmentation(f.heap, &fr);
+    CHECK_EQ(fr.pending_blocks, 0);
+    vg_heap_free(f.heap, q);
+    CHECK_HEAP(f.heap);
+    destroy(f);
+}
+
 #define T(fn) {#fn, fn}
 static const harness_test tests[] = {
     T(test_round_size),
@@ -1273,6 +1305,7 @@ static const harness_test tests[] = {
     T(test_unrecorded_use_waits_for_a_synchronize_that_worked),
     T(test_hits_and_misses_count_each_allocation_once),
     T(test_hits_and_misses_on_each_ladder_path),
+    T(test_pending_frees_query_each_busy_stream_once),
 };
 
 int main(int argc, char **argv)
