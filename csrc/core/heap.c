@@ -585,20 +585,13 @@ void vg_heap_count_invalid_free(vg_heap *h)
     vg_lock_release(&h->lock);
 }
 
-int vg_heap_free(vg_heap *h, void *ptr)
+/* Both frees, under one taking of the lock; an unknown pointer is counted
+ * in num_invalid_frees when `count_invalid`. */
+static int free_locked(vg_heap *h, void *ptr, bool count_invalid)
 {
-    int rc = vg_heap_free_if_owned(h, ptr);
-    if (rc == VG_ERR_INVALID) vg_heap_count_invalid_free(h);
-    return rc;
-}
-
-int vg_heap_free_if_owned(vg_heap *h, void *ptr)
-{
-    if (!ptr) return VG_OK;
-    vg_lock_acquire(&h->lock);
     vg_block *blk = vg__map_take(&h->live, (uintptr_t)ptr);
     if (!blk) {
-        vg_lock_release(&h->lock);
+        if (count_invalid) h->stats.num_invalid_frees++;
         return VG_ERR_INVALID;
     }
     int pool = blk->seg->pool;
@@ -611,8 +604,25 @@ int vg_heap_free_if_owned(vg_heap *h, void *ptr)
     if (blk->uses) defer_free(h, blk);
     else make_free(h, blk);
     vg_assert_internal(!vg__check_totals(h));
-    vg_lock_release(&h->lock);
     return VG_OK;
+}
+
+int vg_heap_free(vg_heap *h, void *ptr)
+{
+    if (!ptr) return VG_OK;
+    vg_lock_acquire(&h->lock);
+    int rc = free_locked(h, ptr, true);
+    vg_lock_release(&h->lock);
+    return rc;
+}
+
+int vg_heap_free_if_owned(vg_heap *h, void *ptr)
+{
+    if (!ptr) return VG_OK;
+    vg_lock_acquire(&h->lock);
+    int rc = free_locked(h, ptr, false);
+    vg_lock_release(&h->lock);
+    return rc;
 }
 
 int vg_heap_record_stream(vg_heap *h, void *ptr, vg_stream_t stream)
