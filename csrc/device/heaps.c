@@ -24,6 +24,9 @@ static struct settings {
     double gc_threshold;
     size_t simulated;       /* capacity of simulated devices, 0 = real ones */
 } settings;
+/* settings.simulated != 0, for the record_stream hook's every call
+ * (vg_devices_stream_device): read without the registry's mutex. */
+static atomic_int simulating;
 
 /* Per thread, as errno: a caller reads the message of its own failure,
  * never one that another thread is writing. */
@@ -178,17 +181,17 @@ int vg_devices_simulate(size_t capacity)
     int rc = VG_OK;
     for (int d = 0; d < VG_MAX_DEVICES && rc == VG_OK; d++)
         if (atomic_load(&heaps[d])) rc = VG_ERR_ARG; /* too late: heaps exist */
-    if (rc == VG_OK) settings.simulated = capacity;
+    if (rc == VG_OK) {
+        settings.simulated = capacity;
+        atomic_store_explicit(&simulating, capacity != 0, memory_order_release);
+    }
     pthread_mutex_unlock(&registry);
     return rc;
 }
 
 int vg_devices_simulated(void)
 {
-    pthread_mutex_lock(&registry);
-    int simulated = settings.simulated != 0;
-    pthread_mutex_unlock(&registry);
-    return simulated;
+    return atomic_load_explicit(&simulating, memory_order_acquire);
 }
 
 /* ------------------------------------------------------------------ */
