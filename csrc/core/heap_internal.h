@@ -225,7 +225,9 @@ typedef struct vg_slab {
  *   free_blocks == sum over bins of count == the number of free blocks
  *   stats.reserved_bytes[ALL].current == sum of its segments' sizes
  *   stats.segment[ALL].current == the number of its segments
- *   for every vg_stat s: s.allocated - s.freed == s.current <= s.peak */
+ *   for every totaled vg_stat s: s.current <= s.peak and
+ *     s.allocated - s.freed == s.current - totals_base[s] (its current at
+ *     the last reset_accumulated; 0 before any) */
 struct vg_heap {
     vg_lock lock;
     /* Held around the provider's synchronize, which runs with `lock`

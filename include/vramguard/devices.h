@@ -37,7 +37,9 @@ int vg_devices_simulated(void);
  * in oom->device_error). VG_ERR_DEVICE with oom->status VG_OK means the
  * device has no heap (vg_devices_error says why). */
 int vg_devices_alloc(size_t size, int device, vg_stream_t stream, void **out, vg_oom_info *oom);
-/* Never fails: a pointer no heap knows is counted and reported once. */
+/* Never fails: a pointer no heap knows is reported once, and counted in
+ * num_invalid_frees of `device`'s heap when that heap exists (else
+ * nowhere). */
 void vg_devices_free(void *ptr, int device);
 /* The block at `ptr`, on whichever device heap holds it, is also used by
  * `stream` of device `stream_device` (-1: of the block's own device).

@@ -177,7 +177,7 @@ void vg_heap_stats(vg_heap *h, vg_stats *out);
 void vg_heap_fragmentation(vg_heap *h, vg_fragmentation *out);
 /* How many size classes there are: a histogram of this many pairs holds
  * every class. (35 levels of 32 classes, from VG_ALIGN up to VG_MAX_REQUEST:
- * see csrc/core/bins.c; the core derives its bins from this number and
+ * the levels are defined in csrc/core/heap_internal.h; the core derives its bins from this number and
  * asserts that they reach VG_MAX_REQUEST.) */
 #define VG_SIZE_CLASSES 1120
 /* Live blocks per size class: fills up to `n` (class lower bound, count)

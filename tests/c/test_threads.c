@@ -157,8 +157,9 @@ static void *alloc_on(worker *w, size_t size, int device)
     return p;
 }
 
-/* On the block's own device: simulated devices share one range of fake
- * addresses, so a lookup by address alone could find another device's. */
+/* On the block's own device: each device's heap is asked directly (each
+ * simulated device has its own 4 TiB of addresses, so none would be found
+ * in another's heap; this is the shorter way). */
 static int record_on(worker *w, const slot *s, vg_stream_t stream)
 {
     vg_heap *h = w->device < 0 ? w->heap : vg_devices_existing(s->device);
