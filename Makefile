@@ -22,7 +22,7 @@ LIBS = -lpthread -ldl
 # extension and the torch hook are built by setup.py from csrc/ as well).
 LIB_SRC = $(wildcard csrc/core/*.c) $(wildcard csrc/device/*.c)
 INC = -Iinclude -Icsrc/core
-HDRS = $(wildcard include/vramguard/*.h csrc/*/*.h) tests/c/harness.h
+HDRS = $(wildcard include/vramguard/*.h csrc/*/*.h) tests/c/harness.h tests/c/fake_cudart.h
 BUILD = build/c
 
 .PHONY: all test-c test-c-san test-c-tsan bench check pytest clean fuzz test
@@ -79,7 +79,7 @@ endef
 # older PyTorch wheels name theirs and linked in, so that it is already
 # loaded when the provider looks for one.
 FAKE_CUDART = $(BUILD)/fakecudart/libcudart-9335f6a2.so.11.0
-$(FAKE_CUDART): tests/c/fake_cudart.c
+$(FAKE_CUDART): tests/c/fake_cudart.c tests/c/fake_cudart.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(CWARN) -shared -fPIC -Wl,-soname,$(@F) -o $@ $<
 FAKE_LINK = $(FAKE_CUDART) -Wl,-rpath,'$$ORIGIN/fakecudart'

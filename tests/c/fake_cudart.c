@@ -8,6 +8,8 @@
  *
  * Single-threaded, as the test is. Error numbers, names and descriptions
  * are the real runtime's. */
+#include "fake_cudart.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -31,10 +33,6 @@ typedef struct fake_event {
     int recorded_device; /* -1 until recorded */
     int pending;
 } fake_event;
-
-typedef struct fake_record {
-    int event_device, stream_device, current;
-} fake_record;
 
 static struct fake_state {
     int current;
@@ -67,25 +65,6 @@ static int fail(int err)
 /* ------------------------------------------------------------------ */
 /* Knobs                                                               */
 /* ------------------------------------------------------------------ */
-
-void fake_reset(void);
-void fake_fail_malloc(int err, int sticky);
-void fake_fail_set_device(int device, int err);
-void fake_fail_device_count(int err);
-void fake_fail_mem_info(int err);
-void fake_events_wait(int on);
-void fake_complete(int device);
-unsigned fake_mallocs(int device);
-unsigned fake_syncs(int device);
-int fake_current(void);
-fake_record fake_last_record(void);
-uintptr_t fake_stream(int device, unsigned n);
-unsigned fake_frees(void);
-unsigned fake_event_queries(void);
-unsigned fake_event_records(void);
-int fake_capture_mode(void);
-int fake_malloc_capture_mode(void);
-size_t fake_used(int device);
 
 void fake_reset(void)
 {
