@@ -249,8 +249,10 @@ static const char *check_streams(vg_heap *h, size_t segments)
         for (const vg_stream_state *s = t->buckets[i]; s; s = s->hash_next) {
             records++;
             owned += s->segments;
-            if (!s->segments) return "stream record kept without a segment";
-            if (s->pinned) return "stream record still pinned between calls";
+            /* An allocation waiting for the device keeps its stream pinned. */
+            if (!h->device_waiters && !s->segments) return "stream record kept without a segment";
+            if (!h->device_waiters && s->pins) return "stream record still pinned between calls";
+            if (!s->segments && !s->pins) return "stream record neither pinned nor owning a segment";
             for (int pool = 0; pool < VG_POOL_COUNT; pool++) {
                 const char *err = check_class_map(h, s, pool);
                 if (err) return err;

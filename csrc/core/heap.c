@@ -355,11 +355,13 @@ void vg__process_pending(vg_heap *h)
 static int wait_for_device(vg_heap *h)
 {
     uint64_t begun = ++h->syncs_begun;
+    h->device_waiters++;
     vg_lock_release(&h->lock);
     pthread_mutex_lock(&h->device_wait);
     int rc = h->dev->ops->synchronize(h->dev);
     pthread_mutex_unlock(&h->device_wait);
     vg_lock_acquire(&h->lock);
+    h->device_waiters--;
     if (rc == VG_OK && begun > h->syncs_done) h->syncs_done = begun;
     return rc;
 }

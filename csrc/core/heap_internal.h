@@ -127,12 +127,15 @@ struct vg_segment {
  * It lives while the stream owns a segment, or while an allocation works
  * for it, and is freed after, so distinct streams cost nothing once gone.
  *   segments == the number of segments with seg->stream == this
- *   segments > 0 || pinned                   (between calls: segments > 0) */
+ *   segments > 0 || pins > 0    (between calls, no allocation waiting for
+ *                                the device: segments > 0 and pins == 0) */
 struct vg_stream_state {
     vg_stream_t key;                /* the handle: a heap serves one device */
     vg_stream_state *hash_next;
     size_t segments;
-    bool pinned;
+    /* Allocations working for the stream: more than one when one waits for
+     * the device with the lock released and others run meanwhile. */
+    uint32_t pins;
     vg_class_map classes[VG_POOL_COUNT];
 };
 
@@ -236,6 +239,8 @@ struct vg_heap {
     pthread_mutex_t device_wait;
     /* Synchronizes begun, and the last begun one that returned VG_OK. */
     uint64_t syncs_begun, syncs_done;
+    /* Callers waiting for the device now, the lock released. */
+    uint32_t device_waiters;
     vg_device *dev;
     const vg_policy *policy;
     size_t budget;         /* 0 = none */

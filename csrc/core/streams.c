@@ -98,7 +98,7 @@ vg_stream_state *vg__stream_pin_slow(vg_heap *h, vg_stream_t key)
     vg_stream_state *s = find_or_add(&h->streams, key);
     if (!s) return NULL;
     h->streams.last = s;
-    s->pinned = true;
+    s->pins++;
     return s;
 }
 
@@ -110,5 +110,5 @@ void vg__stream_forget(vg_heap *h, vg_stream_state *s)
 void vg__stream_lost_segment(vg_heap *h, vg_stream_state *s)
 {
     vg_assert_internal(s->segments > 0);
-    if (!--s->segments && !s->pinned) forget(&h->streams, s);
+    if (!--s->segments && !s->pins) forget(&h->streams, s);
 }
