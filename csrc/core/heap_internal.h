@@ -298,10 +298,6 @@ void vg__synchronize(vg_heap *h);
 /* A provider call returned VG_ERR_DEVICE: count it (num_device_errors),
  * keep the provider's words, and set device_failed. */
 void vg__device_error(vg_heap *h);
-static inline bool vg__device_failed(const vg_heap *h)
-{
-    return h->device_failed;
-}
 /* Can `bytes` more be reserved without passing the budget? */
 bool vg__within_budget(const vg_heap *h, size_t bytes);
 size_t vg__reserved(const vg_heap *h);

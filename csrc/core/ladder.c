@@ -54,7 +54,7 @@
 /* A device error since this allocation began. */
 static inline bool stopped(const vg_heap *h)
 {
-    return vg__device_failed(h);
+    return h->device_failed;
 }
 
 /* One segment of `size`, if the budget allows and the device gives it. */
