@@ -327,8 +327,9 @@ static const char *check_counters(vg_heap *h, const tally *t)
 const char *vg__check_totals(vg_heap *h)
 {
     const vg_stats *st = &h->stats;
-    const vg_stat *all[] = {st->requested_bytes, st->allocated_bytes, st->allocation, st->active,
-                            st->active_bytes, st->reserved_bytes, st->segment};
+#define VG_STAT_ARRAY(name) st->name,
+    const vg_stat *all[] = {VG_TOTALED_STAT_LIST(VG_STAT_ARRAY)};
+#undef VG_STAT_ARRAY
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (!stat_consistent(all[i])) return "a counter's current and peak disagree";
     if (!vg__totals_consistent(h)) return "allocated - freed totals are off";

@@ -218,7 +218,8 @@ void vg__history_destroy(vg_history *r);
 #define VG_BLOCK_SLAB 256
 
 /* The vg_stat arrays of vg_stats that keep totals (allocated, freed). */
-#define VG_TOTALED_STATS 7
+#define VG_COUNT_ONE(name) +1
+#define VG_TOTALED_STATS (0 VG_TOTALED_STAT_LIST(VG_COUNT_ONE))
 
 typedef struct vg_slab {
     struct vg_slab *next;

@@ -47,6 +47,17 @@ typedef struct vg_stat {
 /* Per quantity: index 0 = all, 1 = small pool, 2 = large pool. */
 enum { VG_STAT_ALL = 0, VG_STAT_SMALL = 1, VG_STAT_LARGE = 2, VG_STAT_TYPES = 3 };
 
+/* The vg_stat arrays of vg_stats (those that keep totals), in their order:
+ * X(name) for each, one list for the core and the Python extension. */
+#define VG_TOTALED_STAT_LIST(X) \
+    X(requested_bytes)          \
+    X(allocated_bytes)          \
+    X(allocation)               \
+    X(active)                   \
+    X(active_bytes)             \
+    X(reserved_bytes)           \
+    X(segment)
+
 typedef struct vg_stats {
     vg_stat requested_bytes[VG_STAT_TYPES]; /* as asked for */
     vg_stat allocated_bytes[VG_STAT_TYPES]; /* as rounded to blocks */
