@@ -352,13 +352,15 @@ void vg__process_pending(vg_heap *h)
 /* The wait itself, with the heap's lock released so that the heap's other
  * callers (a free, a stats read, another allocation) are not held up for
  * the device. */
-static int wait_for_device(vg_heap *h)
+static int wait_for_device(vg_heap *h, vg_device_error *error)
 {
     uint64_t begun = ++h->syncs_begun;
     h->device_waiters++;
     vg_lock_release(&h->lock);
     pthread_mutex_lock(&h->device_wait);
     int rc = h->dev->ops->synchronize(h->dev);
+    /* The provider's words, before the next synchronize can overwrite them. */
+    if (rc != VG_OK) *error = h->dev->error;
     pthread_mutex_unlock(&h->device_wait);
     vg_lock_acquire(&h->lock);
     h->device_waiters--;
@@ -368,14 +370,20 @@ static int wait_for_device(vg_heap *h)
 
 void vg__synchronize(vg_heap *h)
 {
-    int rc = wait_for_device(h);
+    vg_device_error error;
+    int rc = wait_for_device(h, &error);
     /* device_failed is the current allocation's: another one may have set
      * it while the lock was released; this caller's was false (the ladder
      * stops at an error before it synchronizes). */
     h->device_failed = false;
     /* Skipped (a capture underway) is no error: nothing was waited for,
      * and nothing without an event is freed on its strength. */
-    if (rc != VG_OK && rc != VG_ERR_BUSY) vg__device_error(h);
+    if (rc != VG_OK && rc != VG_ERR_BUSY) {
+        /* vg__device_error, with the words copied at the wait. */
+        h->stats.num_device_errors++;
+        h->device_error = error;
+        h->device_failed = true;
+    }
     vg__process_pending(h);
 }
 
