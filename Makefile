@@ -9,6 +9,9 @@ WARN = -Wall -Wextra -Werror -Wshadow
 CWARN = -std=c11 -D_GNU_SOURCE $(WARN) -Wstrict-prototypes -Wmissing-prototypes
 CXXWARN = -std=c++17 -D_GNU_SOURCE $(WARN)
 SAN = -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+# The same at -O0, for the tests whose defects -O1 can optimise away (a
+# load from freed memory whose value is then unused).
+SAN0 = $(subst -O1,-O0,$(SAN))
 TSAN = -O1 -g -fsanitize=thread -fno-omit-frame-pointer
 # The test builds assert the core's invariants as it runs (csrc/core/debug.h);
 # the benchmark and the Python extension do not.
@@ -19,7 +22,7 @@ LIBS = -lpthread -ldl
 # extension and the torch hook are built by setup.py from csrc/ as well).
 LIB_SRC = $(wildcard csrc/core/*.c) $(wildcard csrc/device/*.c)
 INC = -Iinclude -Icsrc/core
-HDRS = $(wildcard include/vramguard/*.h csrc/*/*.h) tests/c/harness.h
+HDRS = $(wildcard include/vramguard/*.h csrc/*/*.h) tests/c/harness.h tests/c/fake_cudart.h
 BUILD = build/c
 
 .PHONY: all test-c test-c-san test-c-tsan bench check pytest clean fuzz test
@@ -34,10 +37,12 @@ all: $(C_TESTS:%=$(BUILD)/%)
 FLAGS_obj = $(CFLAGS)
 FLAGS_san = $(SAN)
 FLAGS_tsan = $(TSAN)
+FLAGS_san0 = $(SAN0)
 SUFFIX_obj =
 SUFFIX_san = _san
 SUFFIX_tsan = _tsan
-BUILDS = obj san tsan
+SUFFIX_san0 = _san0
+BUILDS = obj san tsan san0
 
 define object_rules
 $(BUILD)/$(1)/%.o: csrc/%.c $$(HDRS)
@@ -74,7 +79,7 @@ endef
 # older PyTorch wheels name theirs and linked in, so that it is already
 # loaded when the provider looks for one.
 FAKE_CUDART = $(BUILD)/fakecudart/libcudart-9335f6a2.so.11.0
-$(FAKE_CUDART): tests/c/fake_cudart.c
+$(FAKE_CUDART): tests/c/fake_cudart.c tests/c/fake_cudart.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(CWARN) -shared -fPIC -Wl,-soname,$(@F) -o $@ $<
 FAKE_LINK = $(FAKE_CUDART) -Wl,-rpath,'$$ORIGIN/fakecudart'
@@ -88,9 +93,11 @@ $(BUILD)/bench_hot_path: $(LIB_SRC) bench/bench_hot_path.c $(HDRS)
 test-c: $(C_TESTS:%=$(BUILD)/%)
 	set -e; for t in $(C_TESTS); do $(BUILD)/$$t; done
 
-test-c-san: $(C_TESTS:%=$(BUILD)/%_san)
-	set -e; for t in $(C_TESTS); do \
-	  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/$${t}_san; done
+# The -O0 builds: the tests of the code that frees what it walks (pools).
+C_TESTS_O0 = test_hook
+test-c-san: $(C_TESTS:%=$(BUILD)/%_san) $(C_TESTS_O0:%=$(BUILD)/%_san0)
+	set -e; for t in $(C_TESTS:%=%_san) $(C_TESTS_O0:%=%_san0); do \
+	  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/$$t; done
 
 # ThreadSanitizer: any data race fails the run. Its runtime needs its shadow
 # memory at fixed addresses, which kernels with more than 28 bits of mmap

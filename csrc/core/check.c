@@ -71,6 +71,13 @@ static const char *check_block_shape(const vg_segment *seg, const vg_block *blk)
     }
 }
 
+/* A segment is idle exactly when one free block covers it. */
+static const char *check_idle_flag(const vg_segment *seg)
+{
+    bool whole_free = seg->head->state == VG_BLOCK_FREE && !seg->head->next;
+    return seg->idle != whole_free ? "segment idle flag disagrees with its blocks" : NULL;
+}
+
 /* The invariants that hold around one block: its own, its tiling with its
  * neighbours and its segment's ends, and its segment's idle flag. Checked
  * for every block an operation touches, they imply the segment-wide ones
@@ -86,9 +93,7 @@ const char *vg__check_block(const vg_heap *h, const vg_block *blk)
     if (blk->prev && blk->prev->state == VG_BLOCK_FREE && blk->state == VG_BLOCK_FREE)
         return "two free neighbours were not coalesced";
     if (!blk->next && blk->addr + blk->size != seg->addr + seg->size) return "last block does not end its segment";
-    bool whole_free = seg->head->state == VG_BLOCK_FREE && !seg->head->next;
-    if (seg->idle != whole_free) return "segment idle flag disagrees with its blocks";
-    return NULL;
+    return check_idle_flag(seg);
 }
 
 const char *vg__check_segment(const vg_heap *h, const vg_segment *seg)
@@ -104,9 +109,7 @@ const char *vg__check_segment(const vg_heap *h, const vg_segment *seg)
         covered += blk->size;
     }
     if (covered != seg->size) return "blocks do not cover their segment";
-    bool whole_free = seg->head->state == VG_BLOCK_FREE && !seg->head->next;
-    if (seg->idle != whole_free) return "segment idle flag disagrees with its blocks";
-    return NULL;
+    return check_idle_flag(seg);
 }
 
 /* ------------------------------------------------------------------ */
@@ -169,13 +172,6 @@ static const char *check_segments(vg_heap *h, tally *t)
 /* Bins: red-black trees ordered by (stream, size, address)            */
 /* ------------------------------------------------------------------ */
 
-static bool ordered(const vg_block *a, const vg_block *b)
-{
-    if (a->owner != b->owner) return (uintptr_t)a->owner < (uintptr_t)b->owner;
-    if (a->size != b->size) return a->size < b->size;
-    return a->addr < b->addr;
-}
-
 /* The black height of the subtree at `node`, or -1 with *err set. */
 static int check_subtree(const vg_block *node, const vg_block *parent, const char **err)
 {
@@ -183,7 +179,9 @@ static int check_subtree(const vg_block *node, const vg_block *parent, const cha
     if (node->link.tree.parent != parent) return *err = "bin tree parent links disagree", -1;
     if (node->red && parent && parent->red) return *err = "red block with a red parent in a bin tree", -1;
     const vg_block *l = node->link.tree.left, *r = node->link.tree.right;
-    if ((l && !ordered(l, node)) || (r && !ordered(node, r))) return *err = "bin tree out of order", -1;
+    if ((l && !vg__key_before(l->owner, l->size, l->addr, node)) ||
+        (r && !vg__key_before(node->owner, node->size, node->addr, r)))
+        return *err = "bin tree out of order", -1;
     int lh = check_subtree(l, node, err);
     if (lh < 0) return -1;
     int rh = check_subtree(r, node, err);
@@ -254,8 +252,10 @@ static const char *check_streams(vg_heap *h, size_t segments)
         for (const vg_stream_state *s = t->buckets[i]; s; s = s->hash_next) {
             records++;
             owned += s->segments;
-            if (!s->segments) return "stream record kept without a segment";
-            if (s->pinned) return "stream record still pinned between calls";
+            /* An allocation waiting for the device keeps its stream pinned. */
+            if (!h->device_waiters && !s->segments) return "stream record kept without a segment";
+            if (!h->device_waiters && s->pins) return "stream record still pinned between calls";
+            if (!s->segments && !s->pins) return "stream record neither pinned nor owning a segment";
             for (int pool = 0; pool < VG_POOL_COUNT; pool++) {
                 const char *err = check_class_map(h, s, pool);
                 if (err) return err;
@@ -281,10 +281,14 @@ static const char *check_lists(vg_heap *h, const tally *t)
         idle++;
     }
     if (idle != t->idle_segments) return "idle list misses idle segments";
+    const vg_block *last = NULL;
     for (const vg_block *blk = h->pending; blk; blk = blk->link.wait.next) {
         if (blk->state != VG_BLOCK_PENDING) return "non-pending block on the pending list";
+        if (blk->link.wait.prev != last) return "pending list links disagree";
+        last = blk;
         pending++;
     }
+    if (last != h->pending_tail) return "pending list's tail is not its last block";
     if (pending != t->pending) return "pending list misses pending blocks";
     return NULL;
 }
@@ -331,8 +335,9 @@ static const char *check_counters(vg_heap *h, const tally *t)
 const char *vg__check_totals(vg_heap *h)
 {
     const vg_stats *st = &h->stats;
-    const vg_stat *all[] = {st->requested_bytes, st->allocated_bytes, st->allocation, st->active,
-                            st->active_bytes, st->reserved_bytes, st->segment};
+#define VG_STAT_ARRAY(name) st->name,
+    const vg_stat *all[] = {VG_TOTALED_STAT_LIST(VG_STAT_ARRAY)};
+#undef VG_STAT_ARRAY
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (!stat_consistent(all[i])) return "a counter's current and peak disagree";
     if (!vg__totals_consistent(h)) return "allocated - freed totals are off";
@@ -359,9 +364,9 @@ const char *vg_heap_check(vg_heap *h)
     if (!err && binned != t.free_blocks) err = "free blocks missing from the bins";
     if (!err) err = check_streams(h, (size_t)t.segments[VG_STAT_ALL]);
     if (!err) err = check_lists(h, &t);
+    /* check_counters covers vg__check_totals, and the bins' recount
+     * vg__check_bin_counts: the debug builds' per-call subsets. */
     if (!err) err = check_counters(h, &t);
-    if (!err) err = vg__check_totals(h);
-    if (!err) err = vg__check_bin_counts(h);
     vg_lock_release(&h->lock);
     return err;
 }

@@ -298,27 +298,72 @@ size_t vg__release_idle(vg_heap *h, const vg_stream_state *only, size_t target,
 /* Deferred frees (record_stream)                                      */
 /* ------------------------------------------------------------------ */
 
+static void pending_append(vg_heap *h, vg_block *blk)
+{
+    blk->link.wait.next = NULL;
+    blk->link.wait.prev = h->pending_tail;
+    if (h->pending_tail) h->pending_tail->link.wait.next = blk;
+    else h->pending = blk;
+    h->pending_tail = blk;
+}
+
 static void pending_remove(vg_heap *h, vg_block *blk)
 {
     if (blk->link.wait.prev) blk->link.wait.prev->link.wait.next = blk->link.wait.next;
     else h->pending = blk->link.wait.next;
     if (blk->link.wait.next) blk->link.wait.next->link.wait.prev = blk->link.wait.prev;
+    else h->pending_tail = blk->link.wait.prev;
     blk->link.wait.prev = blk->link.wait.next = NULL;
 }
 
-static bool uses_finished(vg_heap *h, const vg_block *blk)
+/* The streams found busy in one pass over the pending list. Events on a
+ * stream complete in the order they were recorded, and the list is in that
+ * order: once one event of a stream is not finished, no later one is, and
+ * it is not queried. Full, it only stops saving queries. */
+#define BUSY_STREAMS 16
+typedef struct busy_streams {
+    int n;
+    struct { vg_stream_t stream; int device; } at[BUSY_STREAMS];
+} busy_streams;
+
+static bool known_busy(const busy_streams *b, const vg_stream_use *use)
+{
+    for (int i = 0; i < b->n; i++)
+        if (b->at[i].stream == use->stream && b->at[i].device == use->device) return true;
+    return false;
+}
+
+/* A use without an event is not known to be finished until a synchronize
+ * begun after the free has succeeded: not after one that failed, nor one
+ * the provider skipped (VG_ERR_BUSY, during a capture). */
+static bool use_finished(vg_heap *h, const vg_stream_use *use, busy_streams *busy)
+{
+    if (!use->has_event) return h->syncs_done > use->syncs_before;
+    if (known_busy(busy, use)) return false;
+    if (h->dev->ops->event_query(h->dev, use->event)) return true;
+    if (busy->n < BUSY_STREAMS) {
+        busy->at[busy->n].stream = use->stream;
+        busy->at[busy->n].device = use->device;
+        busy->n++;
+    }
+    return false;
+}
+
+static bool uses_finished(vg_heap *h, const vg_block *blk, busy_streams *busy)
 {
     for (const vg_stream_use *use = blk->uses; use; use = use->next)
-        if (use->has_event && !h->dev->ops->event_query(h->dev, use->event)) return false;
+        if (!use_finished(h, use, busy)) return false;
     return true;
 }
 
 void vg__process_pending(vg_heap *h)
 {
+    busy_streams busy;
+    busy.n = 0;
     vg_block *blk = h->pending;
     while (blk) {
         vg_block *next = blk->link.wait.next;
-        if (uses_finished(h, blk)) {
+        if (uses_finished(h, blk, &busy)) {
             pending_remove(h, blk);
             recycle_uses(h, blk);
             make_free(h, blk);
@@ -327,9 +372,41 @@ void vg__process_pending(vg_heap *h)
     }
 }
 
+/* The wait itself, with the heap's lock released so that the heap's other
+ * callers (a free, a stats read, another allocation) are not held up for
+ * the device. */
+static int wait_for_device(vg_heap *h, vg_device_error *error)
+{
+    uint64_t begun = ++h->syncs_begun;
+    h->device_waiters++;
+    vg_lock_release(&h->lock);
+    pthread_mutex_lock(&h->device_wait);
+    int rc = h->dev->ops->synchronize(h->dev);
+    /* The provider's words, before the next synchronize can overwrite them. */
+    if (rc != VG_OK) *error = h->dev->error;
+    pthread_mutex_unlock(&h->device_wait);
+    vg_lock_acquire(&h->lock);
+    h->device_waiters--;
+    if (rc == VG_OK && begun > h->syncs_done) h->syncs_done = begun;
+    return rc;
+}
+
 void vg__synchronize(vg_heap *h)
 {
-    if (h->dev->ops->synchronize(h->dev) != VG_OK) vg__device_error(h);
+    vg_device_error error;
+    int rc = wait_for_device(h, &error);
+    /* device_failed is the current allocation's: another one may have set
+     * it while the lock was released; this caller's was false (the ladder
+     * stops at an error before it synchronizes). */
+    h->device_failed = false;
+    /* Skipped (a capture underway) is no error: nothing was waited for,
+     * and nothing without an event is freed on its strength. */
+    if (rc != VG_OK && rc != VG_ERR_BUSY) {
+        /* vg__device_error, with the words copied at the wait. */
+        h->stats.num_device_errors++;
+        h->device_error = error;
+        h->device_failed = true;
+    }
     vg__process_pending(h);
 }
 
@@ -342,13 +419,11 @@ static void defer_free(vg_heap *h, vg_block *blk)
         int rc = h->dev->ops->event_record(h->dev, use->device, use->stream, &use->event);
         if (rc == VG_OK) use->has_event = true;
         else recorded = false;
+        use->syncs_before = h->syncs_begun;
         if (rc == VG_ERR_DEVICE) vg__device_error(h);
     }
     blk->state = VG_BLOCK_PENDING;
-    blk->link.wait.prev = NULL;
-    blk->link.wait.next = h->pending;
-    if (h->pending) h->pending->link.wait.prev = blk;
-    h->pending = blk;
+    pending_append(h, blk);
     h->stats.num_deferred_frees++;
     if (!recorded) vg__synchronize(h);
 }
@@ -369,6 +444,7 @@ vg_heap *vg_heap_create(vg_device *dev, const vg_heap_config *cfg)
         return NULL;
     }
     vg_lock_init(&h->lock);
+    pthread_mutex_init(&h->device_wait, NULL);
     h->dev = dev;
     h->policy = cfg && cfg->policy ? cfg->policy : &vg_policy_default;
     h->budget = cfg ? cfg->budget : 0;
@@ -398,6 +474,7 @@ void vg_heap_destroy(vg_heap *h)
     vg__streams_destroy(&h->streams);
     vg__map_free(&h->live);
     vg__history_destroy(h->history);
+    pthread_mutex_destroy(&h->device_wait);
     free(h);
 }
 
@@ -508,6 +585,11 @@ static vg_block *alloc_block(vg_heap *h, vg_request *r, size_t size, vg_stream_t
     r->pool = r->rounded <= VG_SMALL_REQUEST ? VG_POOL_SMALL : VG_POOL_LARGE;
     vg_block *blk = vg__find_block(h, r) ? take(h, r->block, r->rounded, size) : NULL;
     vg__stream_unpin(h, r->stream);
+    /* Once per allocation that succeeds, whichever step found its block. */
+    if (blk) {
+        if (r->fresh) h->stats.num_cache_misses++;
+        else h->stats.num_cache_hits++;
+    }
     return blk;
 }
 
@@ -543,20 +625,13 @@ void vg_heap_count_invalid_free(vg_heap *h)
     vg_lock_release(&h->lock);
 }
 
-int vg_heap_free(vg_heap *h, void *ptr)
+/* Both frees, under one taking of the lock; an unknown pointer is counted
+ * in num_invalid_frees when `count_invalid`. */
+static int free_locked(vg_heap *h, void *ptr, bool count_invalid)
 {
-    int rc = vg_heap_free_if_owned(h, ptr);
-    if (rc == VG_ERR_INVALID) vg_heap_count_invalid_free(h);
-    return rc;
-}
-
-int vg_heap_free_if_owned(vg_heap *h, void *ptr)
-{
-    if (!ptr) return VG_OK;
-    vg_lock_acquire(&h->lock);
     vg_block *blk = vg__map_take(&h->live, (uintptr_t)ptr);
     if (!blk) {
-        vg_lock_release(&h->lock);
+        if (count_invalid) h->stats.num_invalid_frees++;
         return VG_ERR_INVALID;
     }
     int pool = blk->seg->pool;
@@ -569,8 +644,25 @@ int vg_heap_free_if_owned(vg_heap *h, void *ptr)
     if (blk->uses) defer_free(h, blk);
     else make_free(h, blk);
     vg_assert_internal(!vg__check_totals(h));
-    vg_lock_release(&h->lock);
     return VG_OK;
+}
+
+int vg_heap_free(vg_heap *h, void *ptr)
+{
+    if (!ptr) return VG_OK;
+    vg_lock_acquire(&h->lock);
+    int rc = free_locked(h, ptr, true);
+    vg_lock_release(&h->lock);
+    return rc;
+}
+
+int vg_heap_free_if_owned(vg_heap *h, void *ptr)
+{
+    if (!ptr) return VG_OK;
+    vg_lock_acquire(&h->lock);
+    int rc = free_locked(h, ptr, false);
+    vg_lock_release(&h->lock);
+    return rc;
 }
 
 int vg_heap_record_stream(vg_heap *h, void *ptr, vg_stream_t stream)
@@ -628,6 +720,14 @@ void vg_heap_synchronize(vg_heap *h)
     vg_lock_acquire(&h->lock);
     vg__synchronize(h);
     vg_lock_release(&h->lock);
+}
+
+void vg_heap_wait_for_calls(vg_heap *h)
+{
+    vg_lock_acquire(&h->lock);
+    vg_lock_release(&h->lock);
+    pthread_mutex_lock(&h->device_wait);
+    pthread_mutex_unlock(&h->device_wait);
 }
 
 int vg_heap_set_budget(vg_heap *h, size_t budget)

@@ -13,6 +13,7 @@
 #include "debug.h"
 #include "lock.h"
 
+#include <pthread.h>
 #include <stdbool.h>
 
 typedef struct vg_block vg_block;
@@ -72,6 +73,10 @@ struct vg_stream_use {
     int device;
     vg_event_t event;
     bool has_event;
+    /* No event (its record failed): finished only once a synchronize begun
+     * after the free has returned VG_OK, that is once the heap's
+     * syncs_done passes this (its syncs_begun at the free). */
+    uint64_t syncs_before;
     vg_stream_use *next;
 };
 
@@ -122,12 +127,15 @@ struct vg_segment {
  * It lives while the stream owns a segment, or while an allocation works
  * for it, and is freed after, so distinct streams cost nothing once gone.
  *   segments == the number of segments with seg->stream == this
- *   segments > 0 || pinned                   (between calls: segments > 0) */
+ *   segments > 0 || pins > 0    (between calls, no allocation waiting for
+ *                                the device: segments > 0 and pins == 0) */
 struct vg_stream_state {
     vg_stream_t key;                /* the handle: a heap serves one device */
     vg_stream_state *hash_next;
     size_t segments;
-    bool pinned;
+    /* Allocations working for the stream: more than one when one waits for
+     * the device with the lock released and others run meanwhile. */
+    uint32_t pins;
     vg_class_map classes[VG_POOL_COUNT];
 };
 
@@ -210,7 +218,8 @@ void vg__history_destroy(vg_history *r);
 #define VG_BLOCK_SLAB 256
 
 /* The vg_stat arrays of vg_stats that keep totals (allocated, freed). */
-#define VG_TOTALED_STATS 9
+#define VG_COUNT_ONE(name) +1
+#define VG_TOTALED_STATS (0 VG_TOTALED_STAT_LIST(VG_COUNT_ONE))
 
 typedef struct vg_slab {
     struct vg_slab *next;
@@ -220,9 +229,19 @@ typedef struct vg_slab {
  *   free_blocks == sum over bins of count == the number of free blocks
  *   stats.reserved_bytes[ALL].current == sum of its segments' sizes
  *   stats.segment[ALL].current == the number of its segments
- *   for every vg_stat s: s.allocated - s.freed == s.current <= s.peak */
+ *   for every totaled vg_stat s: s.current <= s.peak and
+ *     s.allocated - s.freed == s.current - totals_base[s] (its current at
+ *     the last reset_accumulated; 0 before any) */
 struct vg_heap {
     vg_lock lock;
+    /* Held around the provider's synchronize, which runs with `lock`
+     * released (no device wait under the heap's lock); never held while
+     * `lock` is taken, nor taken while `lock` is held. */
+    pthread_mutex_t device_wait;
+    /* Synchronizes begun, and the last begun one that returned VG_OK. */
+    uint64_t syncs_begun, syncs_done;
+    /* Callers waiting for the device now, the lock released. */
+    uint32_t device_waiters;
     vg_device *dev;
     const vg_policy *policy;
     size_t budget;         /* 0 = none */
@@ -239,7 +258,9 @@ struct vg_heap {
 
     vg_segment *segments;
     vg_segment *idle_head, *idle_tail;
-    vg_block *pending;           /* freed blocks waiting for other streams */
+    /* Freed blocks waiting for other streams, oldest first: their events
+     * were recorded in this order. */
+    vg_block *pending, *pending_tail;
     size_t free_blocks;
 
     vg_stats stats;
@@ -270,15 +291,14 @@ size_t vg__release_idle(vg_heap *h, const vg_stream_state *only, size_t target,
                         uint64_t *counter);
 /* Finish deferred frees whose events have completed. */
 void vg__process_pending(vg_heap *h);
-/* Wait for the device and finish every deferred free. */
+/* Wait for the device and finish every deferred free. Called with the
+ * lock held, it releases the lock for the wait and takes it again: the
+ * heap may have changed meanwhile, so a caller looks again at whatever it
+ * had found before (blocks, segments, the bins). */
 void vg__synchronize(vg_heap *h);
 /* A provider call returned VG_ERR_DEVICE: count it (num_device_errors),
  * keep the provider's words, and set device_failed. */
 void vg__device_error(vg_heap *h);
-static inline bool vg__device_failed(const vg_heap *h)
-{
-    return h->device_failed;
-}
 /* Can `bytes` more be reserved without passing the budget? */
 bool vg__within_budget(const vg_heap *h, size_t bytes);
 size_t vg__reserved(const vg_heap *h);
@@ -305,6 +325,7 @@ typedef struct vg_request {
     vg_block *block;        /* the answer */
     vg_block *kept_whole;   /* a cached fit the policy keeps whole */
     bool budget_refused;    /* the budget refused the last segment asked for */
+    bool fresh;             /* the answer is a segment reserved for it */
 } vg_request;
 bool vg__find_block(vg_heap *h, vg_request *r);
 

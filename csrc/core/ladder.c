@@ -4,8 +4,7 @@
  * what it did in vg_stats. As PyTorch's own malloc, the sequence reads as
  * one chain (vg__find_block):
  *
- *   get_free_block                    best cached fit (num_cache_hits); no
- *                                     fit at all: num_cache_misses; a fit
+ *   get_free_block                    best cached fit; a fit
  *                                     the policy keeps whole goes on to
  *   || reserve_beside_kept_whole      a fresh segment beside it
  *                                     (num_kept_whole), else its segment
@@ -32,6 +31,10 @@
  *                                     (num_alloc_retries)
  *
  * and when every step fails, the caller writes the OOM record (num_ooms).
+ * The caller also counts each allocation that succeeds once, in one
+ * place: num_cache_misses when its block is a segment reserved for it
+ * (r->fresh), num_cache_hits otherwise (a cached fit, found at once, split
+ * after all, or found again after the synchronize).
  * A step answers true with r->block set: a free block of at least
  * r->rounded bytes in r->stream's bins.
  *
@@ -51,7 +54,7 @@
 /* A device error since this allocation began. */
 static inline bool stopped(const vg_heap *h)
 {
-    return vg__device_failed(h);
+    return h->device_failed;
 }
 
 /* One segment of `size`, if the budget allows and the device gives it. */
@@ -65,6 +68,7 @@ static bool try_segment(vg_heap *h, vg_request *r, size_t size)
     vg_segment *seg = vg__segment_create(h, r->stream, r->pool, size);
     if (!seg) return false;
     r->block = seg->head;
+    r->fresh = true;
     return true;
 }
 
@@ -100,15 +104,11 @@ static bool get_free_block(vg_heap *h, vg_request *r)
 {
     const vg_policy *p = h->policy;
     vg_block *blk = vg__bins_best_fit(h->bins[r->pool], r->stream, r->pool, r->rounded);
-    if (!blk) {
-        h->stats.num_cache_misses++;
-        return false;
-    }
+    if (!blk) return false;
     if (blk->size - r->rounded >= p->keep_whole_from && p->keep_whole(h, blk, r->rounded)) {
         r->kept_whole = blk;
         return false;
     }
-    h->stats.num_cache_hits++;
     r->block = blk;
     return true;
 }

@@ -6,8 +6,9 @@
  * csrc/python/py_convert.c), and nothing else a holder calls is Python. So a
  * thread may wait for this lock with the GIL held without a deadlock.
  *
- * A holder may wait for the device, though (cudaMalloc, cudaFree, a
- * synchronize on the out-of-memory path), for milliseconds: a waiter spins
+ * A holder may wait for the device in cudaMalloc or cudaFree, though, for
+ * milliseconds (a synchronize is waited for with the lock released:
+ * heap.c, wait_for_device): a waiter spins
  * for a bounded hundred pauses (a few microseconds, many hot-path critical
  * sections), then sleeps on a futex instead of burning its core.
  *

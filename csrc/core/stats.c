@@ -20,34 +20,20 @@ static void reset_peak(vg_stat *s)
     for (int i = 0; i < VG_STAT_TYPES; i++) s[i].peak = s[i].current;
 }
 
-void vg_heap_reset_peaks(vg_heap *h)
-{
-    vg_lock_acquire(&h->lock);
-    vg_stats *st = &h->stats;
-    reset_peak(st->requested_bytes);
-    reset_peak(st->allocated_bytes);
-    reset_peak(st->allocation);
-    reset_peak(st->active);
-    reset_peak(st->active_bytes);
-    reset_peak(st->reserved_bytes);
-    reset_peak(st->segment);
-    reset_peak(st->inactive_split);
-    reset_peak(st->inactive_split_bytes);
-    vg_lock_release(&h->lock);
-}
-
 /* The stats with totals, in the order of heap_internal.h's totals_base. */
-static const size_t stats_with_totals[VG_TOTALED_STATS] = {
-    offsetof(vg_stats, requested_bytes), offsetof(vg_stats, allocated_bytes),
-    offsetof(vg_stats, allocation),      offsetof(vg_stats, active),
-    offsetof(vg_stats, active_bytes),    offsetof(vg_stats, reserved_bytes),
-    offsetof(vg_stats, segment),         offsetof(vg_stats, inactive_split),
-    offsetof(vg_stats, inactive_split_bytes),
-};
+#define VG_STAT_OFFSET(name) offsetof(vg_stats, name),
+static const size_t stats_with_totals[VG_TOTALED_STATS] = {VG_TOTALED_STAT_LIST(VG_STAT_OFFSET)};
 
 static vg_stat *stat_at(vg_stats *st, size_t k)
 {
     return (vg_stat *)(void *)((char *)st + stats_with_totals[k]);
+}
+
+void vg_heap_reset_peaks(vg_heap *h)
+{
+    vg_lock_acquire(&h->lock);
+    for (size_t k = 0; k < VG_TOTALED_STATS; k++) reset_peak(stat_at(&h->stats, k));
+    vg_lock_release(&h->lock);
 }
 
 /* As PyTorch's Stat::reset_accumulated: allocated and freed restart from 0.

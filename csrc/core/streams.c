@@ -81,8 +81,9 @@ static vg_stream_state *find_or_add(vg_stream_table *t, vg_stream_t key)
     return s;
 }
 
-static void forget(vg_stream_table *t, vg_stream_state *s)
+void vg__stream_forget(vg_heap *h, vg_stream_state *s)
 {
+    vg_stream_table *t = &h->streams;
     vg_stream_state **link = &t->buckets[vg__stream_hash(s->key, t->bits)];
     while (*link != s) link = &(*link)->hash_next;
     *link = s->hash_next;
@@ -98,17 +99,13 @@ vg_stream_state *vg__stream_pin_slow(vg_heap *h, vg_stream_t key)
     vg_stream_state *s = find_or_add(&h->streams, key);
     if (!s) return NULL;
     h->streams.last = s;
-    s->pinned = true;
+    s->pins++;
     return s;
 }
 
-void vg__stream_forget(vg_heap *h, vg_stream_state *s)
-{
-    forget(&h->streams, s);
-}
 
 void vg__stream_lost_segment(vg_heap *h, vg_stream_state *s)
 {
     vg_assert_internal(s->segments > 0);
-    if (!--s->segments && !s->pinned) forget(&h->streams, s);
+    if (!--s->segments && !s->pins) vg__stream_forget(h, s);
 }

@@ -30,15 +30,14 @@ static inline vg_stream_state *vg__stream_pin(vg_heap *h, vg_stream_t key)
 {
     vg_stream_state *s = h->streams.last;
     if (!s || !vg__stream_key_equal(s->key, key)) return vg__stream_pin_slow(h, key);
-    s->pinned = true;
+    s->pins++;
     return s;
 }
 
 /* Forget the record if its stream owns no segment. */
 static inline void vg__stream_unpin(vg_heap *h, vg_stream_state *s)
 {
-    s->pinned = false;
-    if (!s->segments) vg__stream_forget(h, s);
+    if (!--s->pins && !s->segments) vg__stream_forget(h, s);
 }
 
 #endif

@@ -279,13 +279,21 @@ typedef struct event_slot {
     int device;
     vg_stream_t stream;     /* where it is to be recorded */
     int recorded;           /* 0: asked for during a capture, not yet recorded */
+    uint64_t syncs_before;  /* vg_cuda.syncs_begun[device] when asked for */
     struct event_slot *next;
 } event_slot;
 
 typedef struct vg_cuda {
     vg_device base;
     event_slot *spare[VG_MAX_DEVICES]; /* a recorded event costs a create only once */
-    uint64_t recorded_on; /* devices with events recorded since the last synchronize */
+    /* Shared by synchronize, which runs without the heap's lock, and the
+     * event calls, which run under it: atomics. */
+    atomic_uint_least64_t recorded_on; /* devices with events recorded since the last synchronize */
+    /* Per device: synchronizes begun, and the last begun one that ended
+     * well. An event asked for before a synchronize began that ended well
+     * is done, recorded or not. */
+    atomic_uint_least64_t syncs_begun[VG_MAX_DEVICES];
+    atomic_uint_least64_t syncs_done[VG_MAX_DEVICES];
 } vg_cuda;
 
 /* Run on a given device, then put the caller's device back: cudaMalloc
@@ -445,7 +453,7 @@ static int cuda_mem_info(vg_device *dev, size_t *free_bytes, size_t *total_bytes
 /* Synchronize and events                                              */
 /* ------------------------------------------------------------------ */
 
-static int synchronize_one(vg_device *dev, int device)
+static int wait_for_one(vg_device *dev, int device)
 {
     device_guard g;
     int rc = enter(dev, device, &g);
@@ -455,21 +463,36 @@ static int synchronize_one(vg_device *dev, int device)
     return err == CUDA_SUCCESS ? VG_OK : failed(dev, "cudaDeviceSynchronize", err);
 }
 
+static int synchronize_one(vg_cuda *c, int device)
+{
+    uint64_t begun = atomic_fetch_add(&c->syncs_begun[device], 1) + 1;
+    int rc = wait_for_one(&c->base, device);
+    if (rc == VG_OK) atomic_store(&c->syncs_done[device], begun);
+    return rc;
+}
+
 /* Its own device, and each device it recorded events on: then every event
- * it handed out queries done, as the heap expects. During a capture on
- * one of them nothing is waited for (a synchronize would end the capture
- * with an error); events there go on answering "not finished". */
+ * it handed out before queries done, as the heap expects. During a capture
+ * on one of them nothing is waited for (a synchronize would end the
+ * capture with an error): events there go on answering "not finished",
+ * and the answer is VG_ERR_BUSY, so that the heap frees nothing on the
+ * strength of it. The devices are taken from recorded_on at the start, so
+ * that one recorded on meanwhile stays for the next synchronize; those not
+ * waited for go back. */
 static int cuda_synchronize(vg_device *dev)
 {
     vg_cuda *c = (vg_cuda *)dev;
-    uint64_t devices = c->recorded_on | (uint64_t)1 << dev->index;
+    uint64_t devices = atomic_exchange(&c->recorded_on, 0) | (uint64_t)1 << dev->index;
+    uint64_t left = 0;
     int first_error = VG_OK;
     for (int d = 0; d < VG_MAX_DEVICES; d++) {
-        if (!(devices >> d & 1) || vg_capture_active(d)) continue;
-        int rc = synchronize_one(dev, d);
-        if (rc == VG_OK) c->recorded_on &= ~((uint64_t)1 << d);
-        else if (first_error == VG_OK) first_error = rc;
+        if (!(devices >> d & 1)) continue;
+        int rc = vg_capture_active(d) ? VG_ERR_BUSY : synchronize_one(c, d);
+        if (rc == VG_OK) continue;
+        left |= (uint64_t)1 << d;
+        if (first_error == VG_OK || first_error == VG_ERR_BUSY) first_error = rc;
     }
+    if (left) atomic_fetch_or(&c->recorded_on, left & ~((uint64_t)1 << dev->index));
     return first_error;
 }
 
@@ -526,11 +549,12 @@ static int cuda_event_record(vg_device *dev, int device, vg_stream_t stream, vg_
     if (device < 0 || device >= VG_MAX_DEVICES) return VG_ERR_ARG;
     /* Even if recording fails, the synchronize the heap falls back on must
      * cover this device. */
-    c->recorded_on |= (uint64_t)1 << device;
+    atomic_fetch_or(&c->recorded_on, (uint64_t)1 << device);
     event_slot *s = take_event(c, device);
     if (!s) return VG_ERR_NOMEM;
     s->stream = stream;
     s->recorded = 0;
+    s->syncs_before = atomic_load(&c->syncs_begun[device]);
     /* During a capture the record waits for the first query after it, as
      * PyTorch's allocator defers its events until no capture is underway. */
     int rc = capturing(dev, s) ? VG_OK : record_now(dev, s);
@@ -543,12 +567,15 @@ static int cuda_event_record(vg_device *dev, int device, vg_stream_t stream, vg_
 static int cuda_event_query(vg_device *dev, vg_event_t ev)
 {
     event_slot *s = (event_slot *)ev;
+    vg_cuda *c = (vg_cuda *)dev;
     if (capturing(dev, s)) return 0; /* a query would break the capture */
-    if (!s->recorded && record_now(dev, s) != VG_OK) {
-        /* Nothing recorded to wait on: wait for the stream's whole device
-         * instead, after which the work is done either way. */
-        (void)synchronize_one(dev, s->device);
-        return 1;
+    if (!s->recorded) {
+        /* Asked for during a capture: a synchronize of its device begun
+         * since has waited for the work. Else record it now; if that
+         * fails, "not finished" (no device wait on the allocation path):
+         * the heap's next synchronize, which covers this device, ends it. */
+        if (atomic_load(&c->syncs_done[s->device]) > s->syncs_before) return 1;
+        if (record_now(dev, s) != VG_OK) return 0;
     }
     cuda_error err = rt.EventQuery(s->event);
     if (err == CUDA_SUCCESS) return 1;

@@ -24,6 +24,9 @@ static struct settings {
     double gc_threshold;
     size_t simulated;       /* capacity of simulated devices, 0 = real ones */
 } settings;
+/* settings.simulated != 0, for the record_stream hook's every call
+ * (vg_devices_stream_device): read without the registry's mutex. */
+static atomic_int simulating;
 
 /* Per thread, as errno: a caller reads the message of its own failure,
  * never one that another thread is writing. */
@@ -42,20 +45,31 @@ void vg__devices_set_error(const char *message)
 }
 
 /* The budget a device gets: a fraction of its total, or bytes. The
- * fraction is a vg_valid_fraction, so the product fits in size_t. */
-static size_t budget_for(size_t total, size_t budget, double fraction)
+ * fraction is a vg_valid_fraction, so the product fits in size_t. A
+ * fraction of a total nobody knows (the heap's mem_info failed when it was
+ * created) is an error, not "no budget". */
+static int budget_for(vg_heap *h, size_t budget, double fraction, size_t *out)
 {
-    if (fraction <= 0.0 || !total) return budget;
-    return (size_t)((double)total * fraction);
+    if (fraction <= 0.0) {
+        *out = budget;
+        return VG_OK;
+    }
+    size_t total = vg_heap_device_total(h);
+    if (!total) {
+        snprintf(last_error, sizeof last_error,
+                 "device %d memory unknown: a budget fraction cannot be applied to it",
+                 vg_heap_device(h)->index);
+        return VG_ERR_DEVICE;
+    }
+    *out = (size_t)((double)total * fraction);
+    return VG_OK;
 }
 
-/* A device's total before its heap exists; afterwards the heap's own record
- * of it is read under the heap's lock (vg_heap_device_total), since the
- * provider is called with that lock held. */
-static size_t fresh_device_total(vg_device *dev)
+static int apply_budget(vg_heap *h, size_t budget, double fraction)
 {
-    size_t free_bytes = 0, total = 0;
-    return dev->ops->mem_info(dev, &free_bytes, &total) == VG_OK ? total : 0;
+    size_t bytes = 0;
+    int rc = budget_for(h, budget, fraction, &bytes);
+    return rc == VG_OK ? vg_heap_set_budget(h, bytes) : rc;
 }
 
 /* With the registry's mutex held (the settings are read under it). */
@@ -87,13 +101,18 @@ static vg_heap *create_locked(int device)
     /* simulated: 4 TiB of addresses per device, as real ones never overlap */
     vg_device *dev = provider_locked(device, ((uintptr_t)1 << 40) + ((uintptr_t)device << 42));
     if (!dev) return NULL;
-    vg_heap_config cfg = {NULL,
-                          budget_for(fresh_device_total(dev), settings.budget, settings.budget_fraction),
-                          settings.gc_threshold};
+    /* The budget after: the heap asks the device its total as it is
+     * created, once. */
+    vg_heap_config cfg = {NULL, 0, settings.gc_threshold};
     vg_heap *h = vg_heap_create(dev, &cfg);
     if (!h) {
         dev->ops->destroy(dev);
         snprintf(last_error, sizeof last_error, "cannot create a heap for device %d", device);
+        return NULL;
+    }
+    if (apply_budget(h, settings.budget, settings.budget_fraction) != VG_OK) {
+        vg_heap_destroy(h);
+        dev->ops->destroy(dev);
         return NULL;
     }
     atomic_store(&heaps[device], h);
@@ -126,17 +145,26 @@ int vg_devices_configure(size_t budget, double budget_fraction, double gc_thresh
 {
     if (!vg_valid_fraction(budget_fraction) || !vg_valid_fraction(gc_threshold)) return VG_ERR_ARG;
     pthread_mutex_lock(&registry);
-    settings.budget = budget;
-    settings.budget_fraction = budget_fraction;
-    settings.gc_threshold = gc_threshold;
-    for (int d = 0; d < VG_MAX_DEVICES; d++) {
+    /* Every heap's budget first, so that a refusal changes nothing. */
+    size_t bytes[VG_MAX_DEVICES] = {0};
+    int rc = VG_OK;
+    for (int d = 0; d < VG_MAX_DEVICES && rc == VG_OK; d++) {
         vg_heap *h = atomic_load(&heaps[d]);
-        if (!h) continue;
-        vg_heap_set_budget(h, budget_for(vg_heap_device_total(h), budget, budget_fraction));
-        vg_heap_set_gc_threshold(h, gc_threshold);
+        if (h) rc = budget_for(h, budget, budget_fraction, &bytes[d]);
+    }
+    if (rc == VG_OK) {
+        settings.budget = budget;
+        settings.budget_fraction = budget_fraction;
+        settings.gc_threshold = gc_threshold;
+        for (int d = 0; d < VG_MAX_DEVICES; d++) {
+            vg_heap *h = atomic_load(&heaps[d]);
+            if (!h) continue;
+            vg_heap_set_budget(h, bytes[d]);
+            vg_heap_set_gc_threshold(h, gc_threshold);
+        }
     }
     pthread_mutex_unlock(&registry);
-    return VG_OK;
+    return rc;
 }
 
 int vg_devices_set_budget(int device, size_t budget, double budget_fraction)
@@ -144,7 +172,7 @@ int vg_devices_set_budget(int device, size_t budget, double budget_fraction)
     if (!vg_valid_fraction(budget_fraction)) return VG_ERR_ARG;
     vg_heap *h = vg_devices_heap(device);
     if (!h) return VG_ERR_DEVICE;
-    return vg_heap_set_budget(h, budget_for(vg_heap_device_total(h), budget, budget_fraction));
+    return apply_budget(h, budget, budget_fraction);
 }
 
 int vg_devices_simulate(size_t capacity)
@@ -153,17 +181,17 @@ int vg_devices_simulate(size_t capacity)
     int rc = VG_OK;
     for (int d = 0; d < VG_MAX_DEVICES && rc == VG_OK; d++)
         if (atomic_load(&heaps[d])) rc = VG_ERR_ARG; /* too late: heaps exist */
-    if (rc == VG_OK) settings.simulated = capacity;
+    if (rc == VG_OK) {
+        settings.simulated = capacity;
+        atomic_store_explicit(&simulating, capacity != 0, memory_order_release);
+    }
     pthread_mutex_unlock(&registry);
     return rc;
 }
 
 int vg_devices_simulated(void)
 {
-    pthread_mutex_lock(&registry);
-    int simulated = settings.simulated != 0;
-    pthread_mutex_unlock(&registry);
-    return simulated;
+    return atomic_load_explicit(&simulating, memory_order_acquire);
 }
 
 /* ------------------------------------------------------------------ */

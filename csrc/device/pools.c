@@ -114,12 +114,13 @@ static size_t finish_if_idle(private_pool *p)
 }
 
 /* Calls on the device's heap that checked for captures before this begin
- * counted one hold its lock until they are done: taking the lock once
- * waits for them, so nothing they do can meet the capture that follows. */
+ * counted hold its lock, or its device wait, until they are done: waiting
+ * for both once waits for them, so nothing they do can meet the capture
+ * that follows. */
 static void wait_for_calls_in_flight(int device)
 {
     vg_heap *h = vg_devices_existing(device);
-    if (h) (void)vg_heap_block_size(h, NULL);
+    if (h) vg_heap_wait_for_calls(h);
 }
 
 /* ------------------------------------------------------------------ */
@@ -234,9 +235,12 @@ int vg__pools_free(void *ptr)
     if (!atomic_load_explicit(&npools, memory_order_acquire)) return VG_ERR_INVALID;
     int rc = VG_ERR_INVALID;
     pthread_mutex_lock(&lock);
-    for (private_pool *p = pools; p && rc != VG_OK; p = p->next) {
+    for (private_pool *p = pools; p; p = p->next) {
         rc = vg_heap_free_if_owned(p->heap, ptr);
-        if (rc == VG_OK && p->released) finish_if_idle(p);
+        if (rc != VG_OK) continue;
+        /* The owner found: finish_if_idle may free p, so nothing reads it after. */
+        if (p->released) finish_if_idle(p);
+        break;
     }
     pthread_mutex_unlock(&lock);
     return rc;

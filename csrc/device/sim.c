@@ -55,6 +55,16 @@ typedef struct vg_sim {
     bool device_fail_sticky; /* past it too, and in synchronize */
     sim_stream *streams;
     size_t nstreams;
+    bool fail_events;        /* event_record says VG_ERR_NOMEM */
+    uint64_t event_queries;
+    int synchronize_answer;  /* VG_OK: wait; else return it, waiting for nothing */
+
+    /* A test may hold synchronize at its start, to see what other threads
+     * can do meanwhile: its own mutex, since the sim's must stay free. */
+    pthread_mutex_t hold_lock;
+    pthread_cond_t hold_changed;
+    bool hold;
+    int held; /* synchronizes waiting at the hold now */
 } vg_sim;
 
 static vg_sim *as_sim(vg_device *dev)
@@ -138,6 +148,7 @@ static int sim_synchronize(vg_device *dev)
     vg_sim *sim = as_sim(dev);
     if (sim->device_fail_sticky && device_failing(sim))
         return device_error(sim, "cudaDeviceSynchronize");
+    if (sim->synchronize_answer != VG_OK) return sim->synchronize_answer;
     for (size_t i = 0; i < sim->nstreams; i++) sim->streams[i].completed = sim->streams[i].recorded;
     return VG_OK;
 }
@@ -163,6 +174,7 @@ static sim_stream *find_stream(vg_sim *sim, int device, vg_stream_t stream, bool
 static int sim_event_record(vg_device *dev, int device, vg_stream_t stream, vg_event_t *ev)
 {
     vg_sim *sim = as_sim(dev);
+    if (sim->fail_events) return VG_ERR_NOMEM;
     sim_stream *s = find_stream(sim, device, stream, true);
     if (!s) return VG_ERR_NOMEM;
     uint64_t slot = (uint64_t)(s - sim->streams);
@@ -173,6 +185,7 @@ static int sim_event_record(vg_device *dev, int device, vg_stream_t stream, vg_e
 static int sim_event_query(vg_device *dev, vg_event_t ev)
 {
     vg_sim *sim = as_sim(dev);
+    sim->event_queries++;
     const sim_stream *s = &sim->streams[(uint64_t)ev >> SEQ_BITS];
     return s->completed >= ((uint64_t)ev & (((uint64_t)1 << SEQ_BITS) - 1));
 }
@@ -187,6 +200,8 @@ static void sim_destroy(vg_device *dev)
 {
     vg_sim *sim = as_sim(dev);
     pthread_mutex_destroy(&sim->lock);
+    pthread_mutex_destroy(&sim->hold_lock);
+    pthread_cond_destroy(&sim->hold_changed);
     free(sim->streams);
     free(sim);
 }
@@ -220,8 +235,19 @@ static int locked_mem_info(vg_device *dev, size_t *free_bytes, size_t *total_byt
     return rc;
 }
 
+static void wait_at_hold(vg_sim *sim)
+{
+    pthread_mutex_lock(&sim->hold_lock);
+    sim->held++;
+    pthread_cond_broadcast(&sim->hold_changed);
+    while (sim->hold) pthread_cond_wait(&sim->hold_changed, &sim->hold_lock);
+    sim->held--;
+    pthread_mutex_unlock(&sim->hold_lock);
+}
+
 static int locked_synchronize(vg_device *dev)
 {
+    wait_at_hold(as_sim(dev));
     int rc;
     LOCKED(as_sim(dev), rc = sim_synchronize(dev));
     return rc;
@@ -260,6 +286,8 @@ vg_device *vg_sim_create(size_t capacity)
         free(sim);
         return NULL;
     }
+    pthread_mutex_init(&sim->hold_lock, NULL);
+    pthread_cond_init(&sim->hold_changed, NULL);
     sim->base.ops = &sim_ops;
     sim->capacity = capacity;
     sim->next_addr = SIM_BASE;
@@ -324,4 +352,46 @@ size_t vg_sim_used(const vg_device *dev)
     size_t used = 0;
     if (sim) LOCKED(sim, used = sim->used);
     return used;
+}
+
+void vg_sim_fail_events(vg_device *dev, int fail)
+{
+    vg_sim *sim = sim_of(dev);
+    if (!sim) return;
+    LOCKED(sim, sim->fail_events = fail != 0);
+}
+
+void vg_sim_synchronize_answer(vg_device *dev, int rc)
+{
+    vg_sim *sim = sim_of(dev);
+    if (!sim) return;
+    LOCKED(sim, sim->synchronize_answer = rc);
+}
+
+void vg_sim_hold_synchronize(vg_device *dev, int hold)
+{
+    vg_sim *sim = sim_of(dev);
+    if (!sim) return;
+    pthread_mutex_lock(&sim->hold_lock);
+    sim->hold = hold != 0;
+    pthread_cond_broadcast(&sim->hold_changed);
+    pthread_mutex_unlock(&sim->hold_lock);
+}
+
+void vg_sim_wait_for_held(vg_device *dev, int n)
+{
+    vg_sim *sim = sim_of(dev);
+    if (!sim) return;
+    pthread_mutex_lock(&sim->hold_lock);
+    while (sim->held < n) pthread_cond_wait(&sim->hold_changed, &sim->hold_lock);
+    pthread_mutex_unlock(&sim->hold_lock);
+}
+
+uint64_t vg_sim_event_queries(vg_device *dev)
+{
+    vg_sim *sim = sim_of(dev);
+    if (!sim) return 0;
+    uint64_t n;
+    LOCKED(sim, n = sim->event_queries);
+    return n;
 }

@@ -131,7 +131,7 @@ static int set_u64(PyObject *d, const char *key, uint64_t v)
     return set_item(d, key, PyLong_FromUnsignedLongLong(v));
 }
 
-static int set_stat(PyObject *d, const char *name, const vg_stat *s)
+int vgpy_set_stat(PyObject *d, const char *name, const vg_stat *s)
 {
     static const char *const pools[VG_STAT_TYPES] = {"all", "small_pool", "large_pool"};
     static const char *const parts[4] = {"current", "peak", "allocated", "freed"};
@@ -184,15 +184,10 @@ PyObject *vgpy_stats_dict(vg_heap *h)
     vg_heap_stats(h, &st);
     PyObject *d = PyDict_New();
     if (!d) return NULL;
-    int rc = set_stat(d, "requested_bytes", st.requested_bytes);
-    if (!rc) rc = set_stat(d, "allocated_bytes", st.allocated_bytes);
-    if (!rc) rc = set_stat(d, "allocation", st.allocation);
-    if (!rc) rc = set_stat(d, "active", st.active);
-    if (!rc) rc = set_stat(d, "active_bytes", st.active_bytes);
-    if (!rc) rc = set_stat(d, "reserved_bytes", st.reserved_bytes);
-    if (!rc) rc = set_stat(d, "segment", st.segment);
-    if (!rc) rc = set_stat(d, "inactive_split", st.inactive_split);
-    if (!rc) rc = set_stat(d, "inactive_split_bytes", st.inactive_split_bytes);
+    int rc = 0;
+#define SET_STAT(name) if (!rc) rc = vgpy_set_stat(d, #name, st.name);
+    VG_TOTALED_STAT_LIST(SET_STAT)
+#undef SET_STAT
     for (size_t i = 0; !rc && i < sizeof counters / sizeof counters[0]; i++) {
         uint64_t v;
         memcpy(&v, (const char *)&st + counters[i].offset, sizeof v);
@@ -317,28 +312,35 @@ PyObject *vgpy_histogram_list(vg_heap *h)
 /* OOM                                                                 */
 /* ------------------------------------------------------------------ */
 
+/* Raise `type(msg)` with each item of `attrs` (a new reference, or NULL
+ * with an error set) as an attribute of the exception. */
+static void raise_with_attrs(PyObject *type, const char *msg, PyObject *attrs)
+{
+    if (!attrs) return;
+    PyObject *exc = PyObject_CallFunction(type, "s", msg);
+    if (exc) {
+        PyObject *key, *value;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(attrs, &pos, &key, &value)) {
+            if (PyObject_SetAttr(exc, key, value) < 0) break;
+        }
+        if (!PyErr_Occurred()) PyErr_SetObject(type, exc);
+        Py_DECREF(exc);
+    }
+    Py_DECREF(attrs);
+}
+
 /* A device error is not an out-of-memory: RuntimeError, as PyTorch raises
  * for a failed CUDA call, with the runtime's error name beside it. */
 static void raise_device_error(const vg_oom_info *info, const char *device_kind)
 {
     char msg[1536];
     vg_format_device_error(info, device_kind, msg, sizeof msg);
-    PyObject *exc = PyObject_CallFunction(PyExc_RuntimeError, "s", msg);
-    if (!exc) return;
     PyObject *attrs = Py_BuildValue("{s:s,s:i,s:s,s:K,s:i}", "error_name", info->device_error.name,
                                     "error_code", info->device_error.code, "failed_call",
                                     info->device_error.call, "requested_bytes",
                                     (unsigned long long)info->requested, "device", info->device);
-    if (attrs) {
-        PyObject *key, *value;
-        Py_ssize_t pos = 0;
-        while (PyDict_Next(attrs, &pos, &key, &value)) {
-            if (PyObject_SetAttr(exc, key, value) < 0) break;
-        }
-        Py_DECREF(attrs);
-    }
-    if (!PyErr_Occurred()) PyErr_SetObject(PyExc_RuntimeError, exc);
-    Py_DECREF(exc);
+    raise_with_attrs(PyExc_RuntimeError, msg, attrs);
 }
 
 void vgpy_raise_oom(const vg_oom_info *oom, const char *device_kind)
@@ -349,8 +351,6 @@ void vgpy_raise_oom(const vg_oom_info *oom, const char *device_kind)
     }
     char msg[1024];
     vg_format_oom(oom, device_kind, msg, sizeof msg);
-    PyObject *exc = PyObject_CallFunction(PyExc_MemoryError, "s", msg);
-    if (!exc) return;
     PyObject *attrs = Py_BuildValue(
         "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:i,s:O}", "requested_bytes",
         (unsigned long long)oom->requested, "rounded_bytes", (unsigned long long)oom->rounded,
@@ -361,14 +361,5 @@ void vgpy_raise_oom(const vg_oom_info *oom, const char *device_kind)
         (unsigned long long)oom->largest_free_block, "free_blocks",
         (unsigned long long)oom->free_blocks, "free_bytes", (unsigned long long)oom->free_bytes,
         "device", oom->device, "budget_refused", oom->budget_refused ? Py_True : Py_False);
-    if (attrs) {
-        PyObject *key, *value;
-        Py_ssize_t pos = 0;
-        while (PyDict_Next(attrs, &pos, &key, &value)) {
-            if (PyObject_SetAttr(exc, key, value) < 0) break;
-        }
-        Py_DECREF(attrs);
-    }
-    if (!PyErr_Occurred()) PyErr_SetObject(PyExc_MemoryError, exc);
-    Py_DECREF(exc);
+    raise_with_attrs(PyExc_MemoryError, msg, attrs);
 }

@@ -20,7 +20,9 @@ static int Heap_init(HeapObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OOs", kwlist, &capacity_obj, &budget_obj,
                                      &gc_obj, &policy_name))
         return -1;
-    if (self->heap) {
+    /* A first __init__ that failed leaves nothing behind (below); a device
+     * without a heap would be one, so both are checked. */
+    if (self->heap || self->dev) {
         PyErr_SetString(PyExc_RuntimeError, "Heap is already initialised");
         return -1;
     }
@@ -35,13 +37,16 @@ static int Heap_init(HeapObject *self, PyObject *args, PyObject *kwargs)
     if (vgpy_as_fraction(gc_obj, "gc_threshold", &gc) < 0) return -1;
     const vg_policy *policy = policy_named(policy_name);
     if (!policy) return -1;
-    self->dev = vg_sim_create((size_t)capacity);
+    vg_device *dev = vg_sim_create((size_t)capacity);
     vg_heap_config cfg = {policy, (size_t)budget, gc};
-    self->heap = self->dev ? vg_heap_create(self->dev, &cfg) : NULL;
-    if (!self->heap) {
+    vg_heap *heap = dev ? vg_heap_create(dev, &cfg) : NULL;
+    if (!heap) {
+        if (dev) dev->ops->destroy(dev);
         PyErr_NoMemory();
         return -1;
     }
+    self->dev = dev;
+    self->heap = heap;
     self->capacity = capacity;
     self->device_kind = "Simulated device";
     return 0;
@@ -99,6 +104,27 @@ void vgpy_heap_end_unlocked(HeapObject *self, int exclusive)
 /* Allocation                                                          */
 /* ------------------------------------------------------------------ */
 
+/* A device heap's (borrowed) allocation may reserve, release or wait for
+ * the device on the out-of-memory path (cudaMalloc, cudaFree, a
+ * synchronize): without the GIL, so that other Python threads run
+ * meanwhile. A simulated heap's never waits, and keeps the GIL (cheaper). */
+static void *alloc_device_aware(HeapObject *self, size_t size, vg_stream_t stream, vg_oom_info *oom,
+                                int *refused)
+{
+    *refused = 0;
+    if (!self->borrowed) return vg_heap_alloc(self->heap, size, stream, oom);
+    if (!vgpy_heap_begin_unlocked(self, 0)) {
+        *refused = 1;
+        return NULL;
+    }
+    void *p;
+    Py_BEGIN_ALLOW_THREADS
+    p = vg_heap_alloc(self->heap, size, stream, oom);
+    Py_END_ALLOW_THREADS
+    vgpy_heap_end_unlocked(self, 0);
+    return p;
+}
+
 static PyObject *Heap_malloc(HeapObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"size", "stream", NULL};
@@ -114,7 +140,9 @@ static PyObject *Heap_malloc(HeapObject *self, PyObject *args, PyObject *kwargs)
         return PyLong_FromLong(0);
     }
     vg_oom_info oom = {0};
-    void *p = vg_heap_alloc(self->heap, (size_t)size, (vg_stream_t)stream, &oom);
+    int refused;
+    void *p = alloc_device_aware(self, (size_t)size, (vg_stream_t)stream, &oom, &refused);
+    if (refused) return NULL;
     if (!p) {
         vgpy_raise_oom(&oom, self->device_kind);
         return NULL;
@@ -313,7 +341,15 @@ static int Heap_set_budget(HeapObject *self, PyObject *value, void *closure)
     (void)closure;
     uint64_t budget;
     if (!vgpy_heap_ready(self) || vgpy_as_budget(value, &budget) < 0) return -1;
-    return vg_heap_set_budget(self->heap, (size_t)budget) == VG_OK ? 0 : -1;
+    if (!self->borrowed) return vg_heap_set_budget(self->heap, (size_t)budget) == VG_OK ? 0 : -1;
+    /* A lower budget releases idle segments: cudaFree, without the GIL. */
+    if (!vgpy_heap_begin_unlocked(self, 0)) return -1;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = vg_heap_set_budget(self->heap, (size_t)budget);
+    Py_END_ALLOW_THREADS
+    vgpy_heap_end_unlocked(self, 0);
+    return rc == VG_OK ? 0 : -1;
 }
 
 static PyObject *Heap_get_gc(HeapObject *self, void *closure)

@@ -26,6 +26,9 @@ const char *vgpy_hex(uint64_t value, char *buf, size_t n);
 
 /* The flat stats dict: PyTorch's key names where the quantity is the same. */
 PyObject *vgpy_stats_dict(vg_heap *h);
+/* "reserved_bytes.all.current" and the like, as torch.cuda.memory_stats
+ * names them: the 12 entries of one vg_stat array into `d`; -1 on error. */
+int vgpy_set_stat(PyObject *d, const char *name, const vg_stat *s);
 PyObject *vgpy_segments_list(vg_heap *h);
 PyObject *vgpy_histogram_list(vg_heap *h);
 /* Raise MemoryError with the OOM message and the record as attributes. */

@@ -8,53 +8,18 @@
 
 #include <stdlib.h>
 
-static const struct {
-    const char *name;
-    size_t offset;
-} pool_stats[] = {
-    {"allocated_bytes", offsetof(vg_stats, allocated_bytes)},
-    {"requested_bytes", offsetof(vg_stats, requested_bytes)},
-    {"reserved_bytes", offsetof(vg_stats, reserved_bytes)},
-    {"active_bytes", offsetof(vg_stats, active_bytes)},
-    {"allocation", offsetof(vg_stats, allocation)},
-    {"active", offsetof(vg_stats, active)},
-    {"segment", offsetof(vg_stats, segment)},
-};
-
-static const char *const pool_types[VG_STAT_TYPES] = {"all", "small_pool", "large_pool"};
-
-static int set_i64(PyObject *d, const char *key, long long v)
-{
-    PyObject *o = PyLong_FromLongLong(v);
-    int rc = o ? PyDict_SetItemString(d, key, o) : -1;
-    Py_XDECREF(o);
-    return rc;
-}
-
-/* "reserved_bytes.all.current" and the like, as torch.cuda.memory_stats
- * names them. */
-static int set_stat_array(PyObject *d, const char *name, const vg_stat *s)
-{
-    static const char *const fields[] = {"current", "peak", "allocated", "freed"};
-    char key[96];
-    for (int t = 0; t < VG_STAT_TYPES; t++) {
-        const int64_t values[] = {s[t].current, s[t].peak, s[t].allocated, s[t].freed};
-        for (int f = 0; f < 4; f++) {
-            snprintf(key, sizeof key, "%s.%s.%s", name, pool_types[t], fields[f]);
-            if (set_i64(d, key, values[f]) < 0) return -1;
-        }
-    }
-    return 0;
-}
-
 static PyObject *pool_dict(const vg_pool_info *p)
 {
     PyObject *stats = PyDict_New();
-    for (size_t i = 0; stats && i < sizeof pool_stats / sizeof pool_stats[0]; i++) {
-        const vg_stat *s = (const vg_stat *)((const char *)&p->stats + pool_stats[i].offset);
-        if (set_stat_array(stats, pool_stats[i].name, s) < 0) Py_CLEAR(stats);
-    }
     if (!stats) return NULL;
+    int rc = 0;
+#define SET_STAT(name) if (!rc) rc = vgpy_set_stat(stats, #name, p->stats.name);
+    VG_TOTALED_STAT_LIST(SET_STAT)
+#undef SET_STAT
+    if (rc) {
+        Py_DECREF(stats);
+        return NULL;
+    }
     PyObject *d = Py_BuildValue("{s:i,s:(KK),s:i,s:i,s:O,s:O}", "device", p->device, "id",
                                 (unsigned long long)p->id0, (unsigned long long)p->id1, "use_count",
                                 p->use_count, "begun", p->begun, "released",

@@ -23,8 +23,12 @@ typedef struct vg_device_error {
     char text[160];  /* "an illegal memory access was encountered" */
 } vg_device_error;
 
-/* What a heap needs from a device. Every function is called with the
- * heap's lock held, so a provider need not lock for one heap.
+/* What a heap needs from a device. Every function but synchronize is
+ * called with the heap's lock held, so a provider need not lock for one
+ * heap among those. synchronize is called with the lock released (a device
+ * wait must not hold up the heap), one at a time per heap, and may run
+ * while another thread makes the other calls: whatever state it shares
+ * with them must be atomic or under the provider's own lock.
  *
  * Status codes: VG_OK; VG_ERR_NOMEM only when the device is out of memory
  * (cudaErrorMemoryAllocation; a refusal worth releasing cache for);
@@ -36,7 +40,8 @@ typedef struct vg_device_ops {
     int (*release)(vg_device *dev, uintptr_t addr, size_t size);
     int (*mem_info)(vg_device *dev, size_t *free_bytes, size_t *total_bytes);
     /* Wait for all work on the device, and on every device whose streams it
-     * recorded events on; afterwards every event queries done. */
+     * recorded events on; afterwards every event recorded before the call
+     * queries done. */
     int (*synchronize)(vg_device *dev);
     /* Record an event on `stream` of device `device` (which may be another
      * device than dev's: a stream belongs to one device, and handle 0 is
@@ -94,6 +99,17 @@ void vg_sim_complete_stream(vg_device *dev, vg_stream_t stream);
 void vg_sim_complete_stream_of(vg_device *dev, int device, vg_stream_t stream);
 /* Bytes the sim has handed out and not got back. */
 size_t vg_sim_used(const vg_device *dev);
+/* Make event_record fail (VG_ERR_NOMEM), or work again (0). */
+void vg_sim_fail_events(vg_device *dev, int fail);
+/* Make synchronize return `rc` at once, waiting for nothing (VG_ERR_BUSY:
+ * as the CUDA provider during a capture); VG_OK puts it back. */
+void vg_sim_synchronize_answer(vg_device *dev, int rc);
+/* With `hold`, every synchronize stops at its start until the hold is
+ * lifted (0); vg_sim_wait_for_held returns once `n` are stopped there. */
+void vg_sim_hold_synchronize(vg_device *dev, int hold);
+void vg_sim_wait_for_held(vg_device *dev, int n);
+/* Event queries answered so far. */
+uint64_t vg_sim_event_queries(vg_device *dev);
 
 /* The CUDA provider (device/cuda.c). The CUDA runtime is found at run
  * time, where PyTorch loaded it; vg_cuda_load() returns NULL when it is

@@ -19,7 +19,11 @@ const char *vg_devices_error(void);
 
 /* Budget in bytes, or as a fraction of each device's total (which wins when
  * positive); 0 for none. Applies to existing heaps and to those to come.
- * VG_ERR_ARG unless both fractions are vg_valid_fraction (NaN is not). */
+ * VG_ERR_ARG unless both fractions are vg_valid_fraction (NaN is not).
+ * VG_ERR_DEVICE, with vg_devices_error() saying "memory unknown", for a
+ * fraction when a device's total is unknown (its mem_info failed): then
+ * nothing is changed, and a heap created under such a setting is refused
+ * the same way. */
 int vg_devices_configure(size_t budget, double budget_fraction, double gc_threshold);
 int vg_devices_set_budget(int device, size_t budget, double budget_fraction);
 /* Tests: every device is simulated with this capacity. Only before any
@@ -33,7 +37,9 @@ int vg_devices_simulated(void);
  * in oom->device_error). VG_ERR_DEVICE with oom->status VG_OK means the
  * device has no heap (vg_devices_error says why). */
 int vg_devices_alloc(size_t size, int device, vg_stream_t stream, void **out, vg_oom_info *oom);
-/* Never fails: a pointer no heap knows is counted and reported once. */
+/* Never fails: a pointer no heap knows is reported once, and counted in
+ * num_invalid_frees of `device`'s heap when that heap exists (else
+ * nowhere). */
 void vg_devices_free(void *ptr, int device);
 /* The block at `ptr`, on whichever device heap holds it, is also used by
  * `stream` of device `stream_device` (-1: of the block's own device).

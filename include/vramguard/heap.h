@@ -47,6 +47,19 @@ typedef struct vg_stat {
 /* Per quantity: index 0 = all, 1 = small pool, 2 = large pool. */
 enum { VG_STAT_ALL = 0, VG_STAT_SMALL = 1, VG_STAT_LARGE = 2, VG_STAT_TYPES = 3 };
 
+/* The vg_stat arrays of vg_stats (those that keep totals), in their order:
+ * X(name) for each, one list for the core and the Python extension. */
+#define VG_TOTALED_STAT_LIST(X) \
+    X(requested_bytes)          \
+    X(allocated_bytes)          \
+    X(allocation)               \
+    X(active)                   \
+    X(active_bytes)             \
+    X(reserved_bytes)           \
+    X(segment)                  \
+    X(inactive_split)           \
+    X(inactive_split_bytes)
+
 typedef struct vg_stats {
     vg_stat requested_bytes[VG_STAT_TYPES]; /* as asked for */
     vg_stat allocated_bytes[VG_STAT_TYPES]; /* as rounded to blocks */
@@ -144,8 +157,14 @@ int vg_heap_record_device_stream(vg_heap *h, void *ptr, int device, vg_stream_t 
 
 /* Release every wholly free segment; returns the bytes released. */
 size_t vg_heap_empty_cache(vg_heap *h);
-/* Wait for the device, then finish every deferred free. */
+/* Wait for the device, then finish every deferred free. No call on the
+ * heap waits for the device with the heap's lock held: other threads may
+ * use the heap meanwhile. */
 void vg_heap_synchronize(vg_heap *h);
+/* Returns once every call on `h` that began before it has finished,
+ * including one waiting for the device with the lock released (the
+ * registry, before a capture begins). */
+void vg_heap_wait_for_calls(vg_heap *h);
 void vg_heap_reset_peaks(vg_heap *h);
 /* Totals (allocated, freed) and every counter restart from 0, as
  * torch.cuda.reset_accumulated_memory_stats() does: afterwards allocated -
@@ -175,7 +194,7 @@ void vg_heap_stats(vg_heap *h, vg_stats *out);
 void vg_heap_fragmentation(vg_heap *h, vg_fragmentation *out);
 /* How many size classes there are: a histogram of this many pairs holds
  * every class. (35 levels of 32 classes, from VG_ALIGN up to VG_MAX_REQUEST:
- * see csrc/core/bins.c; the core derives its bins from this number and
+ * the levels are defined in csrc/core/heap_internal.h; the core derives its bins from this number and
  * asserts that they reach VG_MAX_REQUEST.) */
 #define VG_SIZE_CLASSES 1120
 /* Live blocks per size class: fills up to `n` (class lower bound, count)

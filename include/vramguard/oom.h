@@ -27,7 +27,7 @@ typedef struct vg_oom_info {
     size_t reserved;
     size_t largest_free_block;
     size_t free_blocks;
-    size_t free_bytes;         /* reserved - allocated */
+    size_t free_bytes;         /* reserved - active bytes (a pending block is not free) */
     int device;
     int budget_refused;        /* the budget, not the device, said no */
     vg_device_error device_error;

@@ -8,6 +8,8 @@
  *
  * Single-threaded, as the test is. Error numbers, names and descriptions
  * are the real runtime's. */
+#include "fake_cudart.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -32,10 +34,6 @@ typedef struct fake_event {
     int pending;
 } fake_event;
 
-typedef struct fake_record {
-    int event_device, stream_device, current;
-} fake_record;
-
 static struct fake_state {
     int current;
     int last_error;
@@ -43,6 +41,7 @@ static struct fake_state {
     int malloc_error;            /* the next cudaMalloc's */
     int malloc_sticky;
     int count_error;             /* cudaGetDeviceCount's */
+    int mem_info_error;          /* cudaMemGetInfo's */
     int set_device_error[DEVICES];
     int events_pending;          /* new records wait for fake_complete */
     size_t capacity, used[DEVICES];
@@ -67,24 +66,6 @@ static int fail(int err)
 /* Knobs                                                               */
 /* ------------------------------------------------------------------ */
 
-void fake_reset(void);
-void fake_fail_malloc(int err, int sticky);
-void fake_fail_set_device(int device, int err);
-void fake_fail_device_count(int err);
-void fake_events_wait(int on);
-void fake_complete(int device);
-unsigned fake_mallocs(int device);
-unsigned fake_syncs(int device);
-int fake_current(void);
-fake_record fake_last_record(void);
-uintptr_t fake_stream(int device, unsigned n);
-unsigned fake_frees(void);
-unsigned fake_event_queries(void);
-unsigned fake_event_records(void);
-int fake_capture_mode(void);
-int fake_malloc_capture_mode(void);
-size_t fake_used(int device);
-
 void fake_reset(void)
 {
     for (int i = 0; i < f.nevents; i++) free(f.events[i]);
@@ -107,6 +88,11 @@ void fake_fail_set_device(int device, int err)
 void fake_fail_device_count(int err)
 {
     f.count_error = err;
+}
+
+void fake_fail_mem_info(int err)
+{
+    f.mem_info_error = err;
 }
 
 void fake_events_wait(int on)
@@ -305,6 +291,7 @@ int cudaFree(void *p)
 int cudaMemGetInfo(size_t *free_bytes, size_t *total)
 {
     if (f.sticky) return fail(f.sticky);
+    if (f.mem_info_error) return fail(f.mem_info_error);
     *free_bytes = f.capacity - f.used[f.current];
     *total = f.capacity;
     return SUCCESS;

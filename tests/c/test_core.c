@@ -1099,6 +1099,170 @@ static void test_threads(void)
     destroy(f);
 }
 
+/* A use whose event could not be recorded is finished only by a
+ * synchronize that worked: not by one the provider skipped (a capture),
+ * nor by one that failed. Until then its block is not reused. */
+static void test_unrecorded_use_waits_for_a_synchronize_that_worked(void)
+{
+    vg_device *dev = vg_sim_create(1 * GiB);
+    vg_heap_config cfg = {NULL, 0, 0};
+    vg_heap *h = vg_heap_create(dev, &cfg);
+    void *p = vg_heap_alloc(h, 1000, 0, NULL);
+    CHECK_EQ(vg_heap_record_stream(h, p, 7), VG_OK);
+    vg_sim_fail_events(dev, 1);
+    vg_sim_synchronize_answer(dev, VG_ERR_BUSY);
+    CHECK_EQ(vg_heap_free(h, p), VG_OK); /* no event, and the synchronize skipped */
+    vg_stats st;
+    vg_heap_stats(h, &st);
+    CHECK_EQ(st.active[VG_STAT_ALL].current, 1);
+    CHECK_EQ(st.num_device_errors, 0);
+    void *q = vg_heap_alloc(h, 1000, 0, NULL);
+    CHECK(q && q != p);
+    vg_heap_synchronize(h); /* skipped again */
+    vg_sim_synchronize_answer(dev, VG_ERR_DEVICE);
+    vg_heap_synchronize(h); /* failed */
+    vg_heap_stats(h, &st);
+    CHECK_EQ(st.active[VG_STAT_ALL].current, 2);
+    CHECK_EQ(st.num_device_errors, 1);
+    void *r = vg_heap_alloc(h, 1000, 0, NULL);
+    CHECK(r && r != p);
+    vg_sim_synchronize_answer(dev, VG_OK);
+    vg_heap_synchronize(h);
+    vg_heap_stats(h, &st);
+    CHECK_EQ(st.active[VG_STAT_ALL].current, 2);
+    void *again = vg_heap_alloc(h, 1000, 0, NULL);
+    CHECK(again == p);
+    vg_heap_free(h, again);
+    vg_heap_free(h, q);
+    vg_heap_free(h, r);
+    CHECK_HEAP(h);
+    vg_heap_destroy(h);
+    dev->ops->destroy(dev);
+}
+
+/* Each allocation that succeeds counts once: a hit, or a miss when its
+ * block is a segment reserved for it, whichever ladder step found it. */
+#define CHECK_HITS_AND_MISSES(h)                                                   \
+    do {                                                                           \
+        vg_stats st_ = stats_of(h);                                                \
+        CHECK_EQ(st_.num_cache_hits + st_.num_cache_misses,                        \
+                 st_.allocation[VG_STAT_ALL].allocated);                           \
+    } while (0)
+
+static uint64_t xorshift(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* A seeded random sequence near the device's capacity, with deferred
+ * frees: it takes every path of the ladder (checked below). */
+static void run_random_sequence(const vg_policy *policy, uint64_t seed, vg_stats *out)
+{
+    fixture f = make(96 * MiB, 0, 0, policy);
+    void *slot[32] = {0};
+    uint64_t rng = seed, allocs = 0;
+    for (int i = 0; i < 4000; i++) {
+        int k = (int)(xorshift(&rng) % 32);
+        if (slot[k]) {
+            if (xorshift(&rng) % 4 == 0) vg_heap_record_stream(f.heap, slot[k], 9);
+            CHECK_EQ(vg_heap_free(f.heap, slot[k]), VG_OK);
+            slot[k] = NULL;
+            if (xorshift(&rng) % 8 == 0) vg_sim_complete_stream(f.dev, 9);
+            continue;
+        }
+        uint64_t r = xorshift(&rng);
+        size_t size = r % 4 == 0 ? 1 + (size_t)(r >> 8) % (24 * MiB) : 1 + (size_t)(r >> 8) % (2 * MiB);
+        slot[k] = vg_heap_alloc(f.heap, size, (vg_stream_t)(r >> 60) % 2, NULL);
+        if (slot[k]) allocs++;
+        CHECK_HITS_AND_MISSES(f.heap);
+    }
+    for (int k = 0; k < 32; k++) vg_heap_free(f.heap, slot[k]);
+    *out = stats_of(f.heap);
+    CHECK_EQ(out->allocation[VG_STAT_ALL].allocated, allocs);
+    CHECK_HEAP(f.heap);
+    destroy(f);
+}
+
+static void test_hits_and_misses_count_each_allocation_once(void)
+{
+    vg_stats a, b;
+    run_random_sequence(&vg_policy_default, 12345, &a);
+    run_random_sequence(&vg_policy_torch, 777, &b);
+    /* the paths that used to count twice or not at all were taken */
+    CHECK(a.num_sync_all_streams + b.num_sync_all_streams > 0);
+    CHECK(a.num_kept_whole + b.num_kept_whole > 0);
+    CHECK(a.num_oversize_splits + b.num_oversize_splits + a.num_oversize_releases +
+              b.num_oversize_releases > 0);
+    CHECK(a.num_ooms > 0 && b.num_ooms > 0);
+}
+
+/* The ladder's paths one by one: found again after the synchronize, a fit
+ * kept whole with a segment beside it. */
+static void test_hits_and_misses_on_each_ladder_path(void)
+{
+    fixture f = make(8 * MiB, 0, 0, NULL);
+    void *a = vg_heap_alloc(f.heap, 6 * MiB, 0, NULL);
+    CHECK_EQ(vg_heap_record_stream(f.heap, a, 7), VG_OK);
+    vg_heap_free(f.heap, a);
+    vg_sim_complete_stream(f.dev, 7);
+    /* the event completes only as the synchronize sees it: found again */
+    void *b = vg_heap_alloc(f.heap, 6 * MiB, 0, NULL);
+    CHECK(b == a);
+    vg_stats st = stats_of(f.heap);
+    CHECK_EQ(st.num_cache_misses, 1);
+    CHECK_EQ(st.num_cache_hits, 1);
+    vg_heap_free(f.heap, b);
+    destroy(f);
+
+    f = make(GiB, 0, 0, NULL);
+    void *big = vg_heap_alloc(f.heap, 200 * MiB, 0, NULL);
+    vg_heap_free(f.heap, big);
+    void *small = vg_heap_alloc(f.heap, 20 * MiB, 0, NULL); /* kept whole: a fresh segment */
+    CHECK(small != big);
+    st = stats_of(f.heap);
+    CHECK_EQ(st.num_kept_whole, 1);
+    CHECK_EQ(st.num_cache_misses, 2);
+    CHECK_EQ(st.num_cache_hits, 0);
+    vg_heap_free(f.heap, small);
+    CHECK_HITS_AND_MISSES(f.heap);
+    destroy(f);
+}
+
+/* Deferred frees are finished oldest first, and one pass queries a busy
+ * stream once: its later events cannot have finished before it. */
+static void test_pending_frees_query_each_busy_stream_once(void)
+{
+    fixture f = make(GiB, 0, 0, NULL);
+    void *p[8];
+    for (int i = 0; i < 8; i++) {
+        p[i] = vg_heap_alloc(f.heap, 1000, 0, NULL);
+        CHECK_EQ(vg_heap_record_stream(f.heap, p[i], i < 6 ? 7 : 8), VG_OK);
+    }
+    for (int i = 0; i < 8; i++) CHECK_EQ(vg_heap_free(f.heap, p[i]), VG_OK);
+    uint64_t before = vg_sim_event_queries(f.dev);
+    void *q = vg_heap_alloc(f.heap, 1000, 0, NULL); /* one pass: streams 7 and 8 once each */
+    CHECK_EQ(vg_sim_event_queries(f.dev) - before, 2);
+    vg_sim_complete_stream(f.dev, 8);
+    before = vg_sim_event_queries(f.dev);
+    vg_heap_free(f.heap, q);
+    q = vg_heap_alloc(f.heap, 1000, 0, NULL); /* 7 once; 8's two finish */
+    CHECK_EQ(vg_sim_event_queries(f.dev) - before, 3);
+    vg_fragmentation fr;
+    vg_heap_fragmentation(f.heap, &fr);
+    CHECK_EQ(fr.pending_blocks, 6);
+    vg_sim_complete_stream(f.dev, 7);
+    vg_heap_free(f.heap, q);
+    q = vg_heap_alloc(f.heap, 1000, 0, NULL);
+    vg_heap_fragmentation(f.heap, &fr);
+    CHECK_EQ(fr.pending_blocks, 0);
+    vg_heap_free(f.heap, q);
+    CHECK_HEAP(f.heap);
+    destroy(f);
+}
+
 #define T(fn) {#fn, fn}
 static const harness_test tests[] = {
     T(test_round_size),
@@ -1138,6 +1302,10 @@ static const harness_test tests[] = {
     T(test_stream_state_freed_with_its_last_segment),
     T(test_replay_of_many_streams),
     T(test_threads),
+    T(test_unrecorded_use_waits_for_a_synchronize_that_worked),
+    T(test_hits_and_misses_count_each_allocation_once),
+    T(test_hits_and_misses_on_each_ladder_path),
+    T(test_pending_frees_query_each_busy_stream_once),
 };
 
 int main(int argc, char **argv)

@@ -7,32 +7,13 @@
 #define _GNU_SOURCE
 #endif
 #include "vramguard/heap.h"
+#include "vramguard/devices.h"
 #include "harness.h"
+#include "fake_cudart.h"
 
 #include <link.h>
 #include <string.h>
 
-/* The fake's knobs. */
-typedef struct fake_record {
-    int event_device, stream_device, current;
-} fake_record;
-void fake_reset(void);
-void fake_fail_malloc(int err, int sticky);
-void fake_fail_set_device(int device, int err);
-void fake_fail_device_count(int err);
-void fake_events_wait(int on);
-void fake_complete(int device);
-unsigned fake_mallocs(int device);
-unsigned fake_syncs(int device);
-int fake_current(void);
-fake_record fake_last_record(void);
-uintptr_t fake_stream(int device, unsigned n);
-unsigned fake_frees(void);
-unsigned fake_event_queries(void);
-unsigned fake_event_records(void);
-int fake_capture_mode(void);
-int fake_malloc_capture_mode(void);
-size_t fake_used(int device);
 int cudaGetLastError(void);
 int cudaSetDevice(int d);
 
@@ -435,6 +416,68 @@ static void test_capture_defers_what_would_break_it(void)
     destroy(fx);
 }
 
+/* An event asked for during a capture whose record then fails: the query
+ * answers "not finished" (no device synchronize on the allocation path),
+ * and a synchronize of that device finishes it. */
+static void test_unrecorded_capture_event_waits_for_a_synchronize(void)
+{
+    fixture fx = setup(0, NULL);
+    CHECK(fx.heap);
+    void *p = vg_heap_alloc(fx.heap, 1000, 0, NULL);
+    CHECK_EQ(vg_heap_record_device_stream(fx.heap, p, 1, fake_stream(1, 7)), VG_OK);
+    vg_capture_enter(1);
+    vg_heap_free(fx.heap, p); /* the record waits for the capture's end */
+    vg_capture_leave(1);
+    fake_fail_set_device(1, 101); /* ... and then cannot be made */
+    unsigned syncs = fake_syncs(1);
+    void *q = vg_heap_alloc(fx.heap, 1000, 0, NULL);
+    CHECK(q && q != p);
+    CHECK_EQ(fake_syncs(1), syncs);
+    vg_fragmentation fr;
+    vg_heap_fragmentation(fx.heap, &fr);
+    CHECK_EQ(fr.pending_blocks, 1);
+    fake_fail_set_device(1, 0);
+    vg_heap_synchronize(fx.heap);
+    CHECK_EQ(fake_syncs(1), syncs + 1);
+    void *again = vg_heap_alloc(fx.heap, 1000, 0, NULL);
+    CHECK(again == p);
+    vg_heap_free(fx.heap, again);
+    vg_heap_free(fx.heap, q);
+    CHECK_HEAP(fx.heap);
+    destroy(fx);
+}
+
+/* A use whose event could not be recorded waits for a synchronize of its
+ * device that ran: one skipped for a capture (VG_ERR_BUSY, not a device
+ * error) frees nothing. */
+static void test_synchronize_skipped_by_a_capture_frees_nothing(void)
+{
+    fixture fx = setup(0, NULL);
+    CHECK(fx.heap);
+    void *p = vg_heap_alloc(fx.heap, 1000, 0, NULL);
+    CHECK_EQ(vg_heap_record_device_stream(fx.heap, p, 1, fake_stream(1, 7)), VG_OK);
+    fake_fail_set_device(1, 101);
+    vg_heap_free(fx.heap, p); /* record and synchronize of device 1 fail */
+    fake_fail_set_device(1, 0);
+    uint64_t errors = stats_of(fx.heap).num_device_errors;
+    vg_capture_enter(1);
+    unsigned syncs = fake_syncs(1);
+    vg_heap_synchronize(fx.heap); /* device 1 skipped */
+    CHECK_EQ(fake_syncs(1), syncs);
+    CHECK_EQ(stats_of(fx.heap).num_device_errors, errors);
+    void *q = vg_heap_alloc(fx.heap, 1000, 0, NULL);
+    CHECK(q && q != p);
+    vg_capture_leave(1);
+    vg_heap_synchronize(fx.heap);
+    CHECK_EQ(fake_syncs(1), syncs + 1);
+    void *again = vg_heap_alloc(fx.heap, 1000, 0, NULL);
+    CHECK(again == p);
+    vg_heap_free(fx.heap, again);
+    vg_heap_free(fx.heap, q);
+    CHECK_HEAP(fx.heap);
+    destroy(fx);
+}
+
 /* A capture on device 1 changes nothing for device 0's calls. */
 static void test_capture_is_per_device(void)
 {
@@ -462,6 +505,31 @@ static void test_stream_device(void)
     CHECK_EQ(cudaSetDevice(0), 0);
 }
 
+/* A budget fraction of a device whose total is unknown (cudaMemGetInfo
+ * failed when its heap was created) is an error, not "no budget". */
+static void test_budget_fraction_of_unknown_memory_is_refused(void)
+{
+    fake_reset();
+    fake_fail_mem_info(1);
+    CHECK_EQ(vg_devices_configure(0, 0.5, 0.0), VG_OK); /* no heap yet */
+    CHECK(vg_devices_heap(1) == NULL);
+    CHECK(strstr(vg_devices_error(), "memory unknown"));
+    CHECK_EQ(vg_devices_configure(0, 0.0, 0.0), VG_OK);
+    vg_heap *h = vg_devices_heap(1); /* its total unknown */
+    CHECK(h);
+    CHECK_EQ(vg_heap_device_total(h), 0);
+    fake_fail_mem_info(0);
+    CHECK_EQ(vg_devices_set_budget(1, 0, 0.5), VG_ERR_DEVICE);
+    CHECK(strstr(vg_devices_error(), "device 1 memory unknown"));
+    CHECK_EQ(vg_devices_configure(64 * MiB, 0.5, 0.25), VG_ERR_DEVICE);
+    CHECK_EQ(vg_heap_budget(h), 0); /* nothing changed */
+    CHECK(vg_heap_gc_threshold(h) == 0.0);
+    CHECK_EQ(vg_devices_set_budget(1, 64 * MiB, 0.0), VG_OK);
+    CHECK_EQ(vg_heap_budget(h), 64 * MiB);
+    CHECK_EQ(vg_devices_configure(32 * MiB, 0.0, 0.0), VG_OK);
+    CHECK_EQ(vg_heap_budget(h), 32 * MiB);
+}
+
 #define T(fn) {#fn, fn}
 static const harness_test tests[] = {
     T(test_runtime_name_table),
@@ -477,6 +545,9 @@ static const harness_test tests[] = {
     T(test_capture_is_per_device),
     T(test_stream_device),
     T(test_failed_event_record_falls_back_to_synchronize),
+    T(test_budget_fraction_of_unknown_memory_is_refused),
+    T(test_unrecorded_capture_event_waits_for_a_synchronize),
+    T(test_synchronize_skipped_by_a_capture_frees_nothing),
 };
 
 int main(int argc, char **argv)

@@ -157,8 +157,9 @@ static void *alloc_on(worker *w, size_t size, int device)
     return p;
 }
 
-/* On the block's own device: simulated devices share one range of fake
- * addresses, so a lookup by address alone could find another device's. */
+/* On the block's own device: each device's heap is asked directly (each
+ * simulated device has its own 4 TiB of addresses, so none would be found
+ * in another's heap; this is the shorter way). */
 static int record_on(worker *w, const slot *s, vg_stream_t stream)
 {
     vg_heap *h = w->device < 0 ? w->heap : vg_devices_existing(s->device);
@@ -411,12 +412,131 @@ static void test_device_heaps_many_threads(void)
     CHECK_EQ(deferred, sum.deferred);
 }
 
+/* ------------------------------------------------------------------ */
+/* No device wait under the heap's lock                                */
+/* ------------------------------------------------------------------ */
+
+enum waiting_call { WAIT_SYNCHRONIZE, WAIT_EMPTY_CACHE, WAIT_LADDER };
+
+typedef struct device_waiter {
+    vg_heap *heap;
+    enum waiting_call call;
+    vg_stream_t stream;
+    void *block; /* WAIT_LADDER: what the allocation got */
+} device_waiter;
+
+static void *device_waiter_main(void *arg)
+{
+    device_waiter *w = arg;
+    switch (w->call) {
+    case WAIT_SYNCHRONIZE: vg_heap_synchronize(w->heap); break;
+    case WAIT_EMPTY_CACHE: (void)vg_heap_empty_cache(w->heap); break;
+    case WAIT_LADDER: w->block = vg_heap_alloc(w->heap, 6 * MiB, w->stream, NULL); break;
+    }
+    return NULL;
+}
+
+/* One thread is stopped inside the device's synchronize (the sim holds it
+ * there) while this one reads the stats, frees a block and allocates one:
+ * it could not if the waiting thread held the heap's lock (it would hang). */
+static void check_heap_usable_during_wait(enum waiting_call call)
+{
+    vg_device *dev = vg_sim_create(8 * MiB);
+    vg_heap_config cfg = {NULL, 0, 0};
+    vg_heap *heap = vg_heap_create(dev, &cfg);
+    void *big = vg_heap_alloc(heap, 6 * MiB, 0, NULL);
+    void *small = vg_heap_alloc(heap, 1000, 0, NULL);
+    CHECK(big && small);
+    /* a deferred free, for empty_cache to synchronize for */
+    CHECK_EQ(vg_heap_record_stream(heap, small, 7), VG_OK);
+    CHECK_EQ(vg_heap_free(heap, small), VG_OK);
+    vg_sim_hold_synchronize(dev, 1);
+    device_waiter w = {heap, call, 0, NULL};
+    pthread_t tid;
+    pthread_create(&tid, NULL, device_waiter_main, &w);
+    vg_sim_wait_for_held(dev, 1);
+    vg_stats st;
+    vg_heap_stats(heap, &st);
+    CHECK_EQ(st.num_deferred_frees, 1);
+    CHECK_EQ(vg_heap_free(heap, big), VG_OK);
+    void *again = vg_heap_alloc(heap, 1000, 0, NULL);
+    CHECK(again);
+    CHECK_EQ(vg_heap_free(heap, again), VG_OK);
+    vg_sim_hold_synchronize(dev, 0);
+    pthread_join(tid, NULL);
+    vg_heap_stats(heap, &st);
+    CHECK_EQ(st.num_sync_all_streams, call == WAIT_LADDER);
+    if (call == WAIT_LADDER) {
+        /* after the wait the step looked again: big's block was free by then */
+        CHECK(w.block == big);
+        CHECK_EQ(st.num_cache_hits + st.num_cache_misses, st.allocation[VG_STAT_ALL].allocated);
+        CHECK_EQ(vg_heap_free(heap, w.block), VG_OK);
+    }
+    CHECK_EQ(st.active[VG_STAT_ALL].current, call == WAIT_LADDER);
+    CHECK_HEAP(heap);
+    vg_heap_destroy(heap);
+    dev->ops->destroy(dev);
+}
+
+static void test_synchronize_leaves_the_heap_usable(void)
+{
+    check_heap_usable_during_wait(WAIT_SYNCHRONIZE);
+}
+
+static void test_empty_cache_leaves_the_heap_usable_while_it_waits(void)
+{
+    check_heap_usable_during_wait(WAIT_EMPTY_CACHE);
+}
+
+static void test_ladder_leaves_the_heap_usable_while_it_waits(void)
+{
+    check_heap_usable_during_wait(WAIT_LADDER);
+}
+
+/* While an allocation for stream 5 waits for the device, another one for
+ * stream 5 comes and goes, and the stream's only segment is released: the
+ * waiting allocation's stream record must outlive both (ASan sees it if
+ * not). */
+static void test_stream_record_outlives_a_waiting_allocation(void)
+{
+    vg_device *dev = vg_sim_create(8 * MiB);
+    vg_heap_config cfg = {NULL, 0, 0};
+    vg_heap *heap = vg_heap_create(dev, &cfg);
+    void *big = vg_heap_alloc(heap, 6 * MiB, 0, NULL);
+    CHECK(big);
+    vg_sim_hold_synchronize(dev, 1);
+    device_waiter w = {heap, WAIT_LADDER, 5, NULL};
+    pthread_t tid;
+    pthread_create(&tid, NULL, device_waiter_main, &w);
+    vg_sim_wait_for_held(dev, 1);
+    void *small = vg_heap_alloc(heap, 1000, 5, NULL);
+    CHECK(small);
+    CHECK_EQ(vg_heap_free(heap, small), VG_OK);
+    CHECK_EQ(vg_heap_empty_cache(heap), 2 * MiB); /* stream 5's only segment */
+    CHECK_HEAP(heap); /* the waiting allocation's record is pinned */
+    CHECK_EQ(vg_heap_free(heap, big), VG_OK);
+    vg_sim_hold_synchronize(dev, 0);
+    pthread_join(tid, NULL);
+    CHECK(w.block); /* big's idle segment released, a segment for stream 5 */
+    vg_stats st;
+    vg_heap_stats(heap, &st);
+    CHECK_EQ(st.num_sync_releases, 1);
+    CHECK_EQ(vg_heap_free(heap, w.block), VG_OK);
+    CHECK_HEAP(heap);
+    vg_heap_destroy(heap);
+    dev->ops->destroy(dev);
+}
+
 #define T(fn) {#fn, fn}
 static const harness_test tests[] = {
     T(test_lock_excludes_and_wakes_sleepers),
     T(test_lock_waiter_sleeps_behind_a_long_holder),
     T(test_one_heap_many_threads),
     T(test_device_heaps_many_threads),
+    T(test_synchronize_leaves_the_heap_usable),
+    T(test_empty_cache_leaves_the_heap_usable_while_it_waits),
+    T(test_ladder_leaves_the_heap_usable_while_it_waits),
+    T(test_stream_record_outlives_a_waiting_allocation),
 };
 
 int main(int argc, char **argv)
