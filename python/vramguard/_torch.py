@@ -1,7 +1,7 @@
 """Plugging vramguard into PyTorch.
 
     import vramguard
-    vramguard.install(budget="15GiB")   # before anything touches the GPU
+    vramguard.install(budget="T4")   # before anything touches the GPU
 
 install() hands PyTorch vramguard's allocator through
 torch.cuda.memory.CUDAPluggableAllocator, pointing it at the very shared
@@ -122,8 +122,9 @@ def install(budget=None, gc_threshold=None, patch_torch=None, oom_error=None):
     touches the GPU.
 
     budget: the most memory vramguard may reserve per device: bytes, a
-        string ("15GiB", "12.5GB"), or a fraction of the device (0.8, "80%").
-        Use it to behave like a smaller GPU (a T4's 15 GiB on an A100).
+        string ("14GiB", "12.5GB"), a GPU preset ("T4", "L4", "A100-40GB"),
+        or a fraction of the device (0.8, "80%").
+        Use it to behave like a smaller GPU (budget="T4" on an A100).
     gc_threshold: a fraction of the budget past which idle cached segments
         are released before the cache grows.
     patch_torch: make the memory statistics of torch.cuda and
