@@ -19,6 +19,7 @@ from vramguard._demo import EXAMPLE_FILE, record_example, run_demo
 from vramguard._report import format_replay_report, replay_report
 from vramguard._trace import _HEADER
 from vramguard._units import format_size_column
+from sample_traces import small_trace
 from trace_paths import SHARED_TRACES
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -28,19 +29,6 @@ OPT125M = SHARED_TRACES / "opt125m_zo_finetune.snapshot.pickle"
 
 def run_cli(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "vramguard", *args], capture_output=True, text=True, cwd=cwd)
-
-
-def small_trace():
-    t = Trace("small")
-    a = t.alloc(1000, stream=0)
-    b = t.alloc(3 * MiB, stream=1)
-    t.free(a)
-    c = t.alloc(100 * MiB)
-    t.empty_cache()
-    t.free(b)
-    t.free(c)
-    t.synchronize()
-    return t
 
 
 def pieces_heap():

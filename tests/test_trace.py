@@ -13,21 +13,9 @@ import pytest
 import vramguard
 from vramguard import Heap, Trace, TraceFormatError, load_trace, min_budget, replay, save_trace
 from vramguard._trace import _HEADER
+from sample_traces import small_trace
 
 MiB = 1 << 20
-
-
-def small_trace():
-    t = Trace("small")
-    a = t.alloc(1000, stream=0)
-    b = t.alloc(3 * MiB, stream=1)
-    t.free(a)
-    c = t.alloc(100 * MiB)
-    t.empty_cache()
-    t.free(b)
-    t.free(c)
-    t.synchronize()
-    return t
 
 
 # ---------------------------------------------------------------- building
