@@ -416,6 +416,20 @@ static void test_capture_defers_what_would_break_it(void)
     destroy(fx);
 }
 
+/* The end of both capture tests: a synchronize that runs on device 1
+ * finishes the deferred free of `p`, which the next 1000-byte request gets. */
+static void expect_reuse_after_synchronize(fixture fx, void *p, void *q, unsigned syncs)
+{
+    vg_heap_synchronize(fx.heap);
+    CHECK_EQ(fake_syncs(1), syncs + 1);
+    void *again = vg_heap_alloc(fx.heap, 1000, 0, NULL);
+    CHECK(again == p);
+    vg_heap_free(fx.heap, again);
+    vg_heap_free(fx.heap, q);
+    CHECK_HEAP(fx.heap);
+    destroy(fx);
+}
+
 /* An event asked for during a capture whose record then fails: the query
  * answers "not finished" (no device synchronize on the allocation path),
  * and a synchronize of that device finishes it. */
@@ -437,14 +451,7 @@ static void test_unrecorded_capture_event_waits_for_a_synchronize(void)
     vg_heap_fragmentation(fx.heap, &fr);
     CHECK_EQ(fr.pending_blocks, 1);
     fake_fail_set_device(1, 0);
-    vg_heap_synchronize(fx.heap);
-    CHECK_EQ(fake_syncs(1), syncs + 1);
-    void *again = vg_heap_alloc(fx.heap, 1000, 0, NULL);
-    CHECK(again == p);
-    vg_heap_free(fx.heap, again);
-    vg_heap_free(fx.heap, q);
-    CHECK_HEAP(fx.heap);
-    destroy(fx);
+    expect_reuse_after_synchronize(fx, p, q, syncs);
 }
 
 /* A use whose event could not be recorded waits for a synchronize of its
@@ -468,14 +475,7 @@ static void test_synchronize_skipped_by_a_capture_frees_nothing(void)
     void *q = vg_heap_alloc(fx.heap, 1000, 0, NULL);
     CHECK(q && q != p);
     vg_capture_leave(1);
-    vg_heap_synchronize(fx.heap);
-    CHECK_EQ(fake_syncs(1), syncs + 1);
-    void *again = vg_heap_alloc(fx.heap, 1000, 0, NULL);
-    CHECK(again == p);
-    vg_heap_free(fx.heap, again);
-    vg_heap_free(fx.heap, q);
-    CHECK_HEAP(fx.heap);
-    destroy(fx);
+    expect_reuse_after_synchronize(fx, p, q, syncs);
 }
 
 /* A capture on device 1 changes nothing for device 0's calls. */

@@ -22,27 +22,16 @@ import sys
 import textwrap
 
 from hookrun import SHARED_CACHE  # the out-of-memory shim, built once for every script
-from test_fakecuda_torch import preload
+from test_fakecuda_torch import PRELUDE as FAKE_PRELUDE, preload
 
 MiB = 1 << 20
 GiB = 1 << 30
 MARK = "@@fakegpu-out@@"
 
-PRELUDE = """
-import ctypes, json, sys, warnings
-import torch
+# The fake's knobs (test_fakecuda_torch.PRELUDE), then what every script here uses.
+PRELUDE = FAKE_PRELUDE + """
+import json, warnings
 import vramguard
-fake = ctypes.CDLL(None)
-if not hasattr(fake, "vg_fakecuda_reset"):
-    sys.exit("the fake CUDA is not preloaded")
-for _name in ("capacity", "bytes_in_use", "peak_bytes"):
-    getattr(fake, "vg_fakecuda_" + _name).restype = ctypes.c_longlong
-for _name in ("calls", "malloc_calls", "free_calls", "live_allocations", "unsupported_calls"):
-    getattr(fake, "vg_fakecuda_" + _name).restype = ctypes.c_long
-fake.vg_fakecuda_calls.argtypes = [ctypes.c_char_p]
-fake.vg_fakecuda_fail_calls.argtypes = [ctypes.c_char_p, ctypes.c_long, ctypes.c_long, ctypes.c_int]
-fake.vg_fakecuda_fail_malloc.argtypes = [ctypes.c_long, ctypes.c_int]
-MiB, GiB = 1 << 20, 1 << 30
 out = {}
 
 def error(fn, *args, **kwargs):
