@@ -52,11 +52,31 @@ typedef struct vg_device_ops {
     int (*event_query)(vg_device *dev, vg_event_t ev);
     void (*event_release)(vg_device *dev, vg_event_t ev);
     void (*destroy)(vg_device *dev);
+
+    /* Virtual memory, for the arena: address space reserved once, memory
+     * mapped into it page by page. A provider without it (or a device that
+     * does not support it) leaves these NULL and vg_device.page_size 0.
+     * Sizes and addresses are multiples of page_size. */
+    /* Reserve `size` bytes of address space with no memory behind them:
+     * costs nothing against the capacity. */
+    int (*range_reserve)(vg_device *dev, size_t size, uintptr_t *addr);
+    /* Give back a range whose pages are all unmapped. */
+    int (*range_release)(vg_device *dev, uintptr_t addr, size_t size);
+    /* Put memory behind [addr, addr+size), unmapped pages of a reserved
+     * range, readable and writable by the device: VG_ERR_NOMEM when the
+     * device has no memory left for them (nothing is mapped then). */
+    int (*map)(vg_device *dev, uintptr_t addr, size_t size);
+    /* Return the memory behind mapped pages. The caller has made sure that
+     * no work on the device still uses them (a synchronize). */
+    int (*unmap)(vg_device *dev, uintptr_t addr, size_t size);
 } vg_device_ops;
 
 struct vg_device {
     const vg_device_ops *ops;
     int index;             /* device ordinal */
+    /* The granularity of map and unmap (2 MiB on current GPUs); 0 when the
+     * provider has no virtual memory calls. */
+    size_t page_size;
     /* Why the last call that returned VG_ERR_DEVICE failed. Written by the
      * provider and read by its heap, both under the heap's lock. */
     vg_device_error error;
