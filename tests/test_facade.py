@@ -50,7 +50,7 @@ def test_summary_shows_current_peak_totals_and_counters():
     assert all(len(line) == len(lines[0]) for line in lines), "every row is as wide as the table"
     assert "budget 512.00 MiB" in text
     row = next(line for line in lines if line.startswith("| Allocated memory"))
-    assert row.split("|")[2:6] == [" 1024 bytes ", " 100.00 MiB ", " 100.00 MiB ", " 100.00 MiB "]
+    assert row.split("|")[2:6] == ["   1.00 KiB ", " 100.00 MiB ", " 100.00 MiB ", " 100.00 MiB "]
     assert "Reserved memory" in text and "from small pool" in text
     assert "Cached free in pieces (1 - largest free block / cached free)" in text and "cache hits 0" in text
     heap.free(b)
@@ -70,3 +70,15 @@ def test_cli_rejects_a_bad_size():
     )
     assert proc.returncode == 2
     assert "cannot read 'lots' as a size" in proc.stderr
+
+
+def test_format_size_picks_the_unit_after_rounding():
+    GiB = 1 << 30
+    assert vramguard.format_size(1023) == "1023 bytes"
+    assert vramguard.format_size(1024) == "1.00 KiB"
+    assert vramguard.format_size(MiB) == "1.00 MiB"
+    assert vramguard.format_size(GiB) == "1.00 GiB"
+    assert vramguard.format_size(GiB - 1) == "1.00 GiB"  # not "1024.00 MiB"
+    assert vramguard.format_size(1000 * MiB) == "1000.00 MiB"
+    assert vramguard.format_size(GiB - 6 * MiB) == "1018.00 MiB"
+    assert vramguard.format_size((1 << 64) - 1) == "16.00 EiB"

@@ -134,7 +134,7 @@ def test_column_sizes_never_pass_ten_characters():
     for mib in range(990, 1025):
         for extra in (0, 1, MiB - 1):
             assert len(format_size_column(mib * MiB + extra)) <= 10
-    assert format_size_column(1024) == "1024 bytes"  # what fits stays as format_size() writes it
+    assert format_size_column(1024) == "1.00 KiB"  # what fits stays as format_size() writes it
     assert format_size_column(1000 * 1024) == "0.98 MiB"
     assert format_size_column(15 << 40) == "15.00 TiB"
     assert format_size_column((1 << 64) - 1) == "16.00 EiB"

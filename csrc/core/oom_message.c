@@ -7,12 +7,23 @@
 #include <stdio.h>
 
 /* As PyTorch formats sizes: bytes, then KiB / MiB / GiB with two decimals. */
+/* The largest unit in which the value shows at least 1.00, judged after
+ * rounding to two decimals: 1 GiB is "1.00 GiB", and 1 GiB - 1 byte too,
+ * rather than "1024.00 MiB" (which also overflows a report's column). */
 void vg_format_size(uint64_t bytes, char *buf, size_t n)
 {
-    if (bytes <= 1024) snprintf(buf, n, "%llu bytes", (unsigned long long)bytes);
-    else if (bytes <= ((uint64_t)1 << 20)) snprintf(buf, n, "%.2f KiB", (double)bytes / 1024.0);
-    else if (bytes <= ((uint64_t)1 << 30)) snprintf(buf, n, "%.2f MiB", (double)bytes / 1048576.0);
-    else snprintf(buf, n, "%.2f GiB", (double)bytes / 1073741824.0);
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    if (bytes < 1024) {
+        snprintf(buf, n, "%llu bytes", (unsigned long long)bytes);
+        return;
+    }
+    double value = (double)bytes / 1024.0;
+    size_t u = 0;
+    while (u + 1 < sizeof units / sizeof units[0] && value >= 1023.995) {
+        value /= 1024.0;
+        u++;
+    }
+    snprintf(buf, n, "%.2f %s", value, units[u]);
 }
 
 typedef struct writer {

@@ -13,6 +13,7 @@ On any machine:
 from ._core import Heap, format_size, round_size
 from ._demo import example_trace
 from ._import import load_trace
+from ._plot import plot
 from ._presets import PRESETS, GpuPreset
 from ._record import record, start_recording, stop_recording
 from ._replay import FirstOOM, LiveSet, ReplayResult, live_at_peak, min_budget, replay
@@ -30,5 +31,5 @@ __all__ = [
     "summary",
     "FirstOOM", "GpuPreset", "Heap", "LiveSet", "PRESETS", "ReplayResult", "Trace", "TraceFormatError",
     "example_trace", "format_size", "format_summary", "live_at_peak", "load_trace", "min_budget", "parse_budget",
-    "parse_size", "record", "replay", "round_size", "save_trace", "start_recording", "stop_recording",
+    "parse_size", "plot", "record", "replay", "round_size", "save_trace", "start_recording", "stop_recording",
 ]

@@ -85,6 +85,8 @@ class record:
         self.heap.history_stop()
         data, dropped = self.heap.history_take()
         self.trace = trace_from_events(data, dropped, self._reserved_start, self.name)
+        global _last
+        _last = self.trace
         return self.trace
 
     def __enter__(self):
@@ -96,6 +98,12 @@ class record:
 
 
 _active = {}
+_last = None  # the trace of the last recording stopped (vramguard.plot())
+
+
+def last_trace():
+    """The Trace of the last recording stopped, None before any."""
+    return _last
 
 
 def start_recording(heap=None, capacity=DEFAULT_CAPACITY, name="recording"):

@@ -169,6 +169,13 @@ class ReplayResult:
             return f"{self.budget_name} ({format_size(self.budget)} usable)"
         return format_size(self.budget)
 
+    def plot(self, ax=None, regions=None):
+        """Allocated and reserved over the ops, the budget and the first OOM
+        (matplotlib; see vramguard.plot). Returns the axes."""
+        from ._plot import plot_replay
+
+        return plot_replay(self, ax=ax, regions=regions)
+
     def __repr__(self):
         budget = f"budget {self.budget_label}" if self.budget else "no budget"
         text = f"ReplayResult({self.trace!r}, policy={self.policy!r}, {budget}: "

@@ -47,7 +47,7 @@ def test_oom_under_a_budget_through_a_torch_op():
     assert oom["type"] == "OutOfMemoryError"             # through the shim (test_oom_shim.py: without)
     assert oom["runtime_error"] and oom["args"] == 1
     assert oom["head"] == ("CUDA out of memory. Tried to allocate 100.00 MiB. GPU 0 has a total capacity of "
-                           "1024.00 MiB of which 1008.00 MiB is free. Of the allocated memory 16.00 MiB is "
+                           "1.00 GiB of which 1008.00 MiB is free. Of the allocated memory 16.00 MiB is "
                            "allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. "
                            "vramguard's budget is 64.00 MiB.")
     assert oom["is_oom"] and oom["accelerate"] and oom["lightning"] and oom["lightning_cuda"]
