@@ -39,7 +39,7 @@ def _bytes_axis(ax, top):
 
     step = 1 << max(int(max(top, 1) / 6).bit_length(), 0)
     ax.yaxis.set_major_locator(MultipleLocator(step))
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: format_size(int(max(v, 0)))))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: format_size(int(v)) if v >= 0 else ""))
     ax.set_ylim(0, top * 1.08 if top else 1)
 
 

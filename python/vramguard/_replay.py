@@ -169,6 +169,11 @@ class ReplayResult:
             return f"{self.budget_name} ({format_size(self.budget)} usable)"
         return format_size(self.budget)
 
+    def _repr_html_(self):
+        from ._html import replay_html
+
+        return replay_html(self)
+
     def plot(self, ax=None, regions=None):
         """Allocated and reserved over the ops, the budget and the first OOM
         (matplotlib; see vramguard.plot). Returns the axes."""

@@ -27,6 +27,7 @@ import os
 import threading
 
 from . import _core, _cudnn, _hooks, _oom_shim, _torch_patches
+from ._html import Report, summary_html
 from ._summary import format_summary
 from ._units import parse_budget
 
@@ -223,18 +224,14 @@ def stats(device=None):
     return _device_heap(device).stats()
 
 
-class Report(str):
-    """Text that a notebook cell shows as text, not as a quoted string."""
-
-    def __repr__(self):
-        return str(self)
-
-
 def summary(device=None):
     """The memory summary table of a device, ready to print or to show."""
     _require_installed()
     index = _device_index(device)
-    return Report(format_summary(stats(index), title=f"vramguard memory summary, device {index}"))
+    figures = stats(index)
+    title = f"vramguard memory summary, device {index}"
+    text = format_summary(figures, title=title)
+    return Report(text, html=summary_html(figures, title, text))
 
 
 def empty_cache(device=None):
