@@ -16,6 +16,7 @@ from ._import import load_trace
 from ._plot import plot
 from ._presets import PRESETS, GpuPreset
 from ._record import record, start_recording, stop_recording
+from ._snapshot import dump_snapshot, snapshot
 from ._replay import FirstOOM, LiveSet, ReplayResult, live_at_peak, min_budget, replay
 from ._summary import format_summary
 from ._torch import (
@@ -32,4 +33,5 @@ __all__ = [
     "FirstOOM", "GpuPreset", "Heap", "LiveSet", "PRESETS", "ReplayResult", "Trace", "TraceFormatError",
     "example_trace", "format_size", "format_summary", "live_at_peak", "load_trace", "min_budget", "parse_budget",
     "parse_size", "plot", "record", "replay", "round_size", "save_trace", "start_recording", "stop_recording",
+    "dump_snapshot", "snapshot",
 ]

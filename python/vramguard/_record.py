@@ -74,20 +74,39 @@ class record:
         self.name = name
         self.trace = None
         self._reserved_start = 0
+        self._taken = bytearray()  # packed events drained from the ring so far
+        self._dropped = 0
+        self._running = False
 
     def start(self):
         self.heap = _resolve(self.heap)
         self._reserved_start = self.heap.stats()["reserved_bytes.all.current"]
         self.heap.history_start(self.capacity)
+        self._running = True
         return self
 
     def stop(self):
         self.heap.history_stop()
-        data, dropped = self.heap.history_take()
+        data, dropped = self.events()
+        self._running = False
         self.trace = trace_from_events(data, dropped, self._reserved_start, self.name)
         global _last
         _last = self.trace
         return self.trace
+
+    def events(self):
+        """(packed events recorded so far, events dropped). Reading drains
+        the heap's ring into this recording, so that a snapshot dumped while
+        it runs (dump_snapshot) takes nothing away from stop()'s trace."""
+        if self._running:  # once stopped, the ring may be another recording's
+            data, self._dropped = self.heap.history_take()
+            self._taken += data
+        return bytes(self._taken), self._dropped
+
+    @property
+    def reserved_start(self):
+        """Bytes the heap held in segments when recording started."""
+        return self._reserved_start
 
     def __enter__(self):
         return self.start()

@@ -1,0 +1,272 @@
+"""Memory snapshots in PyTorch's format, for pytorch.org/memory_viz:
+
+    vramguard.start_recording()                 # what _record_memory_history() did
+    ...train a few steps...
+    vramguard.dump_snapshot("memory.pickle")    # what _dump_snapshot() did
+
+Under any pluggable allocator PyTorch refuses _record_memory_history and
+_dump_snapshot; this writes the same pickle from vramguard's own state: the
+heap's segments and blocks (copied under the heap's lock by the extension's
+visitor, turned into dicts after) and the recording's events as
+`device_traces`. The file holds plain dicts, lists, tuples, ints and strs,
+so PyTorch's readers (torch.cuda._memory_viz, MemoryViz.js) and
+vramguard.load_trace read it alike.
+
+What PyTorch's format says and vramguard's heap does not know is written as
+the native allocator writes it when the feature is unused: every segment in
+the default pool ((0, 0)), none expandable, no graph pools; `device_free`
+of an `oom` event is what the budget left (0 with no budget).
+"""
+import os
+import pickle
+import secrets
+
+from . import _core
+from ._trace import ALLOC, EMPTY_CACHE, FREE, SYNCHRONIZE
+from ._record import (
+    _EVENT, _active, EV_ALLOC, EV_EMPTY_CACHE, EV_FREE, EV_OOM, EV_RECORD_STREAM, EV_RELEASE, EV_RESERVE,
+)
+
+__all__ = ["dump_snapshot", "snapshot"]
+
+#: A block's state as PyTorch names it, from Heap.segments()'s.
+BLOCK_STATES = {"live": "active_allocated", "pending": "active_pending_free", "free": "inactive"}
+DEFAULT_POOL = (0, 0)
+#: A simulated device big enough for any trace a replay can serve.
+_TRACE_DEVICE = 1 << 50
+
+
+def _no_frames(_event):
+    return []
+
+
+def trace_entries(data, reserved_start=0, budget=0, frames_of=_no_frames):
+    """A device's `device_traces` list from packed ring events (the format of
+    Heap.history_take()). `frames_of(event)` gives an event's stack as
+    PyTorch's frame dicts ({'filename', 'line', 'name'}); the default, for
+    recordings without stacks, gives []. Each vramguard event becomes the
+    PyTorch actions the native allocator writes for the same thing:
+
+      alloc        -> alloc (size: the requested bytes, as PyTorch's)
+      free         -> free_requested, free_completed
+      reserve      -> segment_alloc        release -> segment_free
+      oom          -> oom (size: the rounded request; device_free)
+    An empty_cache() shows as the segment_free events it caused, as in
+    PyTorch's traces; record_stream has no action of its own."""
+    entries, reserved = [], reserved_start
+    for event in _EVENT.iter_unpack(data):
+        time_ns, addr, size, requested, stream, kind, _ = event
+        frames = frames_of(event)
+        if kind == EV_ALLOC:
+            entries.append(_entry("alloc", addr, requested, stream, time_ns, frames))
+        elif kind == EV_FREE:
+            entries.append(_entry("free_requested", addr, requested, stream, time_ns, frames))
+            entries.append(_entry("free_completed", addr, requested, stream, time_ns, frames))
+        elif kind == EV_RESERVE:
+            reserved += size
+            entries.append(_entry("segment_alloc", addr, size, stream, time_ns, frames))
+        elif kind == EV_RELEASE:
+            reserved -= size
+            entries.append(_entry("segment_free", addr, size, stream, time_ns, frames))
+        elif kind == EV_OOM:
+            entry = _entry("oom", 0, size, stream, time_ns, frames)
+            del entry["addr"]  # PyTorch's oom carries device_free in its place
+            entry["device_free"] = max(budget - reserved, 0) if budget else 0
+            entries.append(entry)
+        elif kind not in (EV_EMPTY_CACHE, EV_RECORD_STREAM):
+            raise ValueError(f"unknown recorded event kind {kind}")
+    return entries
+
+
+def _entry(action, addr, size, stream, time_ns, frames):
+    return {"action": action, "addr": addr, "size": size, "stream": stream,
+            "time_us": time_ns // 1000, "frames": frames}
+
+
+def _block(block, frames):
+    return {"address": block["address"], "size": block["size"],
+            "requested_size": block["requested"], "state": BLOCK_STATES[block["state"]],
+            "frames": frames}
+
+
+def segment_entries(segments, device, alloc_frames=None):
+    """PyTorch's `segments` list from Heap.segments(); `alloc_frames` maps a
+    block's address to the stack of the allocation recorded there."""
+    alloc_frames = alloc_frames or {}
+    out = []
+    for seg in sorted(segments, key=lambda s: s["address"]):
+        blocks = [_block(b, alloc_frames.get(b["address"], []) if b["state"] != "free" else [])
+                  for b in seg["blocks"]]
+        out.append({
+            "device": device, "address": seg["address"], "total_size": seg["size"],
+            "allocated_size": _sum(blocks, "size", ("active_allocated",)),
+            "active_size": _sum(blocks, "size", ("active_allocated", "active_pending_free")),
+            "requested_size": _sum(blocks, "requested_size", ("active_allocated",)),
+            "stream": seg["stream"], "segment_type": seg["pool"], "segment_pool_id": DEFAULT_POOL,
+            "is_expandable": False, "frames": [], "blocks": blocks,
+        })
+    return out
+
+
+def _sum(blocks, key, states):
+    return sum(b[key] for b in blocks if b["state"] in states)
+
+
+def _alloc_frames(entries):
+    """Address -> stack of the last allocation recorded there."""
+    frames = {}
+    for e in entries:
+        if e["action"] == "alloc" and e["frames"]:
+            frames[e["addr"]] = e["frames"]
+    return frames
+
+
+def allocator_settings(heap):
+    """The settings PyTorch's snapshot names, as vramguard has them: the
+    native knobs vramguard does not read are written as their defaults."""
+    return {
+        "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+        "max_split_size": -1,
+        "garbage_collection_threshold": heap.gc_threshold or 0.0,
+        "expandable_segments": False,
+        "roundup_power2_divisions": {},
+        "allocator": "vramguard",
+        "vramguard_policy": heap.policy,
+        "vramguard_budget": heap.budget or 0,
+    }
+
+
+# ------------------------------------------------------------------ sources
+
+
+class _DeviceState:
+    """What one device contributes: its heap and its recording's events."""
+
+    def __init__(self, index, heap, data=b"", reserved_start=0):
+        self.index, self.heap, self.data, self.reserved_start = index, heap, data, reserved_start
+
+
+def _recording_of(heap, recording):
+    if recording is not None:
+        return recording
+    return _active.get(id(heap))  # the one start_recording() left running
+
+
+def _state(index, heap, recording):
+    rec = _recording_of(heap, recording)
+    if rec is None:
+        return _DeviceState(index, heap)
+    data, _dropped = rec.events()
+    return _DeviceState(index, heap, data, rec.reserved_start)
+
+
+def _installed_states(device, recording):
+    from . import _torch
+
+    _torch._require_installed()
+    indices = _core.existing_devices() if device is None else [_torch._device_index(device)]
+    states = [_state(i, _core.device_heap(i), None) for i in indices]
+    if recording is not None:  # it belongs to the heap it recorded
+        for s in states:
+            if s.heap is recording.heap:
+                s.data, _ = recording.events()
+                s.reserved_start = recording.reserved_start
+    return states
+
+
+def _trace_state(trace):
+    """A Trace run on a fresh simulated device, recorded as it goes: its ops
+    at the addresses that device gives them, and what is live at its end
+    still live in the segments (Heap.replay would free it)."""
+    heap = _core.Heap(_TRACE_DEVICE)
+    heap.history_start(2 * len(trace) + 16)  # an op makes at most a block's and a segment's event
+    try:
+        _run(heap, trace)
+    finally:
+        heap.history_stop()
+    data, _dropped = heap.history_take()
+    return _DeviceState(0, heap, data)
+
+
+def _run(heap, trace):
+    ptrs = {}
+    for kind, ident, size, stream in zip(trace.kinds, trace.ids, trace.sizes, trace.streams):
+        if kind == ALLOC:
+            ptrs[ident] = heap.malloc(size, stream)
+        elif kind == FREE:
+            heap.free(ptrs.pop(ident))
+        elif kind == EMPTY_CACHE:
+            heap.empty_cache()
+        elif kind == SYNCHRONIZE:
+            heap.synchronize()
+
+
+def _states(device, heap, recording, trace):
+    if trace is not None:
+        if heap is not None or recording is not None:
+            raise ValueError("dump a trace, or a heap and its recording, not both")
+        return [_trace_state(trace)]
+    if heap is None and recording is not None:
+        heap = recording.heap if recording.heap is not None else None
+    if heap is not None:
+        index = 0 if device is None else device
+        if type(index) is not int or index < 0:
+            raise ValueError(f"device must be a device index (an int >= 0) with heap=, got {device!r}")
+        return [_state(index, heap, recording)]
+    return _installed_states(device, recording)
+
+
+# ------------------------------------------------------------------ the API
+
+
+def snapshot(device=None, *, heap=None, recording=None, trace=None):
+    """The snapshot dict torch.cuda.memory._snapshot() would give.
+
+    With no arguments: every device of the installed allocator (device=:
+    one), with the recording start_recording() left running on each.
+    heap=: a Heap (a simulated device), as device `device` (default 0).
+    recording=: a vramguard.record, running or stopped, whose events
+    become `device_traces` (default: the running one of the heap).
+    trace=: a Trace, replayed on a fresh simulated device."""
+    states = _states(device, heap, recording, trace)
+    traces = [[] for _ in range(max(s.index for s in states) + 1)] if states else []
+    segments = []
+    for s in states:
+        segs = s.heap.segments()  # copied under the heap's lock
+        budget = s.heap.budget or 0
+        entries = trace_entries(s.data, s.reserved_start, budget)
+        traces[s.index] = entries
+        segments += segment_entries(segs, s.index, _alloc_frames(entries))
+    return {
+        "segments": segments,
+        "device_traces": traces,
+        "allocator_settings": allocator_settings(states[0].heap) if states else {},
+        "external_annotations": [],
+    }
+
+
+def dump_snapshot(path, device=None, *, heap=None, recording=None, trace=None):
+    """Write snapshot(...) to `path` as PyTorch's _dump_snapshot() does (a
+    pickle), for pytorch.org/memory_viz, torch.cuda._memory_viz and
+    vramguard.load_trace. The file appears whole or not at all (written to a
+    temporary file beside it, then renamed over `path`)."""
+    path = os.fspath(path)
+    data = pickle.dumps(snapshot(device, heap=heap, recording=recording, trace=trace))
+    _write_atomically(path, data)
+
+
+def _write_atomically(path, data):
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}.tmp")
+    # 0o666 less the umask, as open() would give the file itself
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

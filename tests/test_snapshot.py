@@ -1,0 +1,210 @@
+"""vramguard.dump_snapshot on the simulated device: PyTorch's snapshot
+format (segments with blocks, device_traces with PyTorch's action names),
+read back by vramguard's own reader, written whole or not at all. PyTorch's
+own reader reads the same files in tests/torch/test_snapshot_torch.py."""
+import os
+import pickle
+
+import pytest
+
+import vramguard
+from vramguard import Heap, dump_snapshot, load_trace, record, snapshot
+from vramguard._trace import ALLOC, FREE
+
+MiB = 1 << 20
+BASE = 1 << 40  # the simulated device's first address
+
+
+def actions(snap, device=0):
+    return [e["action"] for e in snap["device_traces"][device]]
+
+
+def small_run():
+    """1000 B and 3 MiB allocated, the 1000 B freed, then empty_cache():
+    the small segment goes back, the 6 MiB large one stays."""
+    heap = Heap("1GiB")
+    with record(heap) as rec:
+        a = heap.malloc(1000)
+        heap.malloc(3 * MiB)
+        heap.free(a)
+        heap.empty_cache()
+    return heap, rec
+
+
+def test_heap_and_recording_in_pytorchs_layout():
+    heap, rec = small_run()
+    snap = snapshot(heap=heap, recording=rec)
+    assert set(snap) == {"segments", "device_traces", "allocator_settings", "external_annotations"}
+    assert actions(snap) == ["segment_alloc", "alloc", "segment_alloc", "alloc", "free_requested",
+                             "free_completed", "segment_free"]
+    events = snap["device_traces"][0]
+    assert [(e["addr"], e["size"]) for e in events] == [
+        (BASE, 2 * MiB), (BASE, 1000), (BASE + 2 * MiB, 6 * MiB), (BASE + 2 * MiB, 3 * MiB),
+        (BASE, 1000), (BASE, 1000), (BASE, 2 * MiB)]
+    assert all(set(e) == {"action", "addr", "size", "stream", "time_us", "frames"} for e in events)
+    assert all(e["frames"] == [] and e["stream"] == 0 for e in events)
+    times = [e["time_us"] for e in events]
+    assert times == sorted(times)
+    [seg] = snap["segments"]
+    assert seg == {
+        "device": 0, "address": BASE + 2 * MiB, "total_size": 6 * MiB, "allocated_size": 3 * MiB,
+        "active_size": 3 * MiB, "requested_size": 3 * MiB, "stream": 0, "segment_type": "large",
+        "segment_pool_id": (0, 0), "is_expandable": False, "frames": [],
+        "blocks": [
+            {"address": BASE + 2 * MiB, "size": 3 * MiB, "requested_size": 3 * MiB,
+             "state": "active_allocated", "frames": []},
+            {"address": BASE + 5 * MiB, "size": 3 * MiB, "requested_size": 0, "state": "inactive",
+             "frames": []},
+        ],
+    }
+    assert snap["allocator_settings"]["allocator"] == "vramguard"
+
+
+def test_round_trip_through_load_trace(tmp_path):
+    heap, rec = small_run()
+    path = tmp_path / "memory.pickle"
+    assert dump_snapshot(path, heap=heap, recording=rec) is None
+    back = load_trace(path)
+    assert list(back.kinds) == list(rec.trace.kinds) == [ALLOC, ALLOC, FREE, 3]
+    assert list(back.sizes) == list(rec.trace.sizes) == [1000, 3 * MiB, 0, 0]
+    assert back.peak_live() == rec.trace.peak_live() == 1000 + 3 * MiB
+    assert back.meta["recorded_peak_reserved_bytes"] == 8 * MiB
+    assert back.meta["event_label"] == "snapshot event"
+
+
+def test_pending_free_block_and_segment_sums():
+    heap = Heap("1GiB")
+    a = heap.malloc(1000)
+    heap.malloc(5000)
+    heap.record_stream(a, 7)
+    heap.free(a)  # stream 7 may still use it
+    [seg] = snapshot(heap=heap)["segments"]
+    assert [(b["state"], b["size"], b["requested_size"]) for b in seg["blocks"]] == [
+        ("active_pending_free", 1024, 1000), ("active_allocated", 5120, 5000),
+        ("inactive", 2 * MiB - 6144, 0)]
+    assert (seg["allocated_size"], seg["active_size"], seg["requested_size"]) == (5120, 6144, 5000)
+    assert seg["segment_type"] == "small"
+
+
+def test_oom_event_carries_device_free_instead_of_addr():
+    heap = Heap("1GiB", budget="8MiB")
+    with record(heap) as rec:
+        heap.malloc(3 * MiB)  # a 6 MiB segment
+        with pytest.raises(MemoryError):
+            heap.malloc(20 * MiB)
+    snap = snapshot(heap=heap, recording=rec)
+    [oom] = [e for e in snap["device_traces"][0] if e["action"] == "oom"]
+    assert "addr" not in oom
+    assert (oom["size"], oom["device_free"]) == (20 * MiB, 2 * MiB)
+
+
+def test_running_recording_is_dumped_and_stop_still_gets_every_event(tmp_path):
+    heap = Heap("1GiB")
+    vramguard.start_recording(heap)
+    a = heap.malloc(1000)
+    dump_snapshot(tmp_path / "mid.pickle", heap=heap)
+    heap.free(a)
+    dump_snapshot(tmp_path / "end.pickle", heap=heap)
+    trace = vramguard.stop_recording(heap)
+    mid = pickle.loads((tmp_path / "mid.pickle").read_bytes())
+    end = pickle.loads((tmp_path / "end.pickle").read_bytes())
+    assert actions(mid) == ["segment_alloc", "alloc"]
+    assert actions(end) == ["segment_alloc", "alloc", "free_requested", "free_completed"]
+    assert list(trace.kinds) == [ALLOC, FREE] and list(trace.sizes) == [1000, 0]
+    # a block live at the mid dump, from the recorded alloc: not seeded again
+    assert list(load_trace(tmp_path / "mid.pickle").kinds) == [ALLOC]
+
+
+def test_no_recording_gives_segments_and_empty_traces():
+    heap = Heap("1GiB")
+    heap.malloc(1000)
+    snap = snapshot(heap=heap, device=2)
+    assert snap["device_traces"] == [[], [], []]
+    assert [s["device"] for s in snap["segments"]] == [2]
+
+
+def test_trace_dump_round_trips_ops_sizes_and_peak(tmp_path):
+    trace = vramguard.example_trace()
+    path = tmp_path / "example.pickle"
+    dump_snapshot(path, trace=trace)
+    back = load_trace(path)
+    assert list(back.kinds) == list(trace.kinds)
+    assert list(back.sizes) == list(trace.sizes)
+    assert list(back.streams) == list(trace.streams)
+    assert back.peak_live() == trace.peak_live() == 14_951_404_548
+    snap = pickle.loads(path.read_bytes())
+    live = [b for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
+    counts = trace.counts()
+    assert len(live) == counts["alloc"] - counts["free"] == 584  # live at the trace's end stays live
+    assert actions(snap).count("alloc") == 1238
+
+
+def test_empty_cache_that_releases_a_segment_round_trips():
+    trace = vramguard.Trace()
+    trace.alloc(1000)               # keeps the small segment
+    big = trace.alloc(3 * MiB)
+    trace.free(big)
+    trace.empty_cache()             # releases the large one: a segment_free
+    trace.alloc(2000)               # from the small segment: no new one
+    snap = snapshot(trace=trace)
+    assert actions(snap)[-2:] == ["segment_free", "alloc"]
+    back = vramguard._import.trace_from_snapshot(snap)
+    assert list(back.kinds) == list(trace.kinds)
+    assert list(back.sizes) == list(trace.sizes)
+
+
+def test_what_pytorchs_format_cannot_say():
+    """PyTorch's traces have no empty_cache action, only the segment_free
+    events it causes: one that released nothing leaves no trace, and one
+    whose release a new segment follows reads as PyTorch's own
+    release-and-retry. Allocations, frees and the peak come back the same."""
+    trace = vramguard.Trace()
+    a = trace.alloc(1000)
+    trace.empty_cache()             # releases nothing
+    trace.free(a)
+    trace.empty_cache()             # releases the small segment ...
+    trace.alloc(5000)               # ... and this needs a new one
+    back = vramguard._import.trace_from_snapshot(snapshot(trace=trace))
+    assert list(back.kinds) == [ALLOC, FREE, ALLOC]
+    assert list(back.sizes) == [1000, 0, 5000]
+    assert back.peak_live() == trace.peak_live() == 5000
+
+
+def test_write_is_atomic(tmp_path, monkeypatch):
+    heap, rec = small_run()
+    path = tmp_path / "memory.pickle"
+    path.write_bytes(b"the previous snapshot")
+
+    def fail(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(OSError, match="disk full"):
+        dump_snapshot(path, heap=heap, recording=rec)
+    assert path.read_bytes() == b"the previous snapshot"
+    assert sorted(os.listdir(tmp_path)) == ["memory.pickle"]  # no temporary file left
+
+
+def test_unwritable_place_leaves_nothing(tmp_path):
+    heap, rec = small_run()
+    with pytest.raises(FileNotFoundError):
+        dump_snapshot(tmp_path / "missing" / "memory.pickle", heap=heap, recording=rec)
+    assert os.listdir(tmp_path) == []
+
+
+def test_bad_arguments():
+    heap = Heap("1GiB")
+    with pytest.raises(ValueError, match="not both"):
+        snapshot(heap=heap, trace=vramguard.example_trace())
+    with pytest.raises(ValueError, match="device index"):
+        snapshot(heap=heap, device=-1)
+    with pytest.raises(ValueError, match="device index"):
+        snapshot(heap=heap, device="cuda:0")
+
+
+def test_installed_allocator_needed_without_a_heap(tmp_path):
+    if vramguard.is_installed():
+        pytest.skip("the allocator is installed in this process")
+    with pytest.raises(vramguard.VramguardError, match="install"):
+        dump_snapshot(tmp_path / "memory.pickle")
+    assert not (tmp_path / "memory.pickle").exists()
