@@ -165,7 +165,7 @@ def _installed_states(device, recording):
 
     _torch._require_installed()
     indices = _core.existing_devices() if device is None else [_torch._device_index(device)]
-    states = [_state(i, _core.device_heap(i), None) for i in indices]
+    states = [_state(i, _torch._device_heap(i), None) for i in indices]
     if recording is not None:  # it belongs to the heap it recorded
         for s in states:
             if s.heap is recording.heap:

@@ -209,9 +209,18 @@ def _require_installed():
         raise VramguardError("vramguard is not installed: call vramguard.install() first")
 
 
+# One Heap object per device: a recording started on a device heap is
+# found again by its object (start_recording, then stop_recording or
+# dump_snapshot with no heap named), and _core.device_heap makes a new one
+# at each call.
+_device_heaps = {}
+
+
 def _device_heap(device=None):
     _require_installed()
-    return _core.device_heap(_device_index(device))
+    index = _device_index(device)
+    heap = _device_heaps.get(index)
+    return heap if heap is not None else _device_heaps.setdefault(index, _core.device_heap(index))
 
 
 def _current_device_heap():

@@ -1,0 +1,129 @@
+"""vramguard.dump_snapshot with the real PyTorch on the fake CUDA: the pickle
+is read by PyTorch's own reader (torch.cuda._memory_viz, what
+pytorch.org/memory_viz is built on) and by vramguard.load_trace; and the
+history functions PyTorch refuses under a pluggable allocator say what
+replaces them."""
+import base64
+import json
+import pickle
+import re
+
+import pytest
+
+from fakegpu import MiB, run
+
+pytestmark = pytest.mark.torch
+
+torch = pytest.importorskip("torch")
+from torch.cuda import _memory_viz  # noqa: E402  (PyTorch's reader)
+
+from vramguard import load_trace  # noqa: E402
+from vramguard._trace import ALLOC, FREE  # noqa: E402
+
+#: Three tensors, one freed, recorded from the start; dumped with two live.
+WORKLOAD = """
+    vramguard.install(budget="256MiB")
+    vramguard.start_recording()
+    x = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+    y = torch.empty(3 * MiB, dtype=torch.uint8, device="cuda")
+    z = torch.empty(1000, dtype=torch.uint8, device="cuda")
+    del x
+    vramguard.dump_snapshot(PATH)
+    trace = vramguard.stop_recording()
+    out["kinds"] = list(trace.kinds)
+    out["sizes"] = list(trace.sizes)
+    out["peak"] = trace.peak_live()
+    out["segments"] = len(vramguard._core.device_heap(0).segments())
+    stats = vramguard.stats()
+    out["reserved"] = stats["reserved_bytes.all.current"]
+    out["allocated"] = stats["allocated_bytes.all.current"]
+"""
+
+
+@pytest.fixture(scope="module")
+def dumped(tmp_path_factory):
+    path = tmp_path_factory.mktemp("snap") / "memory.pickle"
+    out = run(f"PATH = {str(path)!r}", WORKLOAD)
+    with open(path, "rb") as f:
+        return path, pickle.load(f), out
+
+
+def test_segments_and_blocks_match_the_heap(dumped):
+    _, snap, out = dumped
+    assert len(snap["segments"]) == out["segments"] == 2  # a small segment and a large one
+    assert sum(s["total_size"] for s in snap["segments"]) == out["reserved"]
+    assert sum(s["allocated_size"] for s in snap["segments"]) == out["allocated"]
+    live = sorted(b["requested_size"] for s in snap["segments"] for b in s["blocks"]
+                  if b["state"] == "active_allocated")
+    assert live == [1000, 3 * MiB]
+    assert {s["device"] for s in snap["segments"]} == {0}
+
+
+def test_pytorchs_text_readers(dumped):
+    _, snap, out = dumped
+    stats = _memory_viz.segsum(snap)
+    assert f"segments: {out['segments']}\n" in stats
+    assert "Segment size mismatch" not in stats
+    text = _memory_viz.trace(snap)
+    entries = snap["device_traces"][0]
+    assert f"{len(entries)} entries" in text
+    assert len(re.findall(r"^\w+ = seg_\d+\[|^\w+ = \w+\[", text, re.M)) == 3  # three allocations
+    assert [e["action"] for e in entries].count("alloc") == 3
+    assert [e["action"] for e in entries].count("free_completed") == 1
+    assert len(re.findall(r"= cudaMalloc\(", text)) == 2  # the two segments
+
+
+def test_pytorchs_flamegraph_readers(dumped):
+    _, snap, _ = dumped
+    lines = _memory_viz.memory(snap, format_flamegraph=lambda text: text).splitlines()
+    assert sum(int(line.rsplit(" ", 1)[1]) for line in lines) == sum(s["total_size"] for s in snap["segments"])
+    active = [line for line in lines if ";active_allocated;" in line]
+    assert sorted(int(line.rsplit(" ", 1)[1]) for line in active if "<gaps>" not in line) == [1000, 3 * MiB]
+    seg_lines = _memory_viz.segments(snap, format_flamegraph=lambda text: text).splitlines()
+    assert len({line.split(";")[1] for line in seg_lines}) == 2  # one prefix per segment
+
+
+def test_pytorchs_html_plots_carry_the_snapshot(dumped):
+    _, snap, _ = dumped
+    for plot in (_memory_viz.trace_plot, _memory_viz.segment_plot):
+        html = plot(snap)
+        files = json.loads(re.search(r"const local_files = (\[.*\])", html).group(1))
+        assert pickle.loads(base64.b64decode(files[0]["base64"])) == snap
+    filtered = _memory_viz.filter_alloc_free_pairs(pickle.loads(pickle.dumps(snap)))
+    kept = [e["action"] for e in filtered["device_traces"][0]]
+    assert kept.count("alloc") == 2  # the freed allocation's pair is filtered out
+
+
+def test_vramguards_reader_round_trips_it(dumped):
+    path, _, out = dumped
+    back = load_trace(path)
+    assert list(back.kinds) == out["kinds"] == [ALLOC, ALLOC, ALLOC, FREE]
+    assert list(back.sizes) == out["sizes"] == [MiB, 3 * MiB, 1000, 0]
+    assert back.peak_live() == out["peak"] == 4 * MiB + 1000
+
+
+def test_pytorchs_history_functions_point_to_dump_snapshot(tmp_path):
+    path = tmp_path / "native.pickle"
+    out = run(f"PATH = {str(path)!r}", """
+        vramguard.install()
+        x = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+        def message(fn, *args):
+            try:
+                fn(*args)
+            except RuntimeError as e:
+                return str(e)
+        out["history"] = message(torch.cuda.memory._record_memory_history)
+        out["stop"] = message(torch.cuda.memory._record_memory_history, None)
+        out["dump"] = message(torch.cuda.memory._dump_snapshot, PATH)
+        out["segments"] = message(torch.cuda.memory_snapshot)
+    """)
+    refused = "CUDAPluggableAllocator does not yet support {}. If you need it, please file an issue " \
+              "describing your use case.\nvramguard: "
+    assert out["history"].startswith(refused.format("recordHistory"))
+    assert "vramguard.start_recording()" in out["history"]
+    assert 'vramguard.dump_snapshot("memory.pickle")' in out["history"]
+    assert out["stop"] == out["history"]
+    assert out["dump"].startswith(refused.format("snapshot"))
+    assert "vramguard.dump_snapshot(path)" in out["dump"]
+    assert out["segments"] == out["dump"]
+    assert not path.exists()
