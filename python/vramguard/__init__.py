@@ -17,6 +17,7 @@ from ._plot import plot
 from ._presets import PRESETS, GpuPreset
 from ._record import record, start_recording, stop_recording
 from ._snapshot import dump_snapshot, snapshot
+from . import integrations  # its callbacks import their libraries only when asked for
 from ._replay import FirstOOM, LiveSet, ReplayResult, live_at_peak, min_budget, replay
 from ._summary import format_summary
 from ._torch import (

@@ -14,11 +14,8 @@ from fakegpu import MiB, run
 
 pytestmark = pytest.mark.torch
 
-torch = pytest.importorskip("torch")
-from torch.cuda import _memory_viz  # noqa: E402  (PyTorch's reader)
-
-from vramguard import load_trace  # noqa: E402
-from vramguard._trace import ALLOC, FREE  # noqa: E402
+from vramguard import load_trace
+from vramguard._trace import ALLOC, FREE
 
 #: Three tensors, one freed, recorded from the start; dumped with two live.
 WORKLOAD = """
@@ -41,6 +38,14 @@ WORKLOAD = """
 
 
 @pytest.fixture(scope="module")
+def _memory_viz():
+    """PyTorch's reader, imported only in the torch tier."""
+    from torch.cuda import _memory_viz
+
+    return _memory_viz
+
+
+@pytest.fixture(scope="module")
 def dumped(tmp_path_factory):
     path = tmp_path_factory.mktemp("snap") / "memory.pickle"
     out = run(f"PATH = {str(path)!r}", WORKLOAD)
@@ -59,7 +64,7 @@ def test_segments_and_blocks_match_the_heap(dumped):
     assert {s["device"] for s in snap["segments"]} == {0}
 
 
-def test_pytorchs_text_readers(dumped):
+def test_pytorchs_text_readers(dumped, _memory_viz):
     _, snap, out = dumped
     stats = _memory_viz.segsum(snap)
     assert f"segments: {out['segments']}\n" in stats
@@ -73,7 +78,7 @@ def test_pytorchs_text_readers(dumped):
     assert len(re.findall(r"= cudaMalloc\(", text)) == 2  # the two segments
 
 
-def test_pytorchs_flamegraph_readers(dumped):
+def test_pytorchs_flamegraph_readers(dumped, _memory_viz):
     _, snap, _ = dumped
     lines = _memory_viz.memory(snap, format_flamegraph=lambda text: text).splitlines()
     assert sum(int(line.rsplit(" ", 1)[1]) for line in lines) == sum(s["total_size"] for s in snap["segments"])
@@ -83,7 +88,7 @@ def test_pytorchs_flamegraph_readers(dumped):
     assert len({line.split(";")[1] for line in seg_lines}) == 2  # one prefix per segment
 
 
-def test_pytorchs_html_plots_carry_the_snapshot(dumped):
+def test_pytorchs_html_plots_carry_the_snapshot(dumped, _memory_viz):
     _, snap, _ = dumped
     for plot in (_memory_viz.trace_plot, _memory_viz.segment_plot):
         html = plot(snap)
