@@ -18,8 +18,11 @@ the small shim that throws it (_oom_shim.py), else RuntimeError. The
 memory statistics have no hook and raise under any pluggable allocator (or,
 in torch.accelerator, read the unused native one), so with patch_torch=True
 install() also replaces the Python functions of torch.cuda and
-torch.accelerator that read them (_torch_patches.py); and it keeps cuDNN's
-benchmark mode off (_cudnn.py). See docs/pytorch.md.
+torch.accelerator that read them (_torch_patches.py), whose error for
+PyTorch's memory history (refused under any pluggable allocator) then
+names vramguard.start_recording() and vramguard.dump_snapshot(), which
+replace it; and it keeps cuDNN's benchmark mode off (_cudnn.py). See
+docs/pytorch.md.
 
 There is no uninstall: PyTorch cannot swap an allocator that has been used.
 """
@@ -131,7 +134,11 @@ def install(budget=None, gc_threshold=None, patch_torch=None, oom_error=None):
     patch_torch: make the memory statistics of torch.cuda and
         torch.accelerator (memory_allocated(), memory_stats(), ...),
         mem_get_info(), get_per_process_memory_fraction() and
-        torch.accelerator.empty_cache() use vramguard (default True).
+        torch.accelerator.empty_cache() use vramguard, and make PyTorch's
+        refusal of its memory history (_record_memory_history,
+        _dump_snapshot, memory_snapshot) name what replaces it:
+        vramguard.start_recording() and vramguard.dump_snapshot(path)
+        (default True).
     oom_error: "auto" (default): out-of-memory errors are
         torch.OutOfMemoryError, through a small C++ shim built against the
         installed torch the first time (cached in ~/.cache/vramguard),
