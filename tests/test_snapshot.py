@@ -202,9 +202,42 @@ def test_bad_arguments():
         snapshot(heap=heap, device="cuda:0")
 
 
+def test_a_recording_alone_names_its_heap():
+    heap, rec = small_run()
+    assert snapshot(recording=rec) == snapshot(heap=heap, recording=rec)
+    with pytest.raises(ValueError, match="never started"):
+        snapshot(recording=record())
+
+
 def test_installed_allocator_needed_without_a_heap(tmp_path):
     if vramguard.is_installed():
         pytest.skip("the allocator is installed in this process")
     with pytest.raises(vramguard.VramguardError, match="install"):
         dump_snapshot(tmp_path / "memory.pickle")
     assert not (tmp_path / "memory.pickle").exists()
+
+
+def test_frames_plug_in_per_event_and_reach_the_blocks():
+    """Where a recording's stacks come in: frames_of(event) per event; a
+    live block gets its allocation's frames; vramguard's reader names the line."""
+    from vramguard import _snapshot
+    from vramguard._record import EV_ALLOC
+
+    heap = Heap("1GiB")
+    with record(heap) as rec:
+        heap.malloc(1000)
+        heap.free(heap.malloc(5000))
+    data, _ = rec.events()
+
+    def frames_of(event):
+        if event[5] != EV_ALLOC:
+            return []
+        return [{"filename": "/content/train.py", "line": event[3], "name": "step"}]
+
+    entries = _snapshot.trace_entries(data, frames_of=frames_of)
+    segments = _snapshot.segment_entries(heap.segments(), 0, _snapshot._alloc_frames(entries))
+    blocks = segments[0]["blocks"]
+    assert [b["frames"] for b in blocks] == [
+        [{"filename": "/content/train.py", "line": 1000, "name": "step"}], []]  # the freed one merged
+    back = vramguard._import.trace_from_snapshot({"segments": segments, "device_traces": [entries]})
+    assert [back.site_of(op) for op in range(len(back))] == ["train.py:1000 step", "train.py:5000 step", None]

@@ -21,11 +21,9 @@ import os
 import pickle
 import secrets
 
-from . import _core
+from . import _core, _torch
+from ._record import _EVENT, _active, EV_ALLOC, EV_FREE, EV_OOM, EV_RELEASE, EV_RESERVE
 from ._trace import ALLOC, EMPTY_CACHE, FREE, SYNCHRONIZE
-from ._record import (
-    _EVENT, _active, EV_ALLOC, EV_EMPTY_CACHE, EV_FREE, EV_OOM, EV_RECORD_STREAM, EV_RELEASE, EV_RESERVE,
-)
 
 __all__ = ["dump_snapshot", "snapshot"]
 
@@ -73,8 +71,8 @@ def trace_entries(data, reserved_start=0, budget=0, frames_of=_no_frames):
             del entry["addr"]  # PyTorch's oom carries device_free in its place
             entry["device_free"] = max(budget - reserved, 0) if budget else 0
             entries.append(entry)
-        elif kind not in (EV_EMPTY_CACHE, EV_RECORD_STREAM):
-            raise ValueError(f"unknown recorded event kind {kind}")
+        # EV_EMPTY_CACHE, EV_RECORD_STREAM and kinds this version does not
+        # know have no action of PyTorch's: left out.
     return entries
 
 
@@ -140,10 +138,19 @@ def allocator_settings(heap):
 
 
 class _DeviceState:
-    """What one device contributes: its heap and its recording's events."""
+    """What one device contributes: its heap, its recording's events, and
+    how to read an event's frames."""
 
-    def __init__(self, index, heap, data=b"", reserved_start=0):
+    def __init__(self, index, heap, data=b"", reserved_start=0, frames_of=_no_frames):
         self.index, self.heap, self.data, self.reserved_start = index, heap, data, reserved_start
+        self.frames_of = frames_of
+
+
+def _frames_source(rec):
+    """frames_of(event) for a recording's events. The ring's last field is
+    where a recording that keeps stacks puts each event's stack; until
+    recordings keep them, every event has no frames."""
+    return _no_frames
 
 
 def _recording_of(heap, recording):
@@ -157,21 +164,26 @@ def _state(index, heap, recording):
     if rec is None:
         return _DeviceState(index, heap)
     data, _dropped = rec.events()
-    return _DeviceState(index, heap, data, rec.reserved_start)
+    return _DeviceState(index, heap, data, rec.reserved_start, _frames_source(rec))
 
 
-def _installed_states(device, recording):
-    from . import _torch
-
+def _installed_states(device):
     _torch._require_installed()
     indices = _core.existing_devices() if device is None else [_torch._device_index(device)]
-    states = [_state(i, _torch._device_heap(i), None) for i in indices]
-    if recording is not None:  # it belongs to the heap it recorded
-        for s in states:
-            if s.heap is recording.heap:
-                s.data, _ = recording.events()
-                s.reserved_start = recording.reserved_start
-    return states
+    return [_state(i, _torch._device_heap(i), None) for i in indices]
+
+
+def _index_of(heap, device):
+    """The device index a named heap is written as: `device` when given,
+    else the installed allocator's index for it, else 0 (a simulated heap)."""
+    if device is not None:
+        if type(device) is not int or device < 0:
+            raise ValueError(f"device must be a device index (an int >= 0) with heap=, got {device!r}")
+        return device
+    for index, device_heap in list(_torch._device_heaps.items()):
+        if device_heap is heap:
+            return index
+    return 0
 
 
 def _trace_state(trace):
@@ -207,13 +219,12 @@ def _states(device, heap, recording, trace):
             raise ValueError("dump a trace, or a heap and its recording, not both")
         return [_trace_state(trace)]
     if heap is None and recording is not None:
-        heap = recording.heap if recording.heap is not None else None
+        if recording.heap is None:
+            raise ValueError("this recording was never started: it has no heap to dump")
+        heap = recording.heap
     if heap is not None:
-        index = 0 if device is None else device
-        if type(index) is not int or index < 0:
-            raise ValueError(f"device must be a device index (an int >= 0) with heap=, got {device!r}")
-        return [_state(index, heap, recording)]
-    return _installed_states(device, recording)
+        return [_state(_index_of(heap, device), heap, recording)]
+    return _installed_states(device)
 
 
 # ------------------------------------------------------------------ the API
@@ -234,7 +245,7 @@ def snapshot(device=None, *, heap=None, recording=None, trace=None):
     for s in states:
         segs = s.heap.segments()  # copied under the heap's lock
         budget = s.heap.budget or 0
-        entries = trace_entries(s.data, s.reserved_start, budget)
+        entries = trace_entries(s.data, s.reserved_start, budget, s.frames_of)
         traces[s.index] = entries
         segments += segment_entries(segs, s.index, _alloc_frames(entries))
     return {
