@@ -40,7 +40,7 @@ def test_install_before_cuda_use_with_settings_from_the_environment():
     assert out["budget"] == int(0.8 * GiB)
     assert out["gc"] == 0.75
     assert out["budget_again"] == 256 * MiB
-    assert out["summary_title"] == "vramguard memory summary, device 0 (budget 256.00 MiB on a 1024.00 MiB device, gc threshold 75%)"
+    assert out["summary_title"] == "vramguard memory summary, device 0 (budget 256.00 MiB on a 1.00 GiB device, gc threshold 75%)"
 
 
 def test_install_after_cuda_use_says_restart():

@@ -73,4 +73,4 @@ def test_lightning_device_stats_and_pytorchs_own_summary():
     lines = out["summary"]
     assert "PyTorch CUDA memory summary, device ID 0" in lines[1]
     assert any(line.startswith("| Non-releasable memory |   2047 KiB |") for line in lines)
-    assert out["vramguard_summary"] == "vramguard memory summary, device 0 (no budget on a 1024.00 MiB device)"
+    assert out["vramguard_summary"] == "vramguard memory summary, device 0 (no budget on a 1.00 GiB device)"
