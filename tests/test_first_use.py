@@ -260,14 +260,14 @@ def test_event_indices_and_their_label_survive_a_saved_trace(tmp_path):
     assert list(trace.events) == [1, 2, 3, 5, 7]
     save_trace(trace, tmp_path / "t.vgtrace")
     data = (tmp_path / "t.vgtrace").read_bytes()
-    assert _HEADER.unpack_from(data)[2] == 1  # the event-column flag
+    assert _HEADER.unpack_from(data)[2] == 3  # the event-column and stack-column flags
     again = load_trace(tmp_path / "t.vgtrace")
-    assert list(again.events) == [1, 2, 3, 5, 7] and again.event_name(4) == "snapshot event 7"
+    assert list(again.events) == [1, 2, 3, 5, 7] and again.event_name(4) == "snapshot event 7, train.py:42 step"
     assert again.columns() == trace.columns()
     bad = bytearray(data)
-    bad[10] = 3  # a flag this vramguard does not know
+    bad[10] = 7  # a flag this vramguard does not know
     (tmp_path / "bad.vgtrace").write_bytes(bytes(bad))
-    with pytest.raises(TraceFormatError, match="offset 10: unknown flags 0x3"):
+    with pytest.raises(TraceFormatError, match="offset 10: unknown flags 0x7"):
         load_trace(tmp_path / "bad.vgtrace")
     plain = small_trace()
     save_trace(plain, tmp_path / "plain.vgtrace")

@@ -595,6 +595,7 @@ static vg_block *alloc_block(vg_heap *h, vg_request *r, size_t size, vg_stream_t
 
 void *vg_heap_alloc(vg_heap *h, size_t size, vg_stream_t stream, vg_oom_info *oom)
 {
+    uint32_t stack = vg__history_stack(h);
     vg_lock_acquire(&h->lock);
     if (size == 0) {
         h->stats.num_zero_allocs++;
@@ -612,7 +613,8 @@ void *vg_heap_alloc(vg_heap *h, size_t size, vg_stream_t stream, vg_oom_info *oo
         vg_lock_release(&h->lock);
         return NULL;
     }
-    VG_HISTORY(h, VG_EV_ALLOC, blk->addr, blk->size, size, stream);
+    blk->stack = stack;
+    if (h->recording) vg__history_note(h->history, VG_EV_ALLOC, blk->addr, blk->size, size, stream, stack);
     vg_assert_internal(!vg__check_totals(h));
     vg_lock_release(&h->lock);
     return (void *)blk->addr;
@@ -816,7 +818,7 @@ int vg_heap_visit(vg_heap *h, vg_segment_visitor on_segment, vg_block_visitor on
         }
         if (on_segment) rc = on_segment(arg, &si);
         for (vg_block *blk = seg->head; blk && on_block && !rc; blk = blk->next) {
-            vg_block_info bi = {blk->addr, blk->size, blk->requested, blk->state};
+            vg_block_info bi = {blk->addr, blk->size, blk->requested, blk->state, blk->stack};
             rc = on_block(arg, &bi);
         }
     }

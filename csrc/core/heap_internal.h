@@ -107,6 +107,7 @@ struct vg_block {
                                    histogram when live */
     uint8_t state;              /* enum vg_block_state */
     bool red;                   /* free: its colour in the tree */
+    uint32_t stack;             /* live: its allocation's stack id (history.h), 0 = none */
 };
 
 /* A segment: what the provider gave, tiled by blocks.
@@ -205,14 +206,14 @@ typedef struct vg_history vg_history;
 
 /* history.c: the recording ring. */
 void vg__history_note(vg_history *r, uint32_t kind, uintptr_t addr, size_t size,
-                      size_t requested, vg_stream_t stream);
+                      size_t requested, vg_stream_t stream, uint32_t stack);
 void vg__history_destroy(vg_history *r);
 
 /* One branch when not recording, stopped recordings included. */
 #define VG_HISTORY(h, kind, addr, size, requested, stream)                       \
     do {                                                                         \
         if ((h)->recording) vg__history_note((h)->history, (kind), (addr), (size), \
-                                             (requested), (stream));             \
+                                             (requested), (stream), 0);          \
     } while (0)
 
 #define VG_BLOCK_SLAB 256
@@ -270,6 +271,9 @@ struct vg_heap {
     uint64_t live_per_bin[VG_NBINS];
     vg_history *history;         /* the ring, kept after a stop until taken */
     bool recording;              /* recording into it now */
+    /* The recording's stack source, NULL when it keeps none: read without
+     * the lock, before it is taken (VG_HISTORY_STACK). */
+    _Atomic(vg_stack_source) stack_source;
     /* A CUDA graph may use its memory: no segment is released, idle or not
      * (vg_heap_set_keep_segments). */
     bool keep_segments;
@@ -280,6 +284,15 @@ struct vg_heap {
     bool device_failed;
     vg_device_error device_error; /* the last one, for the report */
 };
+
+/* The allocation's stack id, asked before the heap's lock is taken (the
+ * source may look at the caller's Python frames): one relaxed load and a
+ * branch when the recording keeps no stacks. */
+static inline uint32_t vg__history_stack(vg_heap *h)
+{
+    vg_stack_source source = atomic_load_explicit(&h->stack_source, memory_order_relaxed);
+    return source ? source() : 0;
+}
 
 /* heap.c: the operations the ladder builds on. */
 vg_segment *vg__segment_create(vg_heap *h, vg_stream_state *s, int pool, size_t size);

@@ -23,7 +23,7 @@ static uint64_t now_ns(void)
 }
 
 void vg__history_note(vg_history *t, uint32_t kind, uintptr_t addr, size_t size,
-                     size_t requested, vg_stream_t stream)
+                     size_t requested, vg_stream_t stream, uint32_t stack)
 {
     size_t slot;
     if (t->count < t->capacity) {
@@ -40,7 +40,7 @@ void vg__history_note(vg_history *t, uint32_t kind, uintptr_t addr, size_t size,
     ev->requested = requested;
     ev->stream = stream;
     ev->kind = kind;
-    ev->reserved_ = 0;
+    ev->stack = stack;
 }
 
 void vg__history_destroy(vg_history *t)
@@ -59,6 +59,11 @@ static bool untaken(const vg_history *t)
 
 int vg_heap_history_start(vg_heap *h, size_t capacity)
 {
+    return vg_heap_history_start_stacks(h, capacity, NULL);
+}
+
+int vg_heap_history_start_stacks(vg_heap *h, size_t capacity, vg_stack_source source)
+{
     if (capacity == 0 || capacity > ((size_t)1 << 32)) return VG_ERR_ARG;
     vg_history *t = calloc(1, sizeof *t);
     if (!t) return VG_ERR_NOMEM;
@@ -76,6 +81,7 @@ int vg_heap_history_start(vg_heap *h, size_t capacity)
     if (!busy) {
         h->history = t;
         h->recording = true;
+        atomic_store_explicit(&h->stack_source, source, memory_order_relaxed);
     }
     vg_lock_release(&h->lock);
     vg__history_destroy(busy ? t : old);
@@ -86,6 +92,7 @@ void vg_heap_history_stop(vg_heap *h)
 {
     vg_lock_acquire(&h->lock);
     h->recording = false;
+    atomic_store_explicit(&h->stack_source, NULL, memory_order_relaxed);
     vg_lock_release(&h->lock);
 }
 

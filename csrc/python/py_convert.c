@@ -251,9 +251,10 @@ static const char *const state_names[] = {"free", "live", "pending"};
 
 static PyObject *block_dict(const vg_block_info *bi)
 {
-    return Py_BuildValue("{s:K,s:K,s:K,s:s}", "address", (unsigned long long)bi->addr, "size",
+    return Py_BuildValue("{s:K,s:K,s:K,s:s,s:k}", "address", (unsigned long long)bi->addr, "size",
                          (unsigned long long)bi->size, "requested",
-                         (unsigned long long)bi->requested, "state", state_names[bi->state]);
+                         (unsigned long long)bi->requested, "state", state_names[bi->state],
+                         "stack", (unsigned long)bi->stack);
 }
 
 /* A segment's dict, with the list of its blocks (its si->blocks entries of

@@ -429,7 +429,8 @@ static PyMethodDef Heap_methods[] = {
      "a columnar trace (bytes: u8 kinds, u32 ids, u64 sizes, u64 streams). Not on a device "
      "heap (RuntimeError): a replay needs a heap nobody else uses."},
     {"history_start", (PyCFunction)(void (*)(void))vgpy_heap_history_start, METH_VARARGS | METH_KEYWORDS,
-     "history_start(capacity=1048576)\n\nRecord events into a fresh ring of `capacity` events. "
+     "history_start(capacity=1048576, stacks=False)\n\nRecord events into a fresh ring of `capacity` events "
+     "(with `stacks`, each allocation's stack id: see stacks_configure). "
      "RuntimeError while a recording runs or a stopped one's events are not yet taken."},
     {"history_stop", (PyCFunction)vgpy_heap_history_stop, METH_NOARGS,
      "history_stop()\n\nStop recording; events stay until taken."},

@@ -66,6 +66,10 @@ PyObject *vgpy_heap_history_take(HeapObject *self, PyObject *unused);
 PyObject *vgpy_trace_peak_live(PyObject *module, PyObject *args);
 PyObject *vgpy_take_events(vg_heap *h);
 
+/* py_stacks.c: the allocation stacks of recordings (a vg_stack_source). */
+uint32_t vgpy_stack_source(void);
+int vgpy_stacks_init(PyObject *module);
+
 /* py_pickle.c: None when a pickle holds plain data only, nested shallowly
  * enough to hash; else (byte offset, why). */
 PyObject *vgpy_pickle_problem(PyObject *module, PyObject *data);

@@ -148,16 +148,18 @@ PyObject *vgpy_trace_peak_live(PyObject *module, PyObject *args)
 
 PyObject *vgpy_heap_history_start(HeapObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"capacity", NULL};
+    static char *kwlist[] = {"capacity", "stacks", NULL};
     Py_ssize_t capacity = 1 << 20;
+    int stacks = 0;
     if (!vgpy_heap_ready(self) ||
-        !PyArg_ParseTupleAndKeywords(args, kwargs, "|n", kwlist, &capacity))
+        !PyArg_ParseTupleAndKeywords(args, kwargs, "|np", kwlist, &capacity, &stacks))
         return NULL;
     if (capacity <= 0 || (uint64_t)capacity > ((uint64_t)1 << 32)) {
         PyErr_SetString(PyExc_ValueError, "capacity must be between 1 and 2**32 events");
         return NULL;
     }
-    int rc = vg_heap_history_start(self->heap, (size_t)capacity);
+    int rc = vg_heap_history_start_stacks(self->heap, (size_t)capacity,
+                                          stacks ? vgpy_stack_source : NULL);
     if (rc == VG_ERR_BUSY) {
         PyErr_SetString(PyExc_RuntimeError,
                         vg_heap_history_active(self->heap)

@@ -235,6 +235,7 @@ typedef struct vg_block_info {
     size_t size;
     size_t requested;  /* 0 unless live */
     int state;
+    uint32_t stack;    /* live: the recording's stack id of its allocation (history.h), 0 = none */
 } vg_block_info;
 
 typedef int (*vg_segment_visitor)(void *arg, const vg_segment_info *seg);

@@ -27,14 +27,25 @@ typedef struct vg_history_event {
     uint64_t requested;
     uint64_t stream;
     uint32_t kind;
-    uint32_t reserved_;
+    /* VG_EV_ALLOC of a recording that keeps stacks: what its stack source
+     * returned for the allocating thread; 0 = none (and for other kinds). */
+    uint32_t stack;
 } vg_history_event;
+
+/* Where a recording's allocation stacks come from: called on the allocating
+ * thread, before the heap's lock is taken (it may look at the caller's
+ * language runtime, never wait for it), and returns an interned stack id,
+ * 0 for none. The Python extension's is in csrc/python/py_stacks.c. */
+typedef uint32_t (*vg_stack_source)(void);
 
 /* Start recording into a fresh ring of `capacity` events (older events are
  * overwritten when it is full, and counted as dropped). VG_ERR_BUSY while a
  * recording runs, or while a stopped one's events have not all been taken:
  * a heap has one ring and one reader. */
 int vg_heap_history_start(vg_heap *h, size_t capacity);
+/* As vg_heap_history_start, and every allocation event carries the stack
+ * id `source` gives (NULL: none, as vg_heap_history_start). */
+int vg_heap_history_start_stacks(vg_heap *h, size_t capacity, vg_stack_source source);
 /* Stop recording; the events stay until taken. */
 void vg_heap_history_stop(vg_heap *h);
 int vg_heap_history_active(vg_heap *h);

@@ -14,7 +14,8 @@ import zlib
 from array import array
 
 from . import _core
-from ._trace import MAGIC, OP_BYTES, Trace, TraceAssembler, TraceFormatError, parse_vgtrace
+from ._stacks import MAX_STACK_DEPTH
+from ._trace import MAGIC, MAX_LINE, OP_BYTES, Trace, TraceAssembler, TraceFormatError, parse_vgtrace
 
 __all__ = ["load_trace", "trace_from_snapshot", "trace_from_lifetimes"]
 
@@ -224,8 +225,8 @@ def _pick_device(snapshot, device, fields):
 
 
 def _state_at_dump(snapshot, device, fields, allowance):
-    """(blocks allocated at dump time as (address, requested size, stream),
-    bytes the device's segments held then)."""
+    """(blocks allocated at dump time as (address, requested size, stream,
+    frames), bytes the device's segments held then)."""
     live, reserved = [], 0
     for i, seg in fields.records(snapshot.get("segments", []), "segments", allowance):
         where = f"segments[{i}]"
@@ -239,7 +240,8 @@ def _state_at_dump(snapshot, device, fields, allowance):
             size = fields.u64(blk, "size", at)
             if fields.text(blk, "state", at) in ("active_allocated", "active_pending_free"):
                 requested = fields.u64(blk, "requested_size", at) if blk.get("requested_size") is not None else 0
-                live.append((fields.u64(blk, "address", at, default=addr), requested or size, stream))
+                live.append((fields.u64(blk, "address", at, default=addr), requested or size, stream,
+                             blk.get("frames")))
             addr += size
     return live, reserved
 
@@ -256,7 +258,6 @@ class _SnapshotReader:
         self.freeing = None    # inside a burst of segment_free: its first event
         self.empty_caches = 0
         self.retries = 0
-        self.sites = {}        # (filename, line, name) -> "file.py:line name"
 
     def end_burst(self, next_action):
         # A burst that an allocation's new segment follows at once is
@@ -279,7 +280,7 @@ class _SnapshotReader:
         if action != "segment_free" and action != "segment_unmap":
             self.end_burst(action)
         if action == "alloc":
-            self.ops.alloc(addr, size, stream, index, self.site(ev.get("frames")))
+            self.ops.alloc(addr, size, stream, index, self.stack(ev.get("frames")))
         elif action == "free_completed":
             self.ops.free(addr, size, stream, index)
         elif action in ("segment_alloc", "segment_map"):
@@ -292,36 +293,36 @@ class _SnapshotReader:
                 self.freeing = index
 
 
-    def site(self, frames):
-        """Where an allocation was made: the innermost frame of Python code
-        outside torch, as "file.py:line function" (interned), or None. Frames
-        are optional: malformed ones are skipped, and at most _FRAMES_LOOKED_AT
-        are looked at, so that a crafted list shared by every event costs
-        little."""
+    def stack(self, frames):
+        """The stack that made an allocation, interned in the trace's
+        StackTable: the innermost MAX_STACK_DEPTH frames of Python code
+        outside torch, or the innermost frame when there is none; None when
+        the event has no readable frame. Frames are optional: malformed ones
+        are skipped, at most _FRAMES_LOOKED_AT are looked at, and paths and
+        names are cut to _PATH_TAIL characters, so that a crafted list
+        shared by every event costs little."""
         if type(frames) is not list:
             return None
-        first = None
+        table, first, kept = self.ops.stacks, None, []
         for frame in frames[:_FRAMES_LOOKED_AT]:
             if type(frame) is not dict:
                 continue
             filename, line, name = frame.get("filename"), frame.get("line"), frame.get("name")
             if type(filename) is not str or type(line) is not int or type(name) is not str:
                 continue
-            key = (filename, line, name)
+            if not 0 <= line <= MAX_LINE:
+                continue
+            tail = filename[-_PATH_TAIL:]  # a crafted path can be long: look at its end only
+            key = (tail, line, name[:_PATH_TAIL])
             if first is None:
                 first = key
-            tail = filename[-_PATH_TAIL:]  # a crafted path can be long: look at its end only
             if tail.endswith(".py") and not _is_torch_file(tail):
-                return self.intern(key)
-        return self.intern(first) if first else None
-
-    def intern(self, key):
-        site = self.sites.get(key)
-        if site is None:
-            filename, line, name = key
-            base = filename[-_PATH_TAIL:].replace("\\", "/").rsplit("/", 1)[-1]
-            site = self.sites[key] = f"{base}:{line} {name[:_PATH_TAIL]}"
-        return site
+                kept.append(table.frame(*key))
+                if len(kept) == MAX_STACK_DEPTH:
+                    break
+        if not kept and first is not None:
+            kept.append(table.frame(*first))
+        return table.stack(kept) if kept else None
 
 
 #: Frames looked at per event to find the line that allocated, and the
@@ -383,9 +384,9 @@ def trace_from_snapshot(snapshot, path="snapshot", device=None, allowance=None):
     reader.end_burst(None)
     ops = reader.ops
     live, at_dump = _state_at_dump(snapshot, device, fields, allowance)
-    for addr, size, stream in live:
+    for addr, size, stream, frames in live:
         if addr not in ops.live and size > 0:  # live all along
-            ops.seed(size, stream)
+            ops.seed(size, stream, reader.stack(frames))
     # Reserved at the start: what the segments held at dump time, less the
     # net growth the events show.
     start = max(at_dump - reader.reserved, 0)

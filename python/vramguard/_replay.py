@@ -7,6 +7,7 @@ from typing import Optional
 from ._core import SEGMENT_GRANULE, Heap
 from ._import import load_trace
 from ._presets import find_preset
+from ._stacks import group_by_line
 from ._trace import ALLOC, FREE, Trace
 from ._units import format_size, parse_budget
 
@@ -87,14 +88,9 @@ def _live_after(trace, end):
 def _live_set(trace, live, name_op, keep, cls=LiveSet, **extra):
     sizes, ids, made = trace.sizes, trace.ids, live.values()
     largest = heapq.nlargest(keep, made, key=sizes.__getitem__)
-    lines = {}
-    if trace.sites:
-        for i in made:
-            site = trace.sites.get(ids[i])
-            if site is not None:
-                total, count = lines.get(site, (0, 0))
-                lines[site] = (total + sizes[i], count + 1)
-    by_line = heapq.nlargest(keep, ((b, n, site) for site, (b, n) in lines.items()))
+    by_line = [(b, n, label) for label, b, n in
+               group_by_line(((sizes[i], trace.stack_of(i)) for i in made), trace.stacks, keep)] \
+        if trace.has_stacks else []
     return cls(
         op=name_op, where=trace.event_name(name_op, site=False), event=trace.event_of(name_op),
         site=trace.site_of(name_op),
@@ -149,6 +145,23 @@ class ReplayResult:
     curve: list = field(default_factory=list)  # (op, requested, allocated, reserved)
     first_oom_at: Optional[FirstOOM] = None    # the first OOM as its source names it
     budget_name: Optional[str] = None          # the preset named, e.g. "T4"
+    peak_at: Optional[LiveSet] = None          # what was live at the peak, when the trace has stacks
+
+    @property
+    def by_line(self):
+        """The lines holding the most live memory as (bytes, allocations,
+        "file.py:line function"): at the first OOM when the trace does not
+        fit, else at its peak; () when the trace has no stacks."""
+        where = self.first_oom_at if self.first_oom_at is not None else self.peak_at
+        return where.by_line if where is not None else ()
+
+    @property
+    def holders(self):
+        """One line for a person: "live at the first OOM: 12.7 GiB, of which
+        9.1 GiB from train.py:82 step" (at the peak when it fits); None when
+        the trace has no stacks."""
+        where = self.first_oom_at if self.first_oom_at is not None else self.peak_at
+        return _holders_line(where, "the first OOM" if self.first_oom_at is not None else "the peak")
 
     @property
     def events_per_second(self):
@@ -193,7 +206,17 @@ class ReplayResult:
                 oom = self.first_oom_at
                 text += (f", first OOM at {oom.place} ({format_size(oom.request_bytes)} asked, "
                          f"{format_size(oom.live_bytes)} live)")
+                if self.holders:
+                    text += f"; {self.holders}"
         return text + f", {self.events:,} ops)"
+
+
+def _holders_line(live, when):
+    if live is None or not live.by_line:
+        return None
+    size, _, label = live.by_line[0]
+    return (f"live at {when}: {format_size(live.live_bytes)}, of which {format_size(size)} "
+            f"from {label}")
 
 
 def _as_trace(trace):
@@ -217,6 +240,8 @@ def replay(trace, budget=None, policy="vramguard", samples=1000):
     result.budget_name = preset.name if preset else None
     if result.first_oom >= 0:
         result.first_oom_at = live_at(trace, result.first_oom)
+    if trace.has_stacks:
+        result.peak_at = live_at_peak(trace)
     return result
 
 

@@ -16,6 +16,7 @@ import zlib
 from array import array
 
 from . import _core
+from ._stacks import MAX_STACK_DEPTH, StackTable
 
 ALLOC, FREE, EMPTY_CACHE, SYNCHRONIZE = 1, 2, 3, 4
 KIND_NAMES = {ALLOC: "alloc", FREE: "free", EMPTY_CACHE: "empty_cache", SYNCHRONIZE: "synchronize"}
@@ -32,6 +33,17 @@ MAX_STREAM = (1 << 64) - 1
 NO_EVENT = (1 << 64) - 1
 #: Header flag: an event column (u64 per op) follows the streams.
 FLAG_EVENTS = 1
+#: Header flag: a stack column (u32 per op) follows, and the metadata's
+#: "stack_table" holds the frames and stacks it indexes.
+FLAG_STACKS = 2
+#: An op with no stack (every op but an allocation, and allocations whose
+#: source did not say).
+NO_STACK = (1 << 32) - 1
+#: What a stack table read from a file may hold: names and paths are cut to
+#: this many characters when read from a snapshot, and longer ones refused
+#: in a trace file.
+MAX_NAME_CHARS = 4096
+MAX_LINE = (1 << 31) - 1
 
 
 class TraceFormatError(ValueError):
@@ -94,7 +106,11 @@ class Trace:
         self.sizes = array("Q")
         self.streams = array("Q")
         self.events = None
-        self.sites = {}  # allocation id -> "file.py:line function" where the source says
+        # The Python stacks of allocations, where the source says: a
+        # StackTable, and for each op its stack's index there (NO_STACK for
+        # none), or None for a trace without stacks.
+        self.stacks = None
+        self.op_stacks = None
         self.nids = 0
         self.name = name
         self.meta = meta
@@ -111,10 +127,11 @@ class Trace:
 
     # -------------------------------------------------------------- building
 
-    def alloc(self, size, stream=0):
+    def alloc(self, size, stream=0, frames=None):
         """Append an allocation; returns its id for the matching free.
-        Everything is checked before anything is written, so a refused call
-        leaves the trace as it was."""
+        `frames`, when given, is the stack that made it: (filename, line,
+        function) tuples, innermost first. Everything is checked before
+        anything is written, so a refused call leaves the trace as it was."""
         size = _whole(size, "an allocation's size")
         stream = _whole(stream, "a stream")
         if not 0 < size <= _core.MAX_REQUEST:
@@ -126,9 +143,10 @@ class Trace:
             raise ValueError(f"a stream is a handle from 0 to 2**64-1, got {stream!r}")
         if self.nids >= MAX_IDS:
             raise ValueError(f"a trace holds at most {MAX_IDS} allocations")
+        stack = NO_STACK if frames is None else self._intern(_checked_frames(frames))
         ident = self.nids
         self.nids += 1
-        self._append(ALLOC, ident, size, stream)
+        self._append(ALLOC, ident, size, stream, stack=stack)
         self._live[ident] = size
         return ident
 
@@ -143,7 +161,14 @@ class Trace:
     def synchronize(self):
         self._append(SYNCHRONIZE, 0, 0, 0)
 
-    def _append(self, kind, ident, size, stream, event=NO_EVENT):
+    def _intern(self, frames):
+        if self.stacks is None:
+            self.stacks = StackTable()
+        if self.op_stacks is None:
+            self.op_stacks = array("I", [NO_STACK]) * len(self)
+        return self.stacks.stack(self.stacks.frame(*f) for f in frames)
+
+    def _append(self, kind, ident, size, stream, event=NO_EVENT, stack=NO_STACK):
         # Callers pass values already checked: a column that refused one
         # would leave the others a row longer.
         self.kinds.append(kind)
@@ -152,6 +177,8 @@ class Trace:
         self.streams.append(stream)
         if self.events is not None:
             self.events.append(event)
+        if self.op_stacks is not None:
+            self.op_stacks.append(stack)
 
     # -------------------------------------------------------------- reading
 
@@ -184,11 +211,28 @@ class Trace:
         line = self.site_of(op) if site else None
         return f"{name}, {line}" if line else name
 
-    def site_of(self, op):
-        """"file.py:line function" that made allocation op `op`, when the source says."""
-        if not self.sites or self.kinds[op] != ALLOC:
+    def stack_of(self, op):
+        """The index in `stacks` of the stack that made allocation op `op`, or None."""
+        if self.op_stacks is None or not 0 <= op < len(self.op_stacks):
             return None
-        return self.sites.get(self.ids[op])
+        stack = self.op_stacks[op]
+        return None if stack == NO_STACK else stack
+
+    def frames_of(self, op):
+        """The stack that made allocation op `op` as (filename, line,
+        function) tuples, innermost first; [] when the source does not say."""
+        stack = self.stack_of(op)
+        return [] if stack is None else self.stacks.frames_of(stack)
+
+    def site_of(self, op):
+        """"file.py:line function" that made allocation op `op` (its stack's
+        innermost frame), when the source says."""
+        stack = self.stack_of(op)
+        return None if stack is None else self.stacks.label(stack)
+
+    @property
+    def has_stacks(self):
+        return self.op_stacks is not None and self.stacks is not None and len(self.stacks) > 0
 
     def columns(self):
         """(kinds, ids, sizes, streams) as bytes, as the C engine takes them."""
@@ -234,20 +278,20 @@ class TraceAssembler:
         self.ops, self.seeds, self.live = [], [], {}
         self.nids = 0
         self.numbered = False  # whether any op named its source event
-        self.sites = {}
+        self.stacks = StackTable()  # the sources' stacks, interned
 
     def _new_id(self):
         self.nids += 1
         return self.nids - 1
 
-    def alloc(self, addr, size, stream, event=None, site=None):
+    def alloc(self, addr, size, stream, event=None, stack=None):
+        """`stack`: an index into self.stacks, or None."""
         if addr in self.live:  # a free we never saw: close it first
             self.ops.append((FREE, self.live.pop(addr), 0, 0, self._event(event)))
         ident = self._new_id()
         self.live[addr] = ident
-        if site is not None:
-            self.sites[ident] = site
-        self.ops.append((ALLOC, ident, size, stream, self._event(event)))
+        self.ops.append((ALLOC, ident, size, stream, self._event(event),
+                         NO_STACK if stack is None else stack))
 
     def free(self, addr, size, stream, event=None):
         ident = self.live.pop(addr, None)
@@ -261,10 +305,10 @@ class TraceAssembler:
         self.numbered = True
         return event
 
-    def seed(self, size, stream):
+    def seed(self, size, stream, stack=None):
         """An allocation live before recording began; returns its id."""
         ident = self._new_id()
-        self.seeds.append((ALLOC, ident, size, stream, NO_EVENT))
+        self.seeds.append((ALLOC, ident, size, stream, NO_EVENT, NO_STACK if stack is None else stack))
         return ident
 
     def empty_cache(self, event=None):
@@ -282,10 +326,11 @@ class TraceAssembler:
         trace = Trace(self.name, self.meta)
         if self.numbered:
             trace.events = array("Q")
+        if len(self.stacks):
+            trace.stacks, trace.op_stacks = self.stacks, array("I")
         for op in self.seeds + self.ops:
             trace._append(*op)
         trace.nids = self.nids
-        trace.sites = self.sites
         trace.meta["seeded_allocations"] = len(self.seeds)
         return trace
 
@@ -298,6 +343,9 @@ def save_trace(trace, path, compress=None):
     is true or, by default, when the path ends in .gz."""
     path = str(path)
     meta = dict(trace.meta, name=trace.name)
+    if trace.has_stacks:
+        meta[STACK_TABLE_KEY] = {"frames": [list(f) for f in trace.stacks.frames],
+                                 "stacks": [list(s) for s in trace.stacks.stacks]}
     meta_bytes = json.dumps(meta, sort_keys=True).encode()
     body = meta_bytes + b"".join(
         _le_bytes(col) for col in (trace.kinds, trace.ids, trace.sizes, trace.streams)
@@ -306,6 +354,9 @@ def save_trace(trace, path, compress=None):
     if trace.events is not None:
         flags |= FLAG_EVENTS
         body += _le_bytes(trace.events)
+    if trace.has_stacks:
+        flags |= FLAG_STACKS
+        body += _le_bytes(trace.op_stacks)
     header = _HEADER.pack(MAGIC, VERSION, flags, len(meta_bytes), len(trace), trace.nids, zlib.crc32(body))
     data = header + body
     if compress is None:
@@ -344,9 +395,10 @@ def parse_vgtrace(data, path):
         raise TraceFormatError(path, 0, "not a vramguard trace (bad magic)")
     if version != VERSION:
         raise TraceFormatError(path, 8, f"format version {version}; this vramguard reads version {VERSION}")
-    if flags & ~FLAG_EVENTS:
-        raise TraceFormatError(path, 10, f"unknown flags {flags:#x}; this vramguard reads flag {FLAG_EVENTS:#x} only")
-    op_bytes = OP_BYTES + (8 if flags & FLAG_EVENTS else 0)
+    if flags & ~(FLAG_EVENTS | FLAG_STACKS):
+        raise TraceFormatError(path, 10, f"unknown flags {flags:#x}; this vramguard reads flags "
+                                         f"{FLAG_EVENTS | FLAG_STACKS:#x} only")
+    op_bytes = OP_BYTES + (8 if flags & FLAG_EVENTS else 0) + (4 if flags & FLAG_STACKS else 0)
     # Counts are checked against what the file can hold before anything is
     # sized from them: every id needs an op, every op OP_BYTES.
     if nids > n:
@@ -362,6 +414,7 @@ def parse_vgtrace(data, path):
     try:
         meta = json.loads(bytes(body[:meta_len]).decode())
         _check_meta(meta)
+        table = _stack_table(meta.pop(STACK_TABLE_KEY, None), flags & FLAG_STACKS)
     except (ValueError, RecursionError) as exc:  # JSON nested past the recursion limit
         raise TraceFormatError(path, _HEADER.size, f"bad metadata: {exc}") from None
     trace = Trace(meta.pop("name", "trace"), meta)
@@ -369,12 +422,79 @@ def parse_vgtrace(data, path):
     columns = [("kinds", "B", 1), ("ids", "I", 4), ("sizes", "Q", 8), ("streams", "Q", 8)]
     if flags & FLAG_EVENTS:
         columns.append(("events", "Q", 8))
+    if flags & FLAG_STACKS:
+        columns.append(("op_stacks", "I", 4))
     for attr, code, width in columns:
         setattr(trace, attr, _column(code, data[offset:offset + n * width]))
         offset += n * width
     trace.nids = nids
+    if flags & FLAG_STACKS:
+        trace.stacks = table
+        bad = _bad_stack_op(trace)
+        if bad is not None:
+            raise TraceFormatError(path, offset - 4 * n + 4 * bad,
+                                   f"op {bad}: stack {trace.op_stacks[bad]} is not in the stack table "
+                                   f"({len(table)} stacks), or the op is not an allocation")
     try:
         trace.peak_live()  # validates ids, kinds and pairing in C
     except ValueError as exc:
         raise TraceFormatError(path, _HEADER.size + meta_len, str(exc)) from None
     return trace
+
+
+# ------------------------------------------------------------------ stacks
+
+#: The metadata key that holds a trace file's stack table.
+STACK_TABLE_KEY = "stack_table"
+
+
+def _checked_frames(frames):
+    """A stack as Trace.alloc takes it: 1 to MAX_STACK_DEPTH (filename,
+    line, function) tuples."""
+    frames = [tuple(f) for f in frames]
+    if not 1 <= len(frames) <= MAX_STACK_DEPTH:
+        raise ValueError(f"a stack holds 1 to {MAX_STACK_DEPTH} frames, got {len(frames)}")
+    for f in frames:
+        if not (len(f) == 3 and type(f[0]) is str and type(f[1]) is int and type(f[2]) is str
+                and 0 <= f[1] <= MAX_LINE and len(f[0]) <= MAX_NAME_CHARS and len(f[2]) <= MAX_NAME_CHARS):
+            raise ValueError(f"a frame is (filename, line, function): a str, an int from 0 to {MAX_LINE} "
+                             f"and a str of at most {MAX_NAME_CHARS} characters each")
+    return frames
+
+
+def _stack_table(value, flagged):
+    """The StackTable of a file's metadata, every entry checked; a table
+    without the flag (or the flag without one) is refused."""
+    if not flagged:
+        if value is not None:
+            raise ValueError(f"'{STACK_TABLE_KEY}' present but the stack column flag is not set")
+        return None
+    if type(value) is not dict or type(value.get("frames")) is not list or type(value.get("stacks")) is not list:
+        raise ValueError(f"'{STACK_TABLE_KEY}' must be an object with 'frames' and 'stacks' lists")
+    frames, stacks = value["frames"], value["stacks"]
+    for i, f in enumerate(frames):
+        if type(f) is not list:
+            raise ValueError(f"{STACK_TABLE_KEY}.frames[{i}] must be a [filename, line, function] list")
+        try:
+            _checked_frames([f])
+        except ValueError as exc:
+            raise ValueError(f"{STACK_TABLE_KEY}.frames[{i}]: {exc}") from None
+    for i, st in enumerate(stacks):
+        if (type(st) is not list or not 1 <= len(st) <= MAX_STACK_DEPTH
+                or any(type(x) is not int or not 0 <= x < len(frames) for x in st)):
+            raise ValueError(f"{STACK_TABLE_KEY}.stacks[{i}] must list 1 to {MAX_STACK_DEPTH} indices "
+                             f"of frames (0 to {len(frames) - 1})")
+    table = StackTable([tuple(f) for f in frames], [tuple(st) for st in stacks])
+    if len(table.frames) != len(table._frame_ids) or len(table.stacks) != len(table._stack_ids):
+        raise ValueError(f"'{STACK_TABLE_KEY}' repeats a frame or a stack (each is listed once)")
+    return table
+
+
+def _bad_stack_op(trace):
+    """The first op whose stack is out of the table or not on an
+    allocation, or None."""
+    count, kinds = len(trace.stacks), trace.kinds
+    for op, stack in enumerate(trace.op_stacks):
+        if stack != NO_STACK and (stack >= count or kinds[op] != ALLOC):
+            return op
+    return None

@@ -667,6 +667,42 @@ static void test_history_ring(void)
     destroy(f);
 }
 
+static uint32_t stack_calls;
+static uint32_t counting_stack_source(void)
+{
+    return 100 + stack_calls++;
+}
+
+/* A recording with a stack source: each allocation event carries the id it
+ * returned, one call per allocation (zero-size ones included, which record
+ * nothing); other events carry none, and a stop stops the calls. */
+static void test_history_stacks(void)
+{
+    fixture f = make(GiB, 0, 0, NULL);
+    stack_calls = 0;
+    CHECK_EQ(vg_heap_history_start_stacks(f.heap, 16, counting_stack_source), VG_OK);
+    void *a = vg_heap_alloc(f.heap, 1000, 0, NULL);
+    CHECK(vg_heap_alloc(f.heap, 0, 0, NULL) == NULL);
+    void *b = vg_heap_alloc(f.heap, 3000, 0, NULL);
+    vg_heap_free(f.heap, a);
+    vg_heap_history_stop(f.heap);
+    void *c = vg_heap_alloc(f.heap, 1000, 0, NULL);
+    CHECK_EQ(stack_calls, 3);
+    vg_history_event ev[8];
+    size_t n = vg_heap_history_take(f.heap, ev, 8, NULL);
+    CHECK_EQ(n, 4); /* reserve, alloc, alloc, free */
+    CHECK_EQ(ev[0].kind, VG_EV_RESERVE);
+    CHECK_EQ(ev[0].stack, 0);
+    CHECK_EQ(ev[1].kind, VG_EV_ALLOC);
+    CHECK_EQ(ev[1].stack, 100);
+    CHECK_EQ(ev[2].stack, 102);
+    CHECK_EQ(ev[3].kind, VG_EV_FREE);
+    CHECK_EQ(ev[3].stack, 0);
+    vg_heap_free(f.heap, b);
+    vg_heap_free(f.heap, c);
+    destroy(f);
+}
+
 /* ------------------------------------------------------------------ */
 /* Random sequences                                                    */
 /* ------------------------------------------------------------------ */
@@ -1289,6 +1325,7 @@ static const harness_test tests[] = {
     T(test_visit_and_histogram),
     T(test_histogram_class_appearing_between_calls),
     T(test_history_ring),
+    T(test_history_stacks),
     T(test_random_default),
     T(test_random_budget),
     T(test_random_budget_gc),
