@@ -333,7 +333,7 @@ static PyObject *stacks_configure(PyObject *module, PyObject *args)
         Py_DECREF(keep);
         return NULL;
     }
-    tables_clear();
+    /* The tables are kept: live blocks carry ids into them. */
     Py_XDECREF(tables.skip);
     Py_XDECREF(tables.keep);
     tables.skip = skip;
@@ -346,6 +346,7 @@ static PyObject *stacks_release(PyObject *module, PyObject *unused)
 {
     (void)module, (void)unused;
     tables_free();
+    pending = 0;
     Py_RETURN_NONE;
 }
 
@@ -414,7 +415,8 @@ fail:
 
 static PyMethodDef stacks_methods[] = {
     {"stacks_configure", (PyCFunction)stacks_configure, METH_VARARGS,
-     "stacks_configure(skip, keep, depth)\n\nEmpty the stack tables and set what a capture "
+     "stacks_configure(skip, keep, depth)\n\nMake the stack tables (kept when they exist: live "
+     "blocks name their stacks by id) and set what a capture "
      "keeps: the innermost `depth` frames of user code, whose file starts with no prefix in "
      "`skip`, or with a longer one in `keep` than in `skip`."},
     {"stacks_release", (PyCFunction)stacks_release, METH_NOARGS,

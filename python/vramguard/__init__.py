@@ -19,6 +19,7 @@ from ._record import record, start_recording, stop_recording
 from ._snapshot import dump_snapshot, snapshot
 from . import integrations  # its callbacks import their libraries only when asked for
 from ._replay import FirstOOM, LiveSet, ReplayResult, live_at_peak, min_budget, replay
+from ._stacks import MAX_STACK_DEPTH, StackTable, format_frame, live_by_line
 from ._summary import format_summary
 from ._torch import (
     VramguardError, empty_cache, install, is_installed, is_oom, reset_peaks, stats, summary,
@@ -35,4 +36,5 @@ __all__ = [
     "example_trace", "format_size", "format_summary", "live_at_peak", "load_trace", "min_budget", "parse_budget",
     "parse_size", "plot", "record", "replay", "round_size", "save_trace", "start_recording", "stop_recording",
     "dump_snapshot", "snapshot",
+    "MAX_STACK_DEPTH", "StackTable", "format_frame", "live_by_line",
 ]

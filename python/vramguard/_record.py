@@ -7,14 +7,25 @@
 The heap's event ring is off until recording starts and costs no allocation
 per event while on. Memory already live when recording started shows up as
 frees of unknown addresses; those allocations are seeded at the start of the
-trace, as for PyTorch snapshots."""
-import struct
+trace, as for PyTorch snapshots.
 
+With `stacks=True` each allocation also keeps the Python stack that made it
+(the innermost `stack_depth` frames of user code: not torch, vramguard or
+the standard library), captured in C where the allocating thread holds the
+GIL. PyTorch runs its ops without the GIL, so while such a recording runs, a
+torch function mode on the recording thread sets each torch call's stack
+aside before the op starts (csrc/python/py_stacks.c); allocations made by
+other threads without the GIL (autograd's device threads) get no stack."""
+import struct
+import sys
+
+from . import _core
+from ._stacks import DEFAULT_STACK_DEPTH, capture_table, skip_rules
 from ._trace import TraceAssembler
 
 __all__ = ["record", "start_recording", "stop_recording", "trace_from_events"]
 
-_EVENT = struct.Struct("<QQQQQII")  # time_ns, addr, size, requested, stream, kind, pad
+_EVENT = struct.Struct("<QQQQQII")  # time_ns, addr, size, requested, stream, kind, stack
 EV_ALLOC, EV_FREE, EV_RESERVE, EV_RELEASE, EV_RECORD_STREAM, EV_EMPTY_CACHE, EV_OOM = range(1, 8)
 DEFAULT_CAPACITY = 1 << 20  # events: 48 MiB of host memory at most
 
@@ -27,13 +38,34 @@ def _resolve(heap):
     return _current_device_heap()
 
 
-def trace_from_events(data, dropped=0, reserved_start=0, name="recording"):
-    """A Trace from packed heap events (Heap.history_take()'s bytes)."""
+def _stack_mapper(ops, captured):
+    """Stack id of the extension -> index in the trace's own table (only
+    the stacks the recording used travel with the trace)."""
+    if captured is None:
+        return lambda stack: None
+    known = {}
+
+    def trace_stack(stack):
+        if not 0 < stack <= len(captured):
+            return None
+        index = known.get(stack)
+        if index is None:
+            frames = captured.frames_of(stack - 1)
+            index = known[stack] = ops.stacks.stack(ops.stacks.frame(*f) for f in frames)
+        return index
+
+    return trace_stack
+
+
+def trace_from_events(data, dropped=0, reserved_start=0, name="recording", stacks=None):
+    """A Trace from packed heap events (Heap.history_take()'s bytes);
+    `stacks`, the extension's StackTable when the recording kept stacks."""
     ops = TraceAssembler(name)
+    trace_stack = _stack_mapper(ops, stacks)
     reserved, peak, ooms, first_oom = reserved_start, reserved_start, 0, None
-    for _t, addr, size, requested, stream, kind, _ in _EVENT.iter_unpack(data):
+    for _t, addr, size, requested, stream, kind, stack in _EVENT.iter_unpack(data):
         if kind == EV_ALLOC:
-            ops.alloc(addr, requested, stream)
+            ops.alloc(addr, requested, stream, stack=trace_stack(stack) if stack else None)
         elif kind == EV_FREE:
             ops.free(addr, requested, stream)
         elif kind == EV_RESERVE:
@@ -66,32 +98,55 @@ class record:
     oldest events are lost and `rec.trace.meta['dropped_events']` says how
     many. A heap has one ring: recording a heap that is being recorded
     raises RuntimeError (recordings do not nest), and the first recording
-    keeps every event."""
+    keeps every event.
 
-    def __init__(self, heap=None, capacity=DEFAULT_CAPACITY, name="recording"):
+    `stacks=True` keeps each allocation's Python stack, `stack_depth` frames
+    of user code at most (1 to vramguard.MAX_STACK_DEPTH); the trace then
+    says which line made each allocation (`Trace.site_of`, `frames_of`),
+    and `vramguard.live_by_line()` sums live memory by line meanwhile."""
+
+    def __init__(self, heap=None, capacity=DEFAULT_CAPACITY, name="recording", stacks=False,
+                 stack_depth=DEFAULT_STACK_DEPTH):
         self.heap = heap
         self.capacity = capacity
         self.name = name
+        self.stacks = bool(stacks)
+        self.stack_depth = stack_depth
         self.trace = None
         self._reserved_start = 0
         self._taken = bytearray()  # packed events drained from the ring so far
         self._dropped = 0
         self._running = False
+        self._mode = None
+        self._dropped_start = 0
 
     def start(self):
         self.heap = _resolve(self.heap)
         self._reserved_start = self.heap.stats()["reserved_bytes.all.current"]
-        self.heap.history_start(self.capacity)
+        if self.stacks:
+            skip, keep = skip_rules()
+            _core.stacks_configure(skip, keep, self.stack_depth)
+            self._dropped_start = _core.stacks_table()[2]
+        self.heap.history_start(self.capacity, stacks=self.stacks)
+        if self.stacks:
+            self._mode = _enter_stack_mode()
         self._running = True
         return self
 
     def stop(self):
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self._mode = None
         self.heap.history_stop()
         data, dropped = self.events()
         self._running = False
-        self.trace = trace_from_events(data, dropped, self._reserved_start, self.name)
+        captured, full = capture_table() if self.stacks else (None, 0)
+        self.trace = trace_from_events(data, dropped, self._reserved_start, self.name, captured)
         global _last
         _last = self.trace
+        if self.stacks:
+            self.trace.meta["stacks_not_kept"] = max(full - self._dropped_start, 0)
+            last_with_stacks[id(self.heap)] = self.trace
         return self.trace
 
     def events(self):
@@ -116,6 +171,36 @@ class record:
         return False
 
 
+def _enter_stack_mode():
+    """A torch function mode that sets each torch call's stack aside for
+    the allocations its op makes without the GIL; None without torch."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    mode = _stack_mode_class()()
+    mode.__enter__()
+    return mode
+
+
+_mode_class = []
+
+
+def _stack_mode_class():
+    if not _mode_class:
+        from torch.overrides import TorchFunctionMode
+
+        class StackAside(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                before = _core.stacks_push()
+                try:
+                    return func(*args, **(kwargs or {}))
+                finally:
+                    _core.stacks_pop(before)
+
+        _mode_class.append(StackAside)
+    return _mode_class[0]
+
+
 _active = {}
 _last = None  # the trace of the last recording stopped (vramguard.plot())
 
@@ -125,9 +210,15 @@ def last_trace():
     return _last
 
 
-def start_recording(heap=None, capacity=DEFAULT_CAPACITY, name="recording"):
+#: The last trace with stacks recorded from each heap (by id): what the
+#: summary names the holders at the peak from.
+last_with_stacks = {}
+
+
+def start_recording(heap=None, capacity=DEFAULT_CAPACITY, name="recording", stacks=False,
+                    stack_depth=DEFAULT_STACK_DEPTH):
     """Start recording `heap` (None: the installed allocator's current device)."""
-    rec = record(heap, capacity, name).start()
+    rec = record(heap, capacity, name, stacks, stack_depth).start()
     _active[id(rec.heap)] = rec
     return rec
 

@@ -174,3 +174,26 @@ def heap_by_line(heap, top=5):
         for seg in heap.segments() for blk in seg["blocks"] if blk["state"] == "live"
     ]
     return group_by_line(items, table, top)
+
+
+def holders_line(heap):
+    """The summary's line on who holds the memory, or None: at the peak of
+    the heap's last recording with stacks ("live at the peak: 12.7 GiB, of
+    which 9.1 GiB from train.py:82 step"), or, while one runs, now."""
+    from ._record import last_with_stacks
+    from ._replay import live_at_peak
+    from ._units import format_size
+
+    trace = last_with_stacks.get(id(heap))
+    if trace is not None and trace.has_stacks:
+        peak = live_at_peak(trace, keep=1)
+        if peak.by_line:
+            size, _, label = peak.by_line[0]
+            return (f"live at the peak of the last recording: {format_size(peak.live_bytes)}, "
+                    f"of which {format_size(size)} from {label}")
+    lines = heap_by_line(heap, top=1)
+    if not lines:
+        return None
+    live = heap.stats()["requested_bytes.all.current"]
+    label, size, _ = lines[0]
+    return f"live now: {format_size(live)}, of which {format_size(size)} from {label}"

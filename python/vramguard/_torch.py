@@ -246,7 +246,10 @@ def summary(device=None):
     index = _device_index(device)
     figures = stats(index)
     title = f"vramguard memory summary, device {index}"
-    text = format_summary(figures, title=title)
+    from ._stacks import holders_line
+
+    holders = holders_line(_device_heap(index))
+    text = format_summary(figures, title=title) + (f"\n{holders}" if holders else "")
     return Report(text, html=summary_html(figures, title, text))
 
 
