@@ -310,3 +310,17 @@ def test_a_hostile_stack_table_costs_what_its_file_holds(tmp_path):
     meta["stack_table"]["stacks"][-1] = [100_000]
     with pytest.raises(TraceFormatError, match=r"stack_table.stacks\[99999\] must list"):
         load_trace(rewrite(path, meta=meta))
+
+
+def test_the_summary_line_names_the_holders_at_the_recordings_peak():
+    from vramguard._stacks import holders_line
+
+    heap = Heap(1 << 30)
+    assert holders_line(heap) is None
+    with record(heap, stacks=True):
+        (a, _), (b, line_b) = make_two(heap)
+        assert holders_line(heap) == f"live now: 4.00 MiB, of which 3.00 MiB from test_stacks.py:{line_b} make_two"
+        heap.free(b)
+    assert holders_line(heap) == (f"live at the peak of the last recording: 4.00 MiB, of which 3.00 MiB "
+                                  f"from test_stacks.py:{line_b} make_two")
+    heap.free(a)

@@ -38,6 +38,16 @@ def _resolve(heap):
     return _current_device_heap()
 
 
+def heap_key(heap):
+    """What names a heap across calls: a device heap's Python object is
+    made anew by each device_heap() call, so it is named by its device."""
+    if heap is None:
+        from ._torch import _device_index
+
+        return ("device", _device_index(None))
+    return id(heap)
+
+
 def _stack_mapper(ops, captured):
     """Stack id of the extension -> index in the trace's own table (only
     the stacks the recording used travel with the trace)."""
@@ -121,6 +131,7 @@ class record:
         self._dropped_start = 0
 
     def start(self):
+        self._key = heap_key(self.heap)
         self.heap = _resolve(self.heap)
         self._reserved_start = self.heap.stats()["reserved_bytes.all.current"]
         if self.stacks:
@@ -146,7 +157,7 @@ class record:
         _last = self.trace
         if self.stacks:
             self.trace.meta["stacks_not_kept"] = max(full - self._dropped_start, 0)
-            last_with_stacks[id(self.heap)] = self.trace
+            last_with_stacks[self._key] = self.trace
         return self.trace
 
     def events(self):
@@ -210,7 +221,7 @@ def last_trace():
     return _last
 
 
-#: The last trace with stacks recorded from each heap (by id): what the
+#: The last trace with stacks recorded from each heap (by heap_key): what the
 #: summary names the holders at the peak from.
 last_with_stacks = {}
 

@@ -176,15 +176,16 @@ def heap_by_line(heap, top=5):
     return group_by_line(items, table, top)
 
 
-def holders_line(heap):
+def holders_line(heap, key=None):
     """The summary's line on who holds the memory, or None: at the peak of
     the heap's last recording with stacks ("live at the peak: 12.7 GiB, of
-    which 9.1 GiB from train.py:82 step"), or, while one runs, now."""
+    which 9.1 GiB from train.py:82 step"), or the blocks live now that a
+    recording with stacks made. `key`: the heap's record.heap_key."""
     from ._record import last_with_stacks
     from ._replay import live_at_peak
     from ._units import format_size
 
-    trace = last_with_stacks.get(id(heap))
+    trace = last_with_stacks.get(id(heap) if key is None else key)
     if trace is not None and trace.has_stacks:
         peak = live_at_peak(trace, keep=1)
         if peak.by_line:

@@ -248,7 +248,7 @@ def summary(device=None):
     title = f"vramguard memory summary, device {index}"
     from ._stacks import holders_line
 
-    holders = holders_line(_device_heap(index))
+    holders = holders_line(_device_heap(index), ("device", index))
     text = format_summary(figures, title=title) + (f"\n{holders}" if holders else "")
     return Report(text, html=summary_html(figures, title, text))
 
