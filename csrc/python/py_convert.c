@@ -251,10 +251,16 @@ static const char *const state_names[] = {"free", "live", "pending"};
 
 static PyObject *block_dict(const vg_block_info *bi)
 {
-    return Py_BuildValue("{s:K,s:K,s:K,s:s,s:k}", "address", (unsigned long long)bi->addr, "size",
-                         (unsigned long long)bi->size, "requested",
-                         (unsigned long long)bi->requested, "state", state_names[bi->state],
-                         "stack", (unsigned long)bi->stack);
+    PyObject *d = Py_BuildValue("{s:K,s:K,s:K,s:s}", "address", (unsigned long long)bi->addr, "size",
+                                (unsigned long long)bi->size, "requested",
+                                (unsigned long long)bi->requested, "state", state_names[bi->state]);
+    /* A live block a recording with stacks made: its stack id (py_stacks.c). */
+    if (d && bi->stack) {
+        PyObject *stack = PyLong_FromUnsignedLong(bi->stack);
+        if (!stack || PyDict_SetItemString(d, "stack", stack) < 0) Py_CLEAR(d);
+        Py_XDECREF(stack);
+    }
+    return d;
 }
 
 /* A segment's dict, with the list of its blocks (its si->blocks entries of

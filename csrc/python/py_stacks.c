@@ -253,6 +253,7 @@ static uint32_t capture_now(void)
     for (int walked = 0; f && walked < WALK_LIMIT && depth < (uint32_t)tables.depth; walked++) {
         PyCodeObject *code = PyFrame_GetCode(f);
         int line = PyFrame_GetLineNumber(f);
+        if (line < 0) line = 0; /* none known: a trace file keeps lines from 0 */
         int64_t c = code_index((PyObject *)code);
         Py_DECREF(code);
         if (c < 0) {

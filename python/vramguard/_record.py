@@ -21,7 +21,7 @@ import sys
 
 from . import _core
 from ._stacks import DEFAULT_STACK_DEPTH, capture_table, skip_rules
-from ._trace import TraceAssembler
+from ._trace import MAX_NAME_CHARS, TraceAssembler
 
 __all__ = ["record", "start_recording", "stop_recording", "trace_from_events"]
 
@@ -60,7 +60,9 @@ def _stack_mapper(ops, captured):
             return None
         index = known.get(stack)
         if index is None:
-            frames = captured.frames_of(stack - 1)
+            # cut as a trace file keeps them: a path's end, a name's start
+            frames = [(file[-MAX_NAME_CHARS:], line, func[:MAX_NAME_CHARS])
+                      for file, line, func in captured.frames_of(stack - 1)]
             index = known[stack] = ops.stacks.stack(ops.stacks.frame(*f) for f in frames)
         return index
 

@@ -170,7 +170,7 @@ def heap_by_line(heap, top=5):
     """live_by_line for a Heap."""
     table, _ = capture_table()
     items = [
-        (blk["requested"], blk["stack"] - 1 if 0 < blk["stack"] <= len(table) else None)
+        (blk["requested"], blk["stack"] - 1 if 0 < blk.get("stack", 0) <= len(table) else None)
         for seg in heap.segments() for blk in seg["blocks"] if blk["state"] == "live"
     ]
     return group_by_line(items, table, top)
