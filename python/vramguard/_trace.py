@@ -231,6 +231,15 @@ class Trace:
         return None if stack is None else self.stacks.label(stack)
 
     @property
+    def sites(self):
+        """{allocation id: "file.py:line function"} for the allocations whose
+        stack is known (built on each call: site_of is the cheap way)."""
+        if not self.has_stacks:
+            return {}
+        return {self.ids[op]: self.stacks.label(stack) for op, stack in enumerate(self.op_stacks)
+                if stack != NO_STACK}
+
+    @property
     def has_stacks(self):
         return self.op_stacks is not None and self.stacks is not None and len(self.stacks) > 0
 
