@@ -324,3 +324,20 @@ def test_the_summary_line_names_the_holders_at_the_recordings_peak():
     assert holders_line(heap) == (f"live at the peak of the last recording: 4.00 MiB, of which 3.00 MiB "
                                   f"from test_stacks.py:{line_b} make_two")
     heap.free(a)
+
+
+def test_a_snapshot_of_a_recording_with_stacks_carries_its_frames_and_reads_back(tmp_path):
+    heap = Heap(1 << 30)
+    with record(heap, stacks=True) as rec:
+        (a, line_a), (b, line_b) = make_two(heap)
+    snap = vramguard.snapshot(heap=heap, recording=rec)
+    allocs = [e for e in snap["device_traces"][0] if e["action"] == "alloc"]
+    assert [e["frames"][0] for e in allocs] == [{"filename": HERE, "line": line_a, "name": "make_two"},
+                                                {"filename": HERE, "line": line_b, "name": "make_two"}]
+    blocks = [blk for seg in snap["segments"] for blk in seg["blocks"] if blk["state"] == "active_allocated"]
+    assert sorted(blk["frames"][0]["line"] for blk in blocks) == [line_a, line_b]
+    vramguard.dump_snapshot(tmp_path / "s.pickle", heap=heap, recording=rec)
+    back = load_trace(tmp_path / "s.pickle")
+    assert [back.site_of(op) for op in range(len(back))] == [
+        f"test_stacks.py:{line_a} make_two", f"test_stacks.py:{line_b} make_two"]
+    heap.free(a), heap.free(b)

@@ -23,6 +23,7 @@ import secrets
 
 from . import _core, _torch
 from ._record import _EVENT, _active, EV_ALLOC, EV_FREE, EV_OOM, EV_RELEASE, EV_RESERVE
+from ._stacks import capture_table
 from ._trace import ALLOC, EMPTY_CACHE, FREE, SYNCHRONIZE
 
 __all__ = ["dump_snapshot", "snapshot"]
@@ -148,9 +149,23 @@ class _DeviceState:
 
 def _frames_source(rec):
     """frames_of(event) for a recording's events. The ring's last field is
-    where a recording that keeps stacks puts each event's stack; until
-    recordings keep them, every event has no frames."""
-    return _no_frames
+    the stack id an allocation of a recording with stacks carries (0 for
+    none); each stack is made into frame dicts once."""
+    if not getattr(rec, "stacks", False):
+        return _no_frames
+    table, _ = capture_table()
+    made = {}
+
+    def frames_of(event):
+        stack = event[-1]
+        if not 0 < stack <= len(table):
+            return []
+        if stack not in made:
+            made[stack] = [{"filename": f, "line": line, "name": name}
+                           for f, line, name in table.frames_of(stack - 1)]
+        return made[stack]
+
+    return frames_of
 
 
 def _recording_of(heap, recording):
