@@ -165,3 +165,32 @@ def test_an_oom_releases_free_pages_and_retries():
         [60, 45, 1, 0, 0, 0], [60, 55, 1, 0, 0, 0], [60, 10, 1, 0, 0, 0], [120, 60, 2, 0, 0, 0],
         [120, 100, 3, 1, 0, 1], [120, 100, 3, 1, 1, 2], [120, 90, 3, 1, 1, 2], [100, 90, 3, 2, 2, 3],
     ]
+
+
+def random_steps(seed, count, largest):
+    """A seeded mix of small and large tensors on three streams, frees in
+    random order and a few empty_cache calls."""
+    import random
+
+    rng, live, steps = random.Random(seed), [], []
+    for i in range(count):
+        roll = rng.random()
+        if roll < 0.05:
+            steps.append(["empty_cache"])
+        elif live and roll < 0.45:
+            steps.append(["free", live.pop(rng.randrange(len(live)))])
+        else:
+            size = rng.randint(1, 2 * MiB) if rng.random() < 0.5 else rng.randint(1, largest)
+            steps.append(["alloc", f"t{i}", size, rng.randrange(3)])
+            live.append(f"t{i}")
+    return steps
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_sequences_match_step_by_step(seed):
+    compare(random_steps(seed, 150, 64 * MiB))
+
+
+def test_a_random_sequence_on_a_small_device_matches_ooms_included():
+    real = compare(random_steps(7, 150, 48 * MiB), mem="256MiB", budget=256 * MiB)
+    assert real[-1][4] > 0  # some requests did not fit
