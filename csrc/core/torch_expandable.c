@@ -20,6 +20,8 @@
  * (their defaults are what get_free_block and round_size see). */
 #include "vramguard/expandable.h"
 
+#include "debug.h"
+
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,16 +57,23 @@ struct seg {
 struct xblock {
     xblock *prev, *next;   /* neighbours in the segment, NULL at its ends */
     xblock *left, *right;  /* links of the treap that holds it */
+    xblock *wprev, *wnext; /* free mapped blocks holding a whole page: their pool's list */
     seg *segment;
     uint64_t stream, off, size, requested;
+    /* Unmapped blocks: what find_expandable_block would find from here (see
+     * refresh_run); max_space the most in its treap subtree. */
+    uint64_t space, max_space;
     uint32_t prio;
-    bool allocated, mapped;
+    bool allocated, mapped, in_whole;
 };
 
-/* A BlockPool: its free mapped blocks and its unmapped ranges. */
+/* A BlockPool: its free mapped blocks and its unmapped ranges; and, in a
+ * list, the free mapped blocks that hold at least one whole page (nwhole
+ * of them): the only ones a release changes, so that a release costs what
+ * it unmaps, not what the pool holds. */
 typedef struct pool {
-    xblock *blocks, *unmapped;
-    size_t nblocks;
+    xblock *blocks, *unmapped, *whole;
+    size_t nwhole;
     uint64_t page;
 } pool;
 
@@ -145,16 +154,25 @@ static bool below(const xblock *a, const xblock *b, bool by_size)
     return key_below(a->stream, a->size, a->segment->seq, a->off, b, by_size);
 }
 
+static xblock *recompute(xblock *t)
+{
+    uint64_t m = t->space;
+    if (t->left && t->left->max_space > m) m = t->left->max_space;
+    if (t->right && t->right->max_space > m) m = t->right->max_space;
+    t->max_space = m;
+    return t;
+}
+
 static xblock *merge_trees(xblock *a, xblock *b)
 {
     if (!a) return b;
     if (!b) return a;
     if (a->prio > b->prio) {
         a->right = merge_trees(a->right, b);
-        return a;
+        return recompute(a);
     }
     b->left = merge_trees(a, b->left);
-    return b;
+    return recompute(b);
 }
 
 /* Splits t into the nodes below `k` (*lo) and the rest (*hi). */
@@ -164,10 +182,10 @@ static void split_tree(xblock *t, const xblock *k, bool by_size, xblock **lo, xb
         *lo = *hi = NULL;
     } else if (below(t, k, by_size)) {
         split_tree(t->right, k, by_size, &t->right, hi);
-        *lo = t;
+        *lo = recompute(t);
     } else {
         split_tree(t->left, k, by_size, lo, &t->left);
-        *hi = t;
+        *hi = recompute(t);
     }
 }
 
@@ -175,15 +193,45 @@ static void set_insert(xblock **root, xblock *b, bool by_size)
 {
     xblock *lo, *hi;
     b->left = b->right = NULL;
+    b->max_space = b->space;
     split_tree(*root, b, by_size, &lo, &hi);
     *root = merge_trees(merge_trees(lo, b), hi);
 }
 
+/* The subtree t without b; the maxima on the way are recomputed. */
+static xblock *erase_from(xblock *t, xblock *b, bool by_size)
+{
+    if (t == b) return merge_trees(b->left, b->right);
+    if (below(b, t, by_size)) t->left = erase_from(t->left, b, by_size);
+    else t->right = erase_from(t->right, b, by_size);
+    return recompute(t);
+}
+
 static void set_erase(xblock **root, xblock *b, bool by_size)
 {
-    xblock **slot = root;
-    while (*slot != b) slot = below(b, *slot, by_size) ? &(*slot)->left : &(*slot)->right;
-    *slot = merge_trees(b->left, b->right);
+    *root = erase_from(*root, b, by_size);
+}
+
+/* After b->space changed: the maxima from b up to the root. */
+static void space_changed(xblock *t, const xblock *b)
+{
+    if (t != b) space_changed(below(b, t, false) ? t->left : t->right, b);
+    recompute(t);
+}
+
+/* The least unmapped block of `stream` whose space reaches `size`: the
+ * subtree maxima prune every subtree that has none. */
+static xblock *first_with_space(xblock *t, uint64_t stream, uint64_t size)
+{
+    if (!t || t->max_space < size) return NULL;
+    if (t->stream < stream) return first_with_space(t->right, stream, size);
+    if (t->stream == stream) {
+        xblock *found = first_with_space(t->left, stream, size);
+        if (found) return found;
+        if (t->space >= size) return t;
+        return first_with_space(t->right, stream, size);
+    }
+    return first_with_space(t->left, stream, size);
 }
 
 /* The least node at or above (stream, size, the lowest address), NULL if
@@ -218,16 +266,35 @@ static xblock *set_next(xblock *t, const xblock *b, bool by_size)
     return found;
 }
 
+static bool holds_whole_page(const xblock *b)
+{
+    uint64_t page = b->segment->page;
+    return (b->off + page - 1) / page < (b->off + b->size) / page;
+}
+
 static void pool_add_free(pool *p, xblock *b)
 {
     set_insert(&p->blocks, b, true);
-    p->nblocks++;
+    b->in_whole = holds_whole_page(b);
+    if (b->in_whole) {
+        b->wprev = NULL;
+        b->wnext = p->whole;
+        if (p->whole) p->whole->wprev = b;
+        p->whole = b;
+        p->nwhole++;
+    }
 }
 
 static void pool_remove_free(pool *p, xblock *b)
 {
     set_erase(&p->blocks, b, true);
-    p->nblocks--;
+    if (b->in_whole) {
+        if (b->wprev) b->wprev->wnext = b->wnext;
+        else p->whole = b->wnext;
+        if (b->wnext) b->wnext->wprev = b->wprev;
+        b->in_whole = false;
+        p->nwhole--;
+    }
 }
 
 /* ------------------------------------------------------------------ */
@@ -276,6 +343,42 @@ static void splice(xblock *b, xblock *before, xblock *after)
     if (after) after->prev = b;
 }
 
+/* A run: the free and unmapped blocks between two allocated ones (or a
+ * segment's ends). find_expandable_block looks from an unmapped block u
+ * (or from the free block just before it) through the free and unmapped
+ * blocks after: u's space is what that walk can cover, the run's bytes
+ * from that start on. Kept up to date for every run an operation touches,
+ * so that the first unmapped block with room is a treap descent, not
+ * PyTorch's scan of every unmapped range (same answer: debug builds
+ * check it against the scan). */
+static void refresh_run_of(pool *p, xblock *x)
+{
+    xblock *start = x;
+    while (allocatable(start->prev)) start = start->prev;
+    uint64_t total = 0;
+    for (xblock *b = start; allocatable(b); b = b->next) total += b->size;
+    uint64_t before = 0; /* bytes of the run before b */
+    for (xblock *b = start; allocatable(b); before += b->size, b = b->next) {
+        if (b->mapped) continue;
+        uint64_t from = allocatable(b->prev) && b != start ? before - b->prev->size : before;
+        if (b->space != total - from) {
+            b->space = total - from;
+            space_changed(p->unmapped, b);
+        }
+    }
+}
+
+/* The runs on either side of block x (its own when it is free). */
+static void refresh_run(pool *p, xblock *x)
+{
+    if (allocatable(x)) {
+        refresh_run_of(p, x);
+        return;
+    }
+    if (allocatable(x->prev)) refresh_run_of(p, x->prev);
+    if (allocatable(x->next)) refresh_run_of(p, x->next);
+}
+
 /* ------------------------------------------------------------------ */
 /* Mapping: map_block, unmap_block, ExpandableSegment::map / unmap      */
 /* ------------------------------------------------------------------ */
@@ -307,6 +410,7 @@ static bool map_block(emu *e, pool *p, xblock *b, uint64_t size)
     try_merge_blocks(e, p, b, b->prev);
     try_merge_blocks(e, p, b, b->next);
     pool_add_free(p, b);
+    refresh_run(p, b);
     e->mapped += bytes;
     note_peak(e->mapped, &e->peak_mapped);
     e->out->map_calls++;
@@ -351,6 +455,7 @@ static bool unmap_block(emu *e, pool *p, xblock *b)
     try_merge_blocks(e, p, b, b->prev);
     try_merge_blocks(e, p, b, b->next);
     set_insert(&p->unmapped, b, false);
+    refresh_run(p, b);
     e->mapped -= (last - first) * page;
     e->out->unmap_calls++;
     e->out->unmap_pages += last - first;
@@ -385,6 +490,7 @@ static xblock *new_segment(emu *e, pool *p, uint64_t stream, int which)
     b->stream = stream;
     b->segment = s;
     b->size = s->va;
+    b->space = s->va; /* a run of one block */
     set_insert(&p->unmapped, b, false);
     e->out->segments_created++;
     note_peak(++e->live_segments, &e->out->peak_segments);
@@ -428,10 +534,10 @@ static xblock *get_free_block(pool *p, uint64_t stream, uint64_t size)
     return it;
 }
 
-/* find_expandable_block: the lowest-addressed unmapped range of the stream
- * that, with the free block just before it and the free or unmapped blocks
- * after, spans `size`; else a new segment. */
-static xblock *find_expandable_block(emu *e, pool *p, uint64_t stream, uint64_t size, int which)
+/* find_expandable_block's scan: the lowest-addressed unmapped range of the
+ * stream that, with the free block just before it and the free or
+ * unmapped blocks after, spans `size`. */
+static xblock *scan_for_room(pool *p, uint64_t stream, uint64_t size)
 {
     for (xblock *u = set_lower_bound(p->unmapped, stream, 0, false); u && u->stream == stream;
          u = set_next(p->unmapped, u, false)) {
@@ -440,7 +546,21 @@ static xblock *find_expandable_block(emu *e, pool *p, uint64_t stream, uint64_t 
         for (xblock *b = c; bytes < size && allocatable(b); b = b->next) bytes += b->size;
         if (bytes >= size) return c;
     }
-    return new_segment(e, p, stream, which);
+    return NULL;
+}
+
+/* find_expandable_block: the scan's answer, from the run spaces (see
+ * refresh_run); else a new segment. */
+static xblock *find_expandable_block(emu *e, pool *p, uint64_t stream, uint64_t size, int which)
+{
+    xblock *u = first_with_space(p->unmapped, stream, size);
+    xblock *c = u && allocatable(u->prev) ? u->prev : u;
+#if VG_DEBUG_CHECKS
+    vg_assert_internal(c == scan_for_room(p, stream, size));
+#else
+    (void)scan_for_room;
+#endif
+    return c ? c : new_segment(e, p, stream, which);
 }
 
 /* try_allocate_expandable_block: maps what the candidate lacks, from its
@@ -465,44 +585,29 @@ static xblock *try_allocate_expandable_block(emu *e, pool *p, uint64_t stream, u
 }
 
 /* release_blocks for one pool: every free mapped block loses its whole
- * pages; a segment left with one unmapped block is released. */
+ * pages; a segment left with one unmapped block is released. Only the
+ * blocks holding a whole page are visited: the others would be left as
+ * they are. */
 static bool release_blocks(emu *e, pool *p)
 {
-    if (p->nblocks > e->scratch_cap) {
-        xblock **grown = realloc(e->scratch, p->nblocks * sizeof *grown);
+    if (p->nwhole > e->scratch_cap) {
+        xblock **grown = realloc(e->scratch, p->nwhole * sizeof *grown);
         if (!grown) {
             e->nomem = true;
             return false;
         }
         e->scratch = grown;
-        e->scratch_cap = p->nblocks;
+        e->scratch_cap = p->nwhole;
     }
-    /* Gathered first: unmapping changes the set (as release_blocks' to_unmap). */
+    /* Gathered first: unmapping changes the pool (as release_blocks'
+     * to_unmap). Free mapped blocks are never neighbours, so unmapping
+     * them in any order gives the same blocks. */
     size_t n = 0;
-    xblock *stack[128], *t = p->blocks;
-    size_t depth = 0;
-    while (t || depth) { /* in-order walk; a treap's depth stays near 2 log n */
-        if (t) {
-            if (depth == sizeof stack / sizeof *stack) break; /* order is immaterial: see below */
-            stack[depth++] = t;
-            t = t->left;
-        } else {
-            t = stack[--depth];
-            e->scratch[n++] = t;
-            t = t->right;
-        }
-    }
-    if (n < p->nblocks) { /* a walk too deep for the stack: gather by successors */
-        n = 0;
-        for (xblock *b = set_lower_bound(p->blocks, 0, 0, true); b; b = set_next(p->blocks, b, true))
-            e->scratch[n++] = b;
-    }
-    /* Free mapped blocks are never neighbours, so unmapping them in any
-     * order gives the same blocks. */
+    for (xblock *b = p->whole; b; b = b->wnext) e->scratch[n++] = b;
     for (size_t i = 0; i < n; i++) {
         xblock *b = e->scratch[i];
         if (!unmap_block(e, p, b)) return false;
-        if (!b->mapped && !b->prev && !b->next) release_segment(e, p, b);
+        if (!b->prev && !b->next) release_segment(e, p, b);
     }
     return true;
 }
@@ -546,6 +651,7 @@ static xblock *alloc_found_block(emu *e, pool *p, xblock *b, uint64_t size, uint
     }
     b->allocated = true;
     b->requested = requested;
+    refresh_run(p, b);
     e->allocated += b->size;
     e->requested += requested;
     note_peak(e->allocated, &e->peak_allocated);
@@ -587,6 +693,7 @@ static void emu_free(emu *e, xblock *b)
     try_merge_blocks(e, p, b, b->prev);
     try_merge_blocks(e, p, b, b->next);
     pool_add_free(p, b);
+    refresh_run(p, b);
 }
 
 /* ------------------------------------------------------------------ */

@@ -51,9 +51,10 @@ typedef struct vg_expandable_result {
  * `samples` (may be NULL) gets up to `nsamples` windows of `window` ops,
  * as vg_replay's. VG_ERR_ARG for a page size that is not a positive
  * multiple of 2 MiB, VG_ERR_NOMEM if the host runs out; *out is then
- * zeroed, first_oom -1. Memory is O(ids + live blocks); time per op is
- * logarithmic, plus PyTorch's own linear scan of a stream's unmapped
- * ranges when a pool has to grow (find_expandable_block). */
+ * zeroed, first_oom -1. Memory is O(ids + blocks); an op costs a few
+ * treap descents (PyTorch's scan of a stream's unmapped ranges is answered
+ * from per-range maxima), plus get_free_block's walk past blocks followed
+ * by unmapped ranges, and for a release the blocks it unmaps. */
 int vg_expandable_replay(const vg_trace_ops *t, const vg_expandable_config *config,
                          vg_replay_sample *samples, size_t nsamples, size_t window,
                          vg_expandable_result *out);

@@ -276,6 +276,26 @@ static void test_requests_larger_than_the_device_are_ooms(void)
     CHECK_EQ(r.replay.peak_reserved, 20 * MiB);
 }
 
+/* A thousand unmapped holes that no later request fits: every search for
+ * room passes them (PyTorch scans them one by one; the emulation's run
+ * spaces answer at once, and debug builds check that against the scan). */
+static void test_many_holes_none_of_which_fit(void)
+{
+    reset();
+    for (uint32_t i = 0; i < 2000; i++) alloc(i, 20 * MiB); /* a page each */
+    for (uint32_t i = 0; i < 2000; i += 2) release(i);
+    empty_cache(); /* 1,000 holes of one page between live pages */
+    for (uint32_t i = 2000; i < 3000; i++) alloc(i, 40 * MiB);
+    vg_expandable_result r;
+    vg_replay_sample now;
+    CHECK_EQ(replay(0, &r, &now), VG_OK);
+    CHECK_EQ(r.unmap_calls, 1000);
+    CHECK_EQ(r.map_calls, 3000);
+    CHECK_EQ(now.reserved, (1000 * 20 + 1000 * 40) * MiB);
+    CHECK_EQ(r.replay.peak_reserved, 60000 * MiB); /* the tail grew past the holes */
+    CHECK_EQ(r.segments_created, 1);
+}
+
 /* A seeded random trace on three streams under a budget: whatever happens,
  * mapped bytes stay whole pages within the budget, blocks hold at least
  * what was asked, the same trace gives the same figures, and with
@@ -338,6 +358,7 @@ static const harness_test tests[] = {
     T(test_2_mib_large_pages_map_what_is_needed),
     T(test_bad_page_sizes_are_refused),
     T(test_requests_larger_than_the_device_are_ooms),
+    T(test_many_holes_none_of_which_fit),
     T(test_random_traces_keep_the_invariants),
 };
 
