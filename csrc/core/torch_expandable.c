@@ -27,10 +27,11 @@
 #include <string.h>
 #include <time.h>
 
-/* kMinBlockSize and kSmallSize of CUDACachingAllocator.cpp. */
-#define MIN_BLOCK ((uint64_t)512)
-#define SMALL_SIZE ((uint64_t)1 << 20)
-#define PAGE_GRANULE ((uint64_t)2 << 20)
+/* kMinBlockSize and kSmallSize of CUDACachingAllocator.cpp are vramguard's
+ * own rounding and small-pool limit (common.h); pages are whole granules. */
+#define MIN_BLOCK ((uint64_t)VG_ALIGN)
+#define SMALL_SIZE ((uint64_t)VG_SMALL_REQUEST)
+#define PAGE_GRANULE ((uint64_t)VG_SEGMENT_GRANULE)
 /* The largest device_total accepted: 9/8 of it and a page more stay far
  * below 2^64, as does any sum of mapped bytes. */
 #define MAX_DEVICE_TOTAL ((uint64_t)1 << 56)

@@ -15,7 +15,7 @@ extern "C" {
 /* PyTorch's page sizes: kLargeBuffer (20 MiB, the large pool's physical
  * allocation unit) and kSmallBuffer (2 MiB, the small pool's). */
 #define VG_EXPANDABLE_LARGE_PAGE ((uint64_t)20 << 20)
-#define VG_EXPANDABLE_SMALL_PAGE ((uint64_t)2 << 20)
+#define VG_EXPANDABLE_SMALL_PAGE ((uint64_t)VG_SMALL_SEGMENT)
 /* The device memory assumed when neither a budget nor device_total is given:
  * large enough never to be the limit (as vramguard.replay's device). */
 #define VG_EXPANDABLE_UNLIMITED ((uint64_t)1 << 50)
