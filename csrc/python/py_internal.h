@@ -64,6 +64,7 @@ PyObject *vgpy_heap_history_start(HeapObject *self, PyObject *args, PyObject *kw
 PyObject *vgpy_heap_history_stop(HeapObject *self, PyObject *unused);
 PyObject *vgpy_heap_history_take(HeapObject *self, PyObject *unused);
 PyObject *vgpy_trace_peak_live(PyObject *module, PyObject *args);
+PyObject *vgpy_expandable_replay(PyObject *module, PyObject *args, PyObject *kwargs);
 PyObject *vgpy_take_events(vg_heap *h);
 
 /* py_stacks.c: the allocation stacks of recordings (a vg_stack_source). */

@@ -2,6 +2,7 @@
  * little-endian columns, so a million-op trace costs four objects, not a
  * million. */
 #include "py_internal.h"
+#include "vramguard/expandable.h"
 
 #include <string.h>
 
@@ -140,6 +141,76 @@ PyObject *vgpy_trace_peak_live(PyObject *module, PyObject *args)
     }
     if (rc != VG_OK) return PyErr_NoMemory();
     return PyLong_FromUnsignedLongLong(peak);
+}
+
+/* The replay's dict: Heap.replay's keys, then the emulation's own. */
+static PyObject *expandable_dict(const vg_expandable_result *x, PyObject *curve)
+{
+    const vg_replay_result *r = &x->replay;
+    return Py_BuildValue(
+        "{s:K,s:K,s:K,s:K,s:L,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:N,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}",
+        "ops", (unsigned long long)r->ops, "allocs", (unsigned long long)r->allocs, "frees",
+        (unsigned long long)r->frees, "ooms", (unsigned long long)r->ooms, "first_oom",
+        (long long)r->first_oom, "peak_requested_bytes", (unsigned long long)r->peak_requested,
+        "peak_allocated_bytes", (unsigned long long)r->peak_allocated, "peak_reserved_bytes",
+        (unsigned long long)r->peak_reserved, "device_alloc", (unsigned long long)r->device_alloc,
+        "device_free", (unsigned long long)r->device_free, "alloc_retries",
+        (unsigned long long)r->alloc_retries, "seconds", r->seconds, "curve", curve, "map_calls",
+        (unsigned long long)x->map_calls, "map_pages", (unsigned long long)x->map_pages,
+        "unmap_calls", (unsigned long long)x->unmap_calls, "unmap_pages",
+        (unsigned long long)x->unmap_pages, "stream_syncs", (unsigned long long)x->stream_syncs,
+        "device_syncs", (unsigned long long)x->device_syncs, "segments_created",
+        (unsigned long long)x->segments_created, "peak_segments",
+        (unsigned long long)x->peak_segments);
+}
+
+PyObject *vgpy_expandable_replay(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    (void)module;
+    static char *kwlist[] = {"kinds",   "ids",          "sizes",      "streams",    "nids",
+                             "budget",  "samples",      "device_total", "large_page",
+                             "small_page", NULL};
+    PyObject *kinds, *ids, *sizes, *streams, *nids;
+    PyObject *budget_obj = NULL, *total_obj = NULL, *large_obj = NULL, *small_obj = NULL;
+    Py_ssize_t nsamples = 1000;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "SSSSO|OnOOO", kwlist, &kinds, &ids, &sizes,
+                                     &streams, &nids, &budget_obj, &nsamples, &total_obj,
+                                     &large_obj, &small_obj))
+        return NULL;
+    vg_expandable_config config = {0, 0, 0, 0};
+    if ((budget_obj && vgpy_as_u64(budget_obj, "budget", &config.budget) < 0) ||
+        (total_obj && vgpy_as_u64(total_obj, "device_total", &config.device_total) < 0) ||
+        (large_obj && vgpy_as_u64(large_obj, "large_page", &config.large_page) < 0) ||
+        (small_obj && vgpy_as_u64(small_obj, "small_page", &config.small_page) < 0))
+        return NULL;
+    if (nsamples < 0) {
+        PyErr_SetString(PyExc_ValueError, "samples must not be negative");
+        return NULL;
+    }
+    vg_trace_ops t;
+    if (parse_columns(kinds, ids, sizes, streams, nids, &t) < 0 || validate(&t) < 0) return NULL;
+    vg_replay_sample *samples = nsamples ? PyMem_Calloc((size_t)nsamples, sizeof *samples) : NULL;
+    if (nsamples && !samples) return PyErr_NoMemory();
+    size_t window = nsamples ? (t.n + (size_t)nsamples - 1) / (size_t)nsamples : 1;
+    vg_expandable_result r;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS /* the bytes objects are immutable and held by args */
+    rc = vg_expandable_replay(&t, &config, samples, (size_t)nsamples, window ? window : 1, &r);
+    Py_END_ALLOW_THREADS
+    if (rc != VG_OK) {
+        PyMem_Free(samples);
+        if (rc == VG_ERR_ARG) {
+            PyErr_SetString(PyExc_ValueError,
+                            "page sizes must be positive multiples of 2 MiB and device_total "
+                            "at most 2**56 bytes");
+            return NULL;
+        }
+        return PyErr_NoMemory();
+    }
+    PyObject *curve = samples_list(samples, r.replay.samples);
+    PyMem_Free(samples);
+    if (!curve) return NULL;
+    return expandable_dict(&r, curve);
 }
 
 /* ------------------------------------------------------------------ */

@@ -29,6 +29,12 @@ static PyMethodDef core_methods[] = {
     {"trace_peak_live", (PyCFunction)vgpy_trace_peak_live, METH_VARARGS,
      "trace_peak_live(kinds, ids, sizes, nids) -> int\n\nPeak live requested bytes of a "
      "columnar trace: the physical limit, whatever the policy."},
+    {"expandable_replay", (PyCFunction)(void (*)(void))vgpy_expandable_replay,
+     METH_VARARGS | METH_KEYWORDS,
+     "expandable_replay(kinds, ids, sizes, streams, nids, budget=0, samples=1000, "
+     "device_total=0, large_page=0, small_page=0) -> dict\n\nReplay a columnar trace through "
+     "the emulation of PyTorch's expandable segments: Heap.replay's keys, plus map and "
+     "unmap calls and pages, synchronizations and segments."},
     {"pickle_problem", (PyCFunction)vgpy_pickle_problem, METH_O,
      "pickle_problem(data) -> None or (offset, why)\n\nWhat would stop a snapshot pickle "
      "from being read safely: classes, or tuples nested too deep to hash."},

@@ -4,7 +4,7 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ._core import SEGMENT_GRANULE, Heap
+from ._core import SEGMENT_GRANULE, Heap, expandable_replay
 from ._import import load_trace
 from ._presets import find_preset
 from ._stacks import group_by_line
@@ -146,6 +146,12 @@ class ReplayResult:
     first_oom_at: Optional[FirstOOM] = None    # the first OOM as its source names it
     budget_name: Optional[str] = None          # the preset named, e.g. "T4"
     peak_at: Optional[LiveSet] = None          # what was live at the peak, when the trace has stacks
+    # Virtual-memory work, where the policy maps pages (torch-expandable):
+    maps: int = 0                   # map calls (PyTorch's num_device_alloc there)
+    unmaps: int = 0                 # unmap calls (num_device_free)
+    pages_mapped: int = 0
+    pages_unmapped: int = 0
+    syncs: int = 0                  # stream and device synchronizations the unmaps cost
 
     @property
     def by_line(self):
@@ -230,7 +236,8 @@ def _budget_bytes(budget):
 def replay(trace, budget=None, policy="vramguard", samples=1000):
     """Drive `trace` (a Trace or a path) through a heap on a simulated device
     with `budget` (bytes, "15GiB", a GPU preset such as "T4", or None) under
-    `policy` ("vramguard" or "torch"). An allocation that does not fit is an
+    `policy` ("vramguard", "torch", or "torch-expandable": PyTorch with
+    expandable_segments:True, emulated). An allocation that does not fit is an
     OOM; the replay goes on, as a training script that caught the error
     would, and `first_oom_at` says where the first one was (in the source's
     own event numbers) and what was live then."""
@@ -247,8 +254,11 @@ def replay(trace, budget=None, policy="vramguard", samples=1000):
 
 def _run(trace, limit, policy, samples):
     """The replay itself, `limit` bytes already checked (0 for none)."""
-    heap = Heap(UNLIMITED, budget=limit or None, policy=policy)
-    r = heap.replay(*trace.columns(), trace.nids, samples)
+    if policy == "torch-expandable":  # an emulation, not a heap: torch_expandable.c
+        r = expandable_replay(*trace.columns(), trace.nids, budget=limit, samples=samples)
+    else:
+        heap = Heap(UNLIMITED, budget=limit or None, policy=policy)
+        r = heap.replay(*trace.columns(), trace.nids, samples)
     return ReplayResult(
         trace=trace.name,
         policy=policy,
@@ -265,6 +275,11 @@ def _run(trace, limit, policy, samples):
         alloc_retries=r["alloc_retries"],
         seconds=r["seconds"],
         curve=r["curve"],
+        maps=r.get("map_calls", 0),
+        unmaps=r.get("unmap_calls", 0),
+        pages_mapped=r.get("map_pages", 0),
+        pages_unmapped=r.get("unmap_pages", 0),
+        syncs=r.get("stream_syncs", 0) + r.get("device_syncs", 0),
     )
 
 
