@@ -613,6 +613,8 @@ void *vg_heap_alloc(vg_heap *h, size_t size, vg_stream_t stream, vg_oom_info *oo
         return NULL;
     }
     VG_HISTORY(h, VG_EV_ALLOC, blk->addr, blk->size, size, stream);
+    if (h->stats.allocated_bytes[VG_STAT_ALL].current > h->interval_peak) /* peaks.c */
+        h->interval_peak = h->stats.allocated_bytes[VG_STAT_ALL].current;
     vg_assert_internal(!vg__check_totals(h));
     vg_lock_release(&h->lock);
     return (void *)blk->addr;
