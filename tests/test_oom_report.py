@@ -207,3 +207,33 @@ def test_ranking_rule():
     ])
     assert [a.key for a in ranked] == ["too_big", "empty_cache", "leak", "accumulation", "batch_size", "autocast",
                                        "checkpointing"]
+
+
+def test_lines_from_recorded_stacks():
+    """With stacks recorded (_stacks.live_by_line, here a stand-in that
+    reports one growing line), the leak and the report name the lines."""
+    out = run("""
+        import sys, types
+        fake = types.ModuleType("vramguard._stacks")
+        held = {"n": 0}
+        def live_by_line(device=None, top=5):
+            return [("train.py:82 step", held["n"] * 8 * MiB, held["n"]), ("model.py:10 forward", 40 * MiB, 1)][:top]
+        fake.live_by_line = live_by_line
+        sys.modules["vramguard._stacks"] = fake
+        vramguard._stacks = fake
+        kept = []
+        for i in range(12):
+            kept.append(h.malloc(8 * MiB))
+            held["n"] += 1
+            vramguard.step(0)
+        leak = vramguard.leak_check()
+        out["leak_lines"] = leak.lines
+        out["leak_text"] = str(leak)
+        oom(300 * MiB)
+        report()
+    """)
+    # first seen at step 8 (n = 8); four steps later the line had grown by 4 x 8 MiB
+    assert out["leak_lines"] == [["train.py:82 step", 32 * MiB, 4]]
+    assert "train.py:82 step: +32.00 MiB in 4 blocks" in out["leak_text"]
+    assert "by line, train.py:82 step: 96.00 MiB in 12 blocks" in out["text"]
+    assert "record(stacks=True) shows which lines" not in out["text"]
