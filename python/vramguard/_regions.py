@@ -415,10 +415,15 @@ def judge_leak(lives):
     window = _increments(lives[-LEAK_WINDOW:])
     if not _rule_holds(window):
         return None
+    # Back while the longer stretch still holds to the rule, with a running
+    # count (one pass: step() may see a thousand boundaries).
     start = len(lives) - LEAK_WINDOW
-    # Back while the longer stretch still holds to the rule.
-    while start > 0 and _rule_holds(_increments(lives[start - 1:])):
-        start -= 1
+    growing = sum(1 for d in window if d > 0)
+    while start > 0:
+        more = growing + (lives[start] > lives[start - 1])
+        if lives[-1] - lives[start - 1] <= 0 or more < LEAK_GROWING_SHARE * (len(lives) - start):
+            break
+        start, growing = start - 1, more
     while lives[start + 1] <= lives[start]:  # a leak begins with growth
         start += 1
     return _median(window), start
@@ -433,7 +438,13 @@ def _lines_now(device, top):
 
 
 def _leak_locked(target):
-    lives = [live for live, _ in target.boundaries]
+    kept = target.boundaries
+    if len(kept) < LEAK_WINDOW:
+        return None
+    # The window first, from the deque's end: a steady loop costs O(window) a step.
+    if not _rule_holds(_increments([kept[k][0] for k in range(-LEAK_WINDOW, 0)])):
+        return None
+    lives = [live for live, _ in kept]
     judged = judge_leak(lives)
     if judged is None:
         return None
