@@ -186,6 +186,10 @@ def test_without_install_a_device_region_says_so():
             pass
     with pytest.raises(vramguard.VramguardError, match="call vramguard.install"):
         vramguard.step()
+    for device in (0, "cuda:0"):
+        with pytest.raises(vramguard.VramguardError, match="call vramguard.install"):
+            vramguard.regions(device)
+    assert _core.existing_devices() == []  # no device heap was made for it
 
 
 # ---------------------------------------------------------------- steps and leaks
@@ -282,8 +286,13 @@ def test_regions_and_steps_on_simulated_device_heaps():
                 kept.append(h.malloc(2 * MiB))
                 vramguard.step(0)
         print("peak", vramguard.regions()["forward"].peak)
+        try:
+            vramguard.regions(64)
+        except ValueError as e:
+            print("bad", e)
         print("leak", vramguard.leak_check().bytes_per_step, len(caught))
     """
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "peak 7340032" in proc.stdout and "leak 2097152 1" in proc.stdout
+    assert "bad device must be in 0..63, got 64" in proc.stdout

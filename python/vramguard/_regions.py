@@ -124,20 +124,19 @@ def _device_target_index(device):
     vramguard is installed (device 0 of simulated devices)."""
     from . import _torch
 
-    if device is None:
-        if _torch.is_installed():
-            import torch
-
-            return torch.cuda.current_device()
-        if _core.devices_simulated():
-            return 0
-        _torch._require_installed()
     if isinstance(device, bool):
         raise TypeError("device must be an int, a torch device or a vramguard Heap, not bool")
+    simulated = _core.devices_simulated()
+    if not (_torch.is_installed() or simulated):
+        _torch._require_installed()  # a device heap now would be one PyTorch never uses
+    if device is None:
+        if simulated:
+            return 0
+        import torch
+
+        return torch.cuda.current_device()
     if isinstance(device, int):
         return device
-    if not _torch.is_installed():
-        _torch._require_installed()
     return _torch._device_index(device)
 
 
