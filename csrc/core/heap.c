@@ -615,6 +615,8 @@ void *vg_heap_alloc(vg_heap *h, size_t size, vg_stream_t stream, vg_oom_info *oo
     }
     blk->stack = stack;
     if (h->recording) vg__history_note(h->history, VG_EV_ALLOC, blk->addr, blk->size, size, stream, stack);
+    if (h->stats.allocated_bytes[VG_STAT_ALL].current > h->interval_peak) /* peaks.c */
+        h->interval_peak = h->stats.allocated_bytes[VG_STAT_ALL].current;
     vg_assert_internal(!vg__check_totals(h));
     vg_lock_release(&h->lock);
     return (void *)blk->addr;

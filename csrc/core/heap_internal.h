@@ -269,6 +269,8 @@ struct vg_heap {
      * allocated - freed == current - base always holds (stats.c). */
     int64_t totals_base[VG_TOTALED_STATS][VG_STAT_TYPES];
     uint64_t live_per_bin[VG_NBINS];
+    /* The highest allocated bytes since the last vg_heap_take_interval (peaks.c). */
+    int64_t interval_peak;
     vg_history *history;         /* the ring, kept after a stop until taken */
     bool recording;              /* recording into it now */
     /* The recording's stack source, NULL when it keeps none: read without

@@ -9,6 +9,7 @@
  * device a simulated one, so the whole path above the provider runs.
  */
 #include "registry.h"
+#include "vramguard/report.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -208,6 +209,7 @@ int vg_devices_alloc(size_t size, int device, vg_stream_t stream, void **out, vg
     vg_heap *h = vg_devices_heap(device);
     if (!h) return VG_ERR_DEVICE;
     *out = vg_heap_alloc(h, size, stream, oom);
+    if (!*out && oom->status == VG_ERR_NOMEM) vg_devices_note_oom(h, oom); /* last_oom.c */
     return *out ? VG_OK : oom->status;
 }
 

@@ -144,6 +144,7 @@ static PyObject *Heap_malloc(HeapObject *self, PyObject *args, PyObject *kwargs)
     void *p = alloc_device_aware(self, (size_t)size, (vg_stream_t)stream, &oom, &refused);
     if (refused) return NULL;
     if (!p) {
+        if (self->borrowed && oom.status == VG_ERR_NOMEM) vg_devices_note_oom(self->heap, &oom);
         vgpy_raise_oom(&oom, self->device_kind);
         return NULL;
     }

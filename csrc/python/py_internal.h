@@ -9,6 +9,7 @@
 #include "vramguard/heap.h"
 #include "vramguard/history.h"
 #include "vramguard/replay.h"
+#include "vramguard/report.h"
 
 /* A non-negative int that fits in 64 bits; sets an exception and returns
  * -1 otherwise. `what` names the argument in the message. */
@@ -80,6 +81,8 @@ extern PyMethodDef vgpy_device_methods[];
 int vgpy_devices_init(PyObject *module);
 /* py_pools.c: CUDA graphs' private pools and captures. */
 int vgpy_pools_init(PyObject *module);
+/* py_report.c: interval peaks and the last out-of-memory, for reports. */
+int vgpy_report_init(PyObject *module);
 
 /* pymodule.c: the module's state. */
 typedef struct {

@@ -59,6 +59,7 @@ static int core_exec(PyObject *module)
     if (vgpy_devices_init(module) < 0) return -1;
     if (vgpy_pools_init(module) < 0) return -1;
     if (vgpy_stacks_init(module) < 0) return -1;
+    if (vgpy_report_init(module) < 0) return -1;
     if (PyModule_AddIntConstant(module, "ALIGN", (long)VG_ALIGN) < 0) return -1;
     if (PyModule_AddIntConstant(module, "SMALL_REQUEST", (long)VG_SMALL_REQUEST) < 0) return -1;
     if (PyModule_AddIntConstant(module, "SEGMENT_GRANULE", (long)VG_SEGMENT_GRANULE) < 0) return -1;

@@ -13,7 +13,9 @@ On any machine:
 from ._core import Heap, format_size, round_size
 from ._demo import example_trace
 from ._import import load_trace
+from ._oom_report import OOMReport, last_oom
 from ._plot import plot
+from ._regions import LeakWarning, leak_check, regions, reset_regions, step, track
 from ._presets import PRESETS, GpuPreset
 from ._record import record, start_recording, stop_recording
 from ._snapshot import dump_snapshot, snapshot
@@ -37,4 +39,5 @@ __all__ = [
     "parse_size", "plot", "record", "replay", "round_size", "save_trace", "start_recording", "stop_recording",
     "dump_snapshot", "snapshot",
     "MAX_STACK_DEPTH", "StackTable", "format_frame", "live_by_line",
+    "LeakWarning", "OOMReport", "last_oom", "leak_check", "regions", "reset_regions", "step", "track",
 ]

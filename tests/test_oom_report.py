@@ -1,0 +1,239 @@
+"""vramguard.last_oom(): report contents and advice ranking for constructed
+situations (a leak, free memory in pieces, one tensor bigger than the
+budget), on simulated device heaps, the path the installed allocator takes
+(each in a fresh interpreter: simulated devices are set before first use)."""
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import vramguard
+from vramguard import Heap, _oom_report
+
+MiB, GiB = 1 << 20, 1 << 30
+
+PRELUDE = """
+import json, warnings
+import vramguard
+from vramguard import _core
+MiB = 1 << 20
+_core.simulate_devices(1 << 30)
+_core.configure_devices(256 * MiB, 0.0, 0.0)
+h = _core.device_heap(0)
+warnings.simplefilter("ignore")
+out = {}
+
+def oom(size):
+    try:
+        h.malloc(size)
+    except MemoryError as e:
+        return str(e)
+
+def report():
+    r = vramguard.last_oom()
+    out["text"] = str(r)
+    out["html"] = r._repr_html_()
+    out["advice"] = [[a.key, a.saving, a.cause] for a in r.advice]
+    for name in ("requested", "rounded", "live", "reserved", "cached", "free_bytes", "largest_free_block",
+                 "free_blocks", "room", "available", "short_by", "activations", "budget", "limit",
+                 "live_blocks", "live_by_class", "live_by_region", "device", "seq"):
+        out[name] = getattr(r, name)
+    return r
+"""
+
+
+def run(code):
+    script = PRELUDE + textwrap.dedent(code) + "\nprint('@@' + json.dumps(out))\n"
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = [l for l in proc.stdout.splitlines() if l.startswith("@@")][-1]
+    return json.loads(line[2:])
+
+
+def keys(out):
+    return [key for key, _, _ in out["advice"]]
+
+
+# ---------------------------------------------------------------- situations
+
+
+def test_one_tensor_bigger_than_the_budget():
+    out = run("""
+        out["before"] = vramguard.last_oom() is None
+        with vramguard.track("forward"):
+            out["message"] = oom(300 * MiB)
+        report()
+        out["same"] = vramguard.last_oom() is vramguard.last_oom()
+    """)
+    assert out["before"] is True and out["same"] is True
+    assert out["message"].startswith("Simulated device out of memory. Tried to allocate 300.00 MiB.")
+    assert (out["requested"], out["rounded"], out["budget"], out["limit"]) == (300 * MiB, 300 * MiB, 256 * MiB,
+                                                                              256 * MiB)
+    assert (out["live"], out["reserved"], out["room"], out["available"]) == (0, 0, 256 * MiB, 256 * MiB)
+    assert out["short_by"] == 44 * MiB and out["device"] == 0 and out["seq"] == 1
+    assert keys(out)[0] == "too_big" and out["advice"][0][2] is True
+    assert out["live_by_region"] == [["forward", 0, 0]]
+    text = out["text"]
+    assert text.splitlines()[0] == ("Out of memory on device 0: asked for 300.00 MiB (300.00 MiB as a block); "
+                                    "the budget said no.")
+    assert "1. One tensor is larger than the budget (no estimate)" in text
+    assert "in 16 bits (torch.autocast) it would be 150.00 MiB, which fits" in text
+    assert "Short by: 44.00 MiB" in text
+    assert "by line: vramguard.record(stacks=True) shows which lines" in text
+    assert "<ol>" in out["html"] and "One tensor is larger than the budget" in out["html"]
+
+
+def test_free_memory_in_pieces():
+    out = run("""
+        ps = [h.malloc(512 << 10) for _ in range(480)]     # 240 MiB in 120 segments of 2 MiB
+        for p in ps[::2]:
+            h.free(p)                                        # 120 MiB free in 512 KiB pieces
+        with vramguard.track("forward"):
+            x = h.malloc(8 * MiB)
+            oom(100 * MiB)
+        report()
+    """)
+    assert (out["live"], out["reserved"], out["cached"]) == (128 * MiB, 248 * MiB, 120 * MiB)
+    assert (out["free_bytes"], out["free_blocks"], out["largest_free_block"]) == (120 * MiB, 240, 512 << 10)
+    assert (out["room"], out["short_by"]) == (8 * MiB, 92 * MiB)
+    assert keys(out)[:2] == ["empty_cache", "arena"]
+    assert out["advice"][0][1] == 120 * MiB - (512 << 10) and out["advice"][0][2] is True
+    # the activations: what the region added (8 MiB) and the request
+    assert out["activations"] == 108 * MiB
+    assert keys(out)[2:] == ["batch_size", "autocast", "accumulation", "checkpointing", "no_grad"]
+    assert [s for _, s, _ in out["advice"][2:5]] == [54 * MiB] * 3
+    assert out["live_by_class"][0] == [512 << 10, MiB, 240, 120 * MiB]
+    assert out["live_by_region"] == [["forward", 8 * MiB, 128 * MiB]]
+    text = out["text"]
+    assert "Cached free: 120.00 MiB in 240 blocks, largest free block 512.00 KiB" in text
+    assert "Cached free in pieces (1 - largest free block / cached free): 99.6%" in text
+    assert "Non-releasable memory: 120.00 MiB" in text
+    assert "So what: it matters now" in text
+    assert "1. Free dead tensors, then empty_cache() (saves up to 119.50 MiB)" in text
+    assert "2. Use the arena: install(arena=True) (saves about 119.50 MiB, enough alone)" in text
+    assert "by region, forward: +8.00 MiB since it began" in text
+
+
+def test_a_leak_comes_first():
+    out = run("""
+        kept = []
+        for i in range(10):
+            t = h.malloc(40 * MiB)
+            kept.append(h.malloc(8 * MiB))                    # the leak: 8 MiB per step
+            h.free(t)
+            vramguard.step(0)
+        a = h.malloc(100 * MiB)
+        oom(100 * MiB)
+        report()
+    """)
+    assert (out["live"], out["reserved"], out["room"]) == (180 * MiB, 180 * MiB, 76 * MiB)
+    assert out["short_by"] == 24 * MiB
+    assert out["activations"] == 200 * MiB           # 100 MiB since the last boundary, and the request
+    assert keys(out)[0] == "leak" and out["advice"][0][1] == 72 * MiB and out["advice"][0][2] is True
+    assert "empty_cache" not in keys(out) and "arena" not in keys(out)
+    text = out["text"]
+    assert "1. Fix the leak: +8.00 MiB per step (saves about 72.00 MiB, enough alone)" in text
+    assert "losses.append(loss)" in text
+    assert "at the last step boundary (step 10): 80.00 MiB" in text
+
+
+def test_an_evaluation_region_puts_no_grad_first_among_causes():
+    out = run("""
+        with vramguard.track("validation"):
+            a = h.malloc(200 * MiB)
+            oom(100 * MiB)
+        report()
+    """)
+    assert keys(out)[0] == "no_grad" and out["advice"][0][1] == 300 * MiB
+
+
+def test_a_batch_fit_names_the_largest_batch():
+    out = run("""
+        from vramguard import _oom_report
+        _oom_report.note_batch_fit(16 * MiB, 30 * MiB, batch=10)
+        a = h.malloc(200 * MiB)
+        oom(100 * MiB)
+        report()
+    """)
+    assert keys(out)[0] == "batch_size"
+    assert out["advice"][0][1] == 30 * MiB * (10 - 8)   # (256 - 16) // 30 = 8
+    assert "Lower the batch size to 8 at most" in out["text"]
+
+
+def test_the_report_follows_the_last_oom():
+    out = run("""
+        oom(300 * MiB)
+        first = vramguard.last_oom()
+        oom(400 * MiB)
+        second = vramguard.last_oom()
+        out["seqs"] = [first.seq, second.seq]
+        out["asked"] = [first.requested, second.requested]
+        # a plain Heap's failure is an answer, not the allocator's OOM
+        try:
+            vramguard.Heap(1 << 30).malloc(2 << 30)
+        except MemoryError:
+            pass
+        out["still"] = vramguard.last_oom().seq
+    """)
+    assert out["seqs"] == [1, 2] and out["asked"] == [300 * MiB, 400 * MiB] and out["still"] == 2
+
+
+# ---------------------------------------------------------------- in this process
+
+
+def test_no_oom_no_report():
+    try:
+        Heap(GiB).malloc(2 * GiB)  # a Heap's own: not recorded
+    except MemoryError:
+        pass
+    assert vramguard.last_oom() is None
+
+
+@pytest.mark.parametrize("args", [(-1, MiB), (0, 0), ("1", MiB), (0, float("nan")), (True, MiB), (0, MiB, 0),
+                                  (0, MiB, 2.5)])
+def test_note_batch_fit_refuses_bad_values(args):
+    with pytest.raises(ValueError):
+        _oom_report.note_batch_fit(*args)
+
+
+def test_ranking_rule():
+    A = _oom_report.Advice
+    ranked = _oom_report.rank([
+        A("autocast", "", "", 10), A("checkpointing", "", "", None), A("leak", "", "", 5, cause=True),
+        A("batch_size", "Lower the batch size", "", 10), A("too_big", "", "", None, cause=True),
+        A("empty_cache", "", "", 50, cause=True), A("accumulation", "", "", 20),
+    ])
+    assert [a.key for a in ranked] == ["too_big", "empty_cache", "leak", "accumulation", "batch_size", "autocast",
+                                       "checkpointing"]
+
+
+def test_lines_from_recorded_stacks():
+    """With stacks recorded (_stacks.live_by_line, here a stand-in that
+    reports one growing line), the leak and the report name the lines."""
+    out = run("""
+        import sys, types
+        fake = types.ModuleType("vramguard._stacks")
+        held = {"n": 0}
+        def live_by_line(device=None, top=5):
+            return [("train.py:82 step", held["n"] * 8 * MiB, held["n"]), ("model.py:10 forward", 40 * MiB, 1)][:top]
+        fake.live_by_line = live_by_line
+        sys.modules["vramguard._stacks"] = fake
+        vramguard._stacks = fake
+        kept = []
+        for i in range(12):
+            kept.append(h.malloc(8 * MiB))
+            held["n"] += 1
+            vramguard.step(0)
+        leak = vramguard.leak_check()
+        out["leak_lines"] = leak.lines
+        out["leak_text"] = str(leak)
+        oom(300 * MiB)
+        report()
+    """)
+    # first seen at step 8 (n = 8); four steps later the line had grown by 4 x 8 MiB
+    assert out["leak_lines"] == [["train.py:82 step", 32 * MiB, 4]]
+    assert "train.py:82 step: +32.00 MiB in 4 blocks" in out["leak_text"]
+    assert "by line, train.py:82 step: 96.00 MiB in 12 blocks" in out["text"]
+    assert "record(stacks=True) shows which lines" not in out["text"]

@@ -1,0 +1,104 @@
+"""last_oom(), regions and steps with the real PyTorch on the fake CUDA:
+the report of an out-of-memory raised through torch ops (one tensor bigger
+than the budget, a leak, free memory in pieces), and region peaks against
+torch.cuda.max_memory_allocated()."""
+import pytest
+
+from fakegpu import MiB, run
+
+pytestmark = pytest.mark.torch
+
+REPORT = """
+def report():
+    r = vramguard.last_oom()
+    return {"keys": [a.key for a in r.advice], "savings": [a.saving for a in r.advice],
+            "requested": r.requested, "live": r.live, "short_by": r.short_by, "device": r.device,
+            "regions": r.live_by_region, "text": str(r), "html": r._repr_html_()}
+"""
+
+
+def test_one_tensor_bigger_than_the_budget():
+    out = run(REPORT, """
+        vramguard.install(budget="64MiB")
+        out["none_yet"] = vramguard.last_oom() is None
+        keep = torch.empty(4 * MiB, dtype=torch.uint8, device="cuda")
+        try:
+            with vramguard.track("forward"):
+                torch.empty(100 * MiB, dtype=torch.uint8, device="cuda")
+        except torch.OutOfMemoryError as e:
+            out["raised"] = type(e).__name__
+        out["report"] = report()
+    """)
+    assert out["none_yet"] is True and out["raised"] == "OutOfMemoryError"
+    r = out["report"]
+    assert (r["requested"], r["live"], r["device"]) == (100 * MiB, 4 * MiB, 0)
+    assert r["short_by"] == 40 * MiB           # 100 MiB asked, 60 MiB of room under the budget
+    assert r["keys"][0] == "too_big"
+    assert r["regions"] == [["forward", 0, 4 * MiB]]
+    assert "One tensor is larger than the budget" in r["text"] and "<ol>" in r["html"]
+
+
+def test_a_leak_across_steps_then_an_oom():
+    out = run(REPORT, """
+        import warnings
+        vramguard.install(budget="256MiB")
+        losses = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for i in range(10):
+                activations = torch.empty(40 * MiB, dtype=torch.uint8, device="cuda")
+                losses.append(torch.empty(8 * MiB, dtype=torch.uint8, device="cuda"))  # kept: the leak
+                del activations
+                vramguard.step()
+        leak = vramguard.leak_check()
+        out["leak"] = [leak.bytes_per_step, leak.since_step, leak.accumulated]
+        out["warned"] = sum(issubclass(w.category, vramguard.LeakWarning) for w in caught)
+        a = torch.empty(100 * MiB, dtype=torch.uint8, device="cuda")
+        try:
+            torch.empty(100 * MiB, dtype=torch.uint8, device="cuda")
+        except torch.OutOfMemoryError:
+            pass
+        out["report"] = report()
+    """)
+    assert out["leak"] == [8 * MiB, 1, 72 * MiB] and out["warned"] == 1
+    r = out["report"]
+    assert r["keys"][0] == "leak" and r["savings"][0] == 72 * MiB
+    assert "Fix the leak: +8.00 MiB per step" in r["text"]
+
+
+def test_free_memory_in_pieces():
+    out = run(REPORT, """
+        vramguard.install(budget="256MiB")
+        small = [torch.empty(512 * 1024, dtype=torch.uint8, device="cuda") for _ in range(480)]
+        del small[::2]
+        try:
+            torch.empty(100 * MiB, dtype=torch.uint8, device="cuda")
+        except torch.OutOfMemoryError:
+            pass
+        out["report"] = report()
+    """)
+    r = out["report"]
+    assert r["keys"][:2] == ["empty_cache", "arena"]
+    assert r["savings"][0] == 120 * MiB - 512 * 1024
+    assert "Cached free: 120.00 MiB in 240 blocks, largest free block 512.00 KiB" in r["text"]
+
+
+def test_region_peaks_match_max_memory_allocated():
+    out = run("""
+        vramguard.install()
+        base = torch.empty(10 * MiB, dtype=torch.uint8, device="cuda")
+        torch.cuda.reset_peak_memory_stats()
+        with vramguard.track("step"):
+            x = torch.empty(30 * MiB, dtype=torch.uint8, device="cuda")
+            with vramguard.track("inner"):
+                y = torch.empty(5 * MiB, dtype=torch.uint8, device="cuda")
+                del y
+            del x
+            z = torch.empty(2 * MiB, dtype=torch.uint8, device="cuda")
+        out["max"] = torch.cuda.max_memory_allocated()
+        t = vramguard.regions()
+        out["rows"] = [[r.name, r.calls, r.peak, r.live_at_exit, r.allocated] for r in t]
+    """)
+    assert out["max"] == 45 * MiB
+    assert out["rows"] == [["inner", 1, 45 * MiB, 40 * MiB, 5 * MiB],
+                           ["step", 1, 45 * MiB, 12 * MiB, 37 * MiB]]
