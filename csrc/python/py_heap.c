@@ -425,7 +425,8 @@ static PyMethodDef Heap_methods[] = {
     {"block_size", (PyCFunction)Heap_block_size, METH_O,
      "block_size(address) -> int\n\nThe rounded size of a live block, 0 if none."},
     {"empty_cache", (PyCFunction)Heap_empty_cache, METH_NOARGS,
-     "empty_cache() -> int\n\nRelease every wholly free segment; returns the bytes released."},
+     "empty_cache() -> int\n\nRelease every wholly free segment (the arena: unmap every page "
+     "wholly inside free blocks, and release empty ranges); returns the bytes released."},
     {"synchronize", (PyCFunction)Heap_synchronize, METH_NOARGS,
      "synchronize()\n\nWait for the (simulated) device and finish deferred frees."},
     {"reset_peaks", (PyCFunction)Heap_reset_peaks, METH_NOARGS,
@@ -437,7 +438,8 @@ static PyMethodDef Heap_methods[] = {
      "complete_stream(stream, device=-1)\n\nSimulated device: all work queued on `stream` (of "
      "`device`, else of this heap's own) has finished."},
     {"fail_nth", (PyCFunction)Heap_fail_nth, METH_O,
-     "fail_nth(n)\n\nSimulated device: refuse the n-th segment reservation from now (0: off)."},
+     "fail_nth(n)\n\nSimulated device: refuse the n-th segment reservation or page map from "
+     "now (0: off)."},
     {"fail_device", (PyCFunction)(void (*)(void))Heap_fail_device, METH_VARARGS | METH_KEYWORDS,
      "fail_device(n, sticky=False)\n\nSimulated device: fail the n-th segment reservation "
      "from now with a device error that is not an out-of-memory (an illegal address); sticky: "
