@@ -280,11 +280,12 @@ static PyObject *segment_dict(const vg_segment_info *si, const vg_block_info *bl
         else if (PyList_SetItem(list, (Py_ssize_t)i, blk) < 0) Py_CLEAR(list);
     }
     if (!list) return NULL;
-    return Py_BuildValue("{s:K,s:K,s:K,s:s,s:K,s:N}", "address", (unsigned long long)si->addr,
+    return Py_BuildValue("{s:K,s:K,s:K,s:s,s:K,s:K,s:N}", "address", (unsigned long long)si->addr,
                          "size", (unsigned long long)si->size, "stream",
                          (unsigned long long)si->stream, "pool",
                          si->pool == VG_POOL_SMALL ? "small" : "large", "allocated",
-                         (unsigned long long)si->allocated, "blocks", list);
+                         (unsigned long long)si->allocated, "mapped",
+                         (unsigned long long)si->mapped, "blocks", list);
 }
 
 PyObject *vgpy_segments_list(vg_heap *h)

@@ -255,6 +255,7 @@ typedef struct vg_segment_info {
     int pool;
     size_t allocated;  /* bytes in live blocks */
     size_t blocks;
+    size_t mapped;     /* bytes with memory behind them: size, or a range's mapped bytes */
 } vg_segment_info;
 
 enum vg_block_state { VG_BLOCK_FREE = 0, VG_BLOCK_LIVE = 1, VG_BLOCK_PENDING = 2 };
