@@ -399,6 +399,8 @@ static size_t unmap_for(vg_heap *h, vg_request *r, const vg_stream_state *only, 
 
 size_t vg__arena_trim(vg_heap *h, size_t target, uint64_t *counter)
 {
+    /* Not an allocation: an error an earlier one met does not stop this. */
+    h->device_failed = false;
     return unmap_for(h, NULL, NULL, target, counter, false);
 }
 
@@ -424,6 +426,9 @@ static bool place(vg_heap *h, vg_request *r, bool gc)
     touched_pages(h, seg, blk->addr, live_size(h, blk, r->pool, r->rounded), &first, &end);
     size_t missing = missing_pages(seg->range, first, end) << h->page_shift;
     r->missing = missing;
+    /* take() splits the block where these pages end: a split that failed
+     * for want of a record would leave a live block over unmapped pages. */
+    if (!vg__block_record_ready(h)) return false;
     if (!missing) {
         r->block = blk;
         return true;

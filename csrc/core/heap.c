@@ -55,6 +55,15 @@ static void recycle_block(vg_heap *h, vg_block *blk)
     h->spare_blocks = blk;
 }
 
+bool vg__block_record_ready(vg_heap *h)
+{
+    if (h->spare_blocks) return true;
+    vg_block *blk = new_block(h);
+    if (!blk) return false;
+    recycle_block(h, blk);
+    return true;
+}
+
 static vg_stream_use *new_use(vg_heap *h)
 {
     if (!h->spare_uses) {

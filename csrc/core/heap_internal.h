@@ -331,6 +331,9 @@ void vg__segment_release(vg_heap *h, vg_segment *seg);
  * idle, in the heap's lists (no stats); NULL when the host says no. */
 vg_segment *vg__segment_adopt(vg_heap *h, vg_stream_state *s, int pool, uintptr_t addr,
                               size_t size);
+/* A spare block record is at hand, so that the next split cannot fail
+ * (the arena maps only the pages of the split-off block). */
+bool vg__block_record_ready(vg_heap *h);
 /* Take an idle segment out of the heap's books (no provider call, no
  * stats) and free its record. */
 void vg__segment_forget(vg_heap *h, vg_segment *seg);
