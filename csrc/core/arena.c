@@ -213,6 +213,19 @@ static size_t range_size(const vg_heap *h, size_t rounded)
     return vg__round_to_granule(size);
 }
 
+/* Address space, halving the size while the device refuses it (a driver
+ * may cap one reservation below four times the device), down to what the
+ * request needs. */
+static int reserve_space(vg_heap *h, size_t need, size_t *size, uintptr_t *addr)
+{
+    int rc = h->dev->ops->range_reserve(h->dev, *size, addr);
+    while (rc == VG_ERR_NOMEM && *size / 2 >= need) {
+        *size = vg__round_to_granule(*size / 2);
+        rc = h->dev->ops->range_reserve(h->dev, *size, addr);
+    }
+    return rc;
+}
+
 /* A new range for the request's stream and pool: its one free block. */
 static vg_block *new_range(vg_heap *h, vg_request *r)
 {
@@ -220,7 +233,7 @@ static vg_block *new_range(vg_heap *h, vg_request *r)
     vg_range *range = calloc(1, sizeof *range);
     if (!range) return NULL;
     uintptr_t addr = 0;
-    int rc = h->dev->ops->range_reserve(h->dev, size, &addr);
+    int rc = reserve_space(h, vg__round_to_granule(r->rounded), &size, &addr);
     vg_segment *seg = rc == VG_OK ? vg__segment_adopt(h, r->stream, r->pool, addr, size) : NULL;
     if (!seg) {
         free(range);

@@ -61,6 +61,7 @@ typedef struct vg_sim {
     uintptr_t next_addr;
     uintptr_t next_range;   /* the ranges' own bump pointer */
     uint64_t maps, unmaps;  /* map and unmap calls that succeeded */
+    size_t max_range;       /* the largest range reserved at once; 0 = any */
     uint64_t reserves;      /* reserve and map calls so far */
     uint64_t fail_at;       /* refuse when reserves reaches this; 0 = off */
     double fail_probability;
@@ -199,6 +200,7 @@ static int sim_range_reserve(vg_device *dev, size_t size, uintptr_t *addr)
     vg_sim *sim = as_sim(dev);
     size_t page = sim->base.page_size;
     if (!page || !size || size % page) return invalid_value(sim, "cuMemAddressReserve");
+    if (sim->max_range && size > sim->max_range) return VG_ERR_NOMEM;
     /* next_range and SIM_END are page-aligned (pages are powers of two no
      * bigger than the granule), so this cannot wrap. */
     if (size > SIM_END - sim->next_range) return VG_ERR_NOMEM;
@@ -521,6 +523,12 @@ int vg_sim_set_page_size(vg_device *dev, size_t page_size)
         return VG_ERR_ARG;
     LOCKED(sim, sim->base.page_size = page_size);
     return VG_OK;
+}
+
+void vg_sim_max_range(vg_device *dev, size_t bytes)
+{
+    vg_sim *sim = sim_of(dev);
+    if (sim) LOCKED(sim, sim->max_range = bytes);
 }
 
 void vg_sim_vm_calls(vg_device *dev, uint64_t *maps, uint64_t *unmaps)

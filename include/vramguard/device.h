@@ -109,6 +109,9 @@ void vg_sim_set_base(vg_device *dev, uintptr_t base);
  * of it with page size 0). Mapped bytes count against the capacity, as
  * reserved ones do (vg_sim_used counts both). */
 int vg_sim_set_page_size(vg_device *dev, size_t page_size);
+/* Refuse (VG_ERR_NOMEM) a range bigger than `bytes`, as a driver with a
+ * cap on one reservation; 0 lifts it. */
+void vg_sim_max_range(vg_device *dev, size_t bytes);
 /* Map and unmap calls that succeeded so far. */
 void vg_sim_vm_calls(vg_device *dev, uint64_t *maps, uint64_t *unmaps);
 /* Fault injection: a map call counts as a reserve (one sequence for

@@ -180,6 +180,25 @@ static void test_one_range_per_stream_and_pool(void)
     done(&f);
 }
 
+static void test_a_refused_range_is_asked_smaller(void)
+{
+    fixture f = make(GiB, 0, 0);
+    vg_sim_max_range(f.dev, GiB + 3 * MiB);
+    void *a = vg_heap_alloc(f.h, 3 * MiB, 0, NULL);
+    CHECK(a != NULL);
+    vg_fragmentation fr;
+    vg_heap_fragmentation(f.h, &fr);
+    CHECK_EQ(fr.largest_free_range, GiB - 3 * MiB); /* 4 GiB, 2 GiB refused */
+    vg_sim_max_range(f.dev, MiB); /* nothing fits now: an OOM, nothing half-made */
+    vg_oom_info oom;
+    CHECK(vg_heap_alloc(f.h, 3 * MiB, 1, &oom) == NULL);
+    CHECK_EQ(oom.status, VG_ERR_NOMEM);
+    CHECK_EQ(f.h->streams.count, 1);
+    CHECK_MAPPED(f, 4 * MiB);
+    vg_heap_free(f.h, a);
+    done(&f);
+}
+
 static void test_free_in_the_middle_then_bigger_reuses_the_merged_range(void)
 {
     fixture f = make(GiB, 0, 0);
@@ -587,6 +606,7 @@ static const harness_test tests[] = {
     T(test_sim_pages_count_against_capacity),
     T(test_sim_ranges_never_wrap),
     T(test_one_range_per_stream_and_pool),
+    T(test_a_refused_range_is_asked_smaller),
     T(test_free_in_the_middle_then_bigger_reuses_the_merged_range),
     T(test_partial_pages_stay_mapped),
     T(test_steady_loop_maps_nothing_after_its_first_step),
