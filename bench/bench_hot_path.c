@@ -1,7 +1,8 @@
 /* Hot-path benchmark: ns per alloc+free pair of cached blocks on the
  * simulated device, median over repeats, with baselines run in the same
- * process (glibc malloc/free on the same size sequence, and the heap under
- * the torch policy).
+ * process (glibc malloc/free on the same size sequence, the heap under the
+ * torch policy, and the heap under the arena policy, whose ratio to the
+ * segments policy ("vramguard" here) is the arena's cost on the hot path).
  *
  *   (a) one size (1 MiB) allocated and freed in a loop;
  *   (b) a training-step mix: sizes drawn from the size distribution of a
@@ -231,10 +232,14 @@ int main(int argc, char **argv)
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
 
     vg_device *dev_v = vg_sim_create((size_t)1 << 40), *dev_t = vg_sim_create((size_t)1 << 40);
+    vg_device *dev_a = vg_sim_create((size_t)1 << 40);
     vg_heap_config cfg_v = {&vg_policy_default, 0, 0}, cfg_t = {&vg_policy_torch, 0, 0};
+    vg_heap_config cfg_a = {&vg_policy_arena, 0, 0};
     vg_heap *hv = vg_heap_create(dev_v, &cfg_v), *ht = vg_heap_create(dev_t, &cfg_t);
+    vg_heap *ha = vg_heap_create(dev_a, &cfg_a);
     allocator vg = {heap_alloc, heap_release, hv};
     allocator torch = {heap_alloc, heap_release, ht};
+    allocator arena = {heap_alloc, heap_release, ha};
     allocator libc = {libc_alloc, libc_release, NULL};
 
     struct { const char *name; workload w; } cases[] = {
@@ -243,8 +248,8 @@ int main(int argc, char **argv)
         {"(c) mix, 2 threads", mixed_2_threads},
     };
     printf("ns per alloc+free pair, median of %d repeats of %ld pairs\n", repeats, pairs);
-    printf("%-24s %10s %12s %10s %14s %12s\n", "case", "vramguard", "torch-policy", "glibc",
-           "vg/torch-pol.", "vg/glibc");
+    printf("%-24s %10s %12s %10s %14s %12s %10s %12s\n", "case", "vramguard", "torch-policy", "glibc",
+           "vg/torch-pol.", "vg/glibc", "arena", "arena/vg");
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         double v = run(cases[c].w, &vg, pairs, repeats);
         if (only_vramguard) {
@@ -253,7 +258,9 @@ int main(int argc, char **argv)
         }
         double t = run(cases[c].w, &torch, pairs, repeats);
         double g = run(cases[c].w, &libc, pairs, repeats);
-        printf("%-24s %10.1f %12.1f %10.1f %14.2f %12.2f\n", cases[c].name, v, t, g, v / t, v / g);
+        double a = run(cases[c].w, &arena, pairs, repeats);
+        printf("%-24s %10.1f %12.1f %10.1f %14.2f %12.2f %10.1f %12.2f\n", cases[c].name, v, t, g,
+               v / t, v / g, a, a / v);
     }
     free_blocks_case(pairs, repeats, only_vramguard);
     vg_stats st;
@@ -262,13 +269,20 @@ int main(int argc, char **argv)
            (unsigned long long)st.num_cache_hits, (unsigned long long)st.num_cache_misses,
            100.0 * (double)st.num_cache_misses / (double)(st.num_cache_hits + st.num_cache_misses),
            (unsigned long long)st.num_device_alloc);
+    vg_heap_stats(ha, &st);
+    printf("arena heap: cache hits %llu, misses %llu, maps %llu, unmaps %llu\n",
+           (unsigned long long)st.num_cache_hits, (unsigned long long)st.num_cache_misses,
+           (unsigned long long)st.num_maps, (unsigned long long)st.num_unmaps);
     const char *err = vg_heap_check(hv);
+    if (!err) err = vg_heap_check(ha);
     if (err) {
         fprintf(stderr, "heap check failed: %s\n", err);
         return 1;
     }
     vg_heap_destroy(hv);
     vg_heap_destroy(ht);
+    vg_heap_destroy(ha);
+    dev_a->ops->destroy(dev_a);
     dev_v->ops->destroy(dev_v);
     dev_t->ops->destroy(dev_t);
     return 0;

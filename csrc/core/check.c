@@ -84,7 +84,6 @@ static const char *check_idle_flag(const vg_segment *seg)
  * (the blocks' bytes sum to the segment's size) by induction. */
 const char *vg__check_block(const vg_heap *h, const vg_block *blk)
 {
-    (void)h;
     const vg_segment *seg = blk->seg;
     const char *err = check_block_shape(seg, blk);
     if (err) return err;
@@ -93,6 +92,8 @@ const char *vg__check_block(const vg_heap *h, const vg_block *blk)
     if (blk->prev && blk->prev->state == VG_BLOCK_FREE && blk->state == VG_BLOCK_FREE)
         return "two free neighbours were not coalesced";
     if (!blk->next && blk->addr + blk->size != seg->addr + seg->size) return "last block does not end its segment";
+    if (seg->range && blk->state != VG_BLOCK_FREE && !vg__arena_pages_mapped(h, seg, blk->addr, blk->size))
+        return "a block in use has an unmapped page";
     return check_idle_flag(seg);
 }
 
@@ -121,7 +122,8 @@ static const char *tally_block(vg_heap *h, const vg_segment *seg, const vg_block
     switch (blk->state) {
     case VG_BLOCK_FREE:
         t->free_blocks++;
-        if (blk->prev || blk->next) { /* inactive_split: it shares its segment */
+        /* inactive_split: it shares its segment (a range's are not counted) */
+        if (!seg->range && (blk->prev || blk->next)) {
             count2(t->split_free, seg->pool, 1);
             count2(t->split_free_bytes, seg->pool, (int64_t)blk->size);
         }
@@ -144,6 +146,18 @@ static const char *tally_block(vg_heap *h, const vg_segment *seg, const vg_block
     return NULL;
 }
 
+/* A range's page map against its mapped bytes, and the pages of every
+ * block in use mapped. */
+static const char *check_range(const vg_heap *h, const vg_segment *seg)
+{
+    if (!h->arena) return "a range in a heap without the arena";
+    if (vg__arena_count_mapped(h, seg) != seg->range->mapped) return "range's mapped bytes disagree with its pages";
+    for (const vg_block *blk = seg->head; blk; blk = blk->next)
+        if (blk->state != VG_BLOCK_FREE && !vg__arena_pages_mapped(h, seg, blk->addr, blk->size))
+            return "a block in use has an unmapped page";
+    return NULL;
+}
+
 static bool stream_registered(const vg_heap *h, const vg_stream_state *s)
 {
     return vg__stream_find(&h->streams, s->key) == s;
@@ -162,7 +176,11 @@ static const char *check_segments(vg_heap *h, tally *t)
             if (err) return err;
         }
         t->idle_segments += seg->idle;
-        count2(t->reserved, seg->pool, (int64_t)seg->size);
+        if (seg->range) {
+            err = check_range(h, seg);
+            if (err) return err;
+        }
+        count2(t->reserved, seg->pool, (int64_t)(seg->range ? seg->range->mapped : seg->size));
         count2(t->segments, seg->pool, 1);
     }
     return NULL;

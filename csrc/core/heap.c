@@ -55,6 +55,15 @@ static void recycle_block(vg_heap *h, vg_block *blk)
     h->spare_blocks = blk;
 }
 
+bool vg__block_record_ready(vg_heap *h)
+{
+    if (h->spare_blocks) return true;
+    vg_block *blk = new_block(h);
+    if (!blk) return false;
+    recycle_block(h, blk);
+    return true;
+}
+
 static vg_stream_use *new_use(vg_heap *h)
 {
     if (!h->spare_uses) {
@@ -175,7 +184,9 @@ static void make_free(vg_heap *h, vg_block *blk)
         split_blocks++;
         split_bytes += (int64_t)blk->size;
     }
-    inactive_split_change(h, pool, split_blocks, split_bytes);
+    /* A range's free blocks are not stranded: empty_cache unmaps their
+     * whole pages, so they are not PyTorch's inactive_split. */
+    if (!blk->seg->range) inactive_split_change(h, pool, split_blocks, split_bytes);
     vg_assert_internal(!vg__check_block(h, blk));
 }
 
@@ -216,18 +227,12 @@ bool vg__within_budget(const vg_heap *h, size_t bytes)
     return bytes <= h->budget && reserved <= h->budget - bytes;
 }
 
-vg_segment *vg__segment_create(vg_heap *h, vg_stream_state *s, int pool, size_t size)
+vg_segment *vg__segment_adopt(vg_heap *h, vg_stream_state *s, int pool, uintptr_t addr,
+                              size_t size)
 {
     vg_segment *seg = calloc(1, sizeof *seg);
     vg_block *blk = seg ? new_block(h) : NULL;
-    uintptr_t addr = 0;
-    int rc = blk ? h->dev->ops->reserve(h->dev, size, &addr) : VG_ERR_NOMEM;
-    if (rc != VG_OK) {
-        if (blk) {
-            recycle_block(h, blk);
-            if (rc == VG_ERR_NOMEM) h->stats.num_device_alloc_failed++;
-            else vg__device_error(h);
-        }
+    if (!blk) {
         free(seg);
         return NULL;
     }
@@ -247,7 +252,20 @@ vg_segment *vg__segment_create(vg_heap *h, vg_stream_state *s, int pool, size_t 
     blk->state = VG_BLOCK_FREE;
     bin_add(h, blk);
     idle_append(h, seg);
+    return seg;
+}
 
+vg_segment *vg__segment_create(vg_heap *h, vg_stream_state *s, int pool, size_t size)
+{
+    uintptr_t addr = 0;
+    int rc = h->dev->ops->reserve(h->dev, size, &addr);
+    vg_segment *seg = rc == VG_OK ? vg__segment_adopt(h, s, pool, addr, size) : NULL;
+    if (!seg) {
+        if (rc == VG_OK) h->dev->ops->release(h->dev, addr, size);
+        else if (rc == VG_ERR_NOMEM) h->stats.num_device_alloc_failed++;
+        else vg__device_error(h);
+        return NULL;
+    }
     h->stats.num_device_alloc++;
     vg__stat_add2(h->stats.reserved_bytes, pool, (int64_t)size);
     vg__stat_add2(h->stats.segment, pool, 1);
@@ -256,7 +274,7 @@ vg_segment *vg__segment_create(vg_heap *h, vg_stream_state *s, int pool, size_t 
     return seg;
 }
 
-void vg__segment_release(vg_heap *h, vg_segment *seg)
+void vg__segment_forget(vg_heap *h, vg_segment *seg)
 {
     vg_assert_internal(seg->idle && !vg__check_segment(h, seg));
     bin_drop(h, seg->head);
@@ -265,15 +283,23 @@ void vg__segment_release(vg_heap *h, vg_segment *seg)
     if (seg->prev) seg->prev->next = seg->next;
     else h->segments = seg->next;
     if (seg->next) seg->next->prev = seg->prev;
+    vg__stream_lost_segment(h, seg->stream);
+    free(seg);
+    vg_assert_internal(!vg__check_bin_counts(h));
+}
 
+void vg__segment_release(vg_heap *h, vg_segment *seg)
+{
+    if (seg->range) {
+        vg__arena_release_range(h, seg);
+        return;
+    }
     if (h->dev->ops->release(h->dev, seg->addr, seg->size) != VG_OK) vg__device_error(h);
     h->stats.num_device_free++;
     vg__stat_sub2(h->stats.reserved_bytes, seg->pool, (int64_t)seg->size);
     vg__stat_sub2(h->stats.segment, seg->pool, 1);
     VG_HISTORY(h, VG_EV_RELEASE, seg->addr, seg->size, 0, seg->stream->key);
-    vg__stream_lost_segment(h, seg->stream);
-    free(seg);
-    vg_assert_internal(!vg__check_bin_counts(h));
+    vg__segment_forget(h, seg);
 }
 
 size_t vg__release_idle(vg_heap *h, const vg_stream_state *only, size_t target,
@@ -447,6 +473,10 @@ vg_heap *vg_heap_create(vg_device *dev, const vg_heap_config *cfg)
     pthread_mutex_init(&h->device_wait, NULL);
     h->dev = dev;
     h->policy = cfg && cfg->policy ? cfg->policy : &vg_policy_default;
+    h->arena = h->policy->arena && vg__arena_usable(dev);
+    for (int pool = 0; pool < VG_POOL_COUNT; pool++)
+        h->split_min[pool] = h->arena ? VG_ALIGN : h->policy->split_min[pool];
+    if (h->arena) h->page_shift = (unsigned)__builtin_ctzll((unsigned long long)dev->page_size);
     h->budget = cfg ? cfg->budget : 0;
     h->gc_threshold = cfg ? cfg->gc_threshold : 0.0;
     size_t free_bytes = 0, total = 0;
@@ -463,7 +493,8 @@ void vg_heap_destroy(vg_heap *h)
         vg_segment *seg = h->segments;
         h->segments = seg->next;
         for (vg_block *blk = seg->head; blk; blk = blk->next) recycle_uses(h, blk);
-        h->dev->ops->release(h->dev, seg->addr, seg->size);
+        if (seg->range) vg__arena_destroy_range(h, seg);
+        else h->dev->ops->release(h->dev, seg->addr, seg->size);
         free(seg);
     }
     while (h->slabs) {
@@ -513,8 +544,9 @@ static vg_block *take(vg_heap *h, vg_block *blk, size_t rounded, size_t requeste
     bin_drop(h, blk);
     if (seg->idle) idle_remove(h, seg);
     /* A failed split (no memory for a record) only costs the remainder. */
-    if (blk->size - rounded >= h->policy->split_min[pool]) split(h, blk, rounded);
-    if (blk->size < whole) /* a remainder stays free beside it */
+    if (blk->size - rounded >= h->split_min[pool]) split(h, blk, rounded);
+    if (seg->range) /* not inactive_split: see make_free */;
+    else if (blk->size < whole) /* a remainder stays free beside it */
         inactive_split_change(h, pool, !was_split, was_split ? -(int64_t)blk->size
                                                              : (int64_t)(whole - blk->size));
     else if (was_split)
@@ -574,6 +606,12 @@ static void fill_oom(vg_heap *h, size_t size, size_t rounded, bool budget_refuse
     oom->free_blocks = frag.free_blocks;
     oom->free_bytes = frag.free_bytes;
     oom->budget_refused = budget_refused;
+    if (h->arena) {
+        oom->arena = 1;
+        oom->ranges = (size_t)h->stats.segment[VG_STAT_ALL].current;
+        oom->largest_free_range = frag.largest_free_range;
+        oom->unmapped_bytes = h->stats.num_unmapped_pages << h->page_shift;
+    }
 }
 
 /* A cached block, or the out-of-memory ladder's answer (ladder.c), taken
@@ -583,7 +621,8 @@ static vg_block *alloc_block(vg_heap *h, vg_request *r, size_t size, vg_stream_t
     r->stream = vg__stream_pin(h, stream);
     if (!r->stream) return NULL;
     r->pool = r->rounded <= VG_SMALL_REQUEST ? VG_POOL_SMALL : VG_POOL_LARGE;
-    vg_block *blk = vg__find_block(h, r) ? take(h, r->block, r->rounded, size) : NULL;
+    bool found = h->arena ? vg__arena_find_block(h, r) : vg__find_block(h, r);
+    vg_block *blk = found ? take(h, r->block, r->rounded, size) : NULL;
     vg__stream_unpin(h, r->stream);
     /* Once per allocation that succeeds, whichever step found its block. */
     if (blk) {
@@ -640,6 +679,7 @@ static int free_locked(vg_heap *h, void *ptr, bool count_invalid)
     }
     int pool = blk->seg->pool;
     vg_stats *st = &h->stats;
+    h->free_epoch++;
     h->live_per_bin[blk->bin]--;
     vg__stat_sub2(st->requested_bytes, pool, (int64_t)blk->requested);
     vg__stat_sub2(st->allocated_bytes, pool, (int64_t)blk->size);
@@ -713,7 +753,9 @@ size_t vg_heap_empty_cache(vg_heap *h)
     /* Deferred frees would otherwise keep their segments until later. */
     if (h->pending) vg__synchronize(h);
     h->stats.num_empty_cache++;
-    size_t released = vg__release_idle(h, NULL, SIZE_MAX, &h->stats.num_empty_cache_releases);
+    uint64_t *counter = &h->stats.num_empty_cache_releases;
+    size_t released = h->arena ? vg__arena_trim(h, SIZE_MAX, counter)
+                               : vg__release_idle(h, NULL, SIZE_MAX, counter);
     VG_HISTORY(h, VG_EV_EMPTY_CACHE, 0, released, 0, 0);
     vg_lock_release(&h->lock);
     return released;
@@ -739,8 +781,10 @@ int vg_heap_set_budget(vg_heap *h, size_t budget)
     vg_lock_acquire(&h->lock);
     h->budget = budget;
     size_t reserved = vg__reserved(h);
-    if (budget && reserved > budget)
-        vg__release_idle(h, NULL, reserved - budget, &h->stats.num_budget_releases);
+    if (budget && reserved > budget) {
+        if (h->arena) vg__arena_trim(h, reserved - budget, &h->stats.num_budget_releases);
+        else vg__release_idle(h, NULL, reserved - budget, &h->stats.num_budget_releases);
+    }
     vg_lock_release(&h->lock);
     return VG_OK;
 }
@@ -804,6 +848,11 @@ const char *vg_heap_policy_name(const vg_heap *h)
     return h->policy->name;
 }
 
+int vg_heap_uses_arena(const vg_heap *h)
+{
+    return h->arena;
+}
+
 /* ------------------------------------------------------------------ */
 /* Visiting                                                            */
 /* ------------------------------------------------------------------ */
@@ -813,7 +862,8 @@ int vg_heap_visit(vg_heap *h, vg_segment_visitor on_segment, vg_block_visitor on
     int rc = 0;
     vg_lock_acquire(&h->lock);
     for (vg_segment *seg = h->segments; seg && !rc; seg = seg->next) {
-        vg_segment_info si = {seg->addr, seg->size, seg->stream->key, seg->pool, 0, 0};
+        vg_segment_info si = {seg->addr, seg->size, seg->stream->key, seg->pool, 0, 0,
+                              seg->range ? seg->range->mapped : seg->size};
         for (vg_block *blk = seg->head; blk; blk = blk->next) {
             si.blocks++;
             if (blk->state == VG_BLOCK_LIVE) si.allocated += blk->size;

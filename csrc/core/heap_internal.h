@@ -20,6 +20,7 @@ typedef struct vg_block vg_block;
 typedef struct vg_segment vg_segment;
 typedef struct vg_stream_state vg_stream_state;
 typedef struct vg_stream_use vg_stream_use;
+typedef struct vg_range vg_range;
 
 /* ------------------------------------------------------------------ */
 /* Size classes (bins.c)                                               */
@@ -110,12 +111,27 @@ struct vg_block {
     uint32_t stack;             /* live: its allocation's stack id (history.h), 0 = none */
 };
 
-/* A segment: what the provider gave, tiled by blocks.
+/* The pages of an arena range (arena.c): bit i of `pages` says whether
+ * page i (from the range's start, h->page_size each) has memory behind it.
+ *   mapped == (bits set in pages) * page_size
+ *   every page a live or pending block touches is mapped (free blocks'
+ *     pages may be either: mapped ones are the cache)
+ *   pages past words * 64 are unmapped (the map grows as pages are used) */
+struct vg_range {
+    uint64_t *pages;
+    size_t words;
+    size_t mapped;                  /* bytes */
+};
+
+/* A segment: what the provider gave, tiled by blocks; with the arena, a
+ * range of address space (range != NULL), of which only `range->mapped`
+ * bytes hold memory.
  *   sum of its blocks' sizes == size, head->addr == addr
  *   idle == (head is free && head->next == NULL) == (on the heap's idle list) */
 struct vg_segment {
     uintptr_t addr;
     size_t size;
+    vg_range *range;                /* NULL for a segment */
     vg_stream_state *stream;        /* the stream whose blocks these are */
     int pool;
     vg_block *head;                 /* lowest-address block */
@@ -196,6 +212,9 @@ struct vg_policy {
     /* After synchronizing, look for a cached fit again (deferred frees may
      * have finished) before releasing every idle segment. */
     bool refit_after_sync;
+    /* Run the arena where the device has virtual memory (arena.c has its
+     * own ladder); the fields above then serve the fallback to segments. */
+    bool arena;
 };
 
 /* ------------------------------------------------------------------ */
@@ -228,7 +247,8 @@ typedef struct vg_slab {
 
 /* The heap.
  *   free_blocks == sum over bins of count == the number of free blocks
- *   stats.reserved_bytes[ALL].current == sum of its segments' sizes
+ *   stats.reserved_bytes[P].current == sum over its segments of pool P of
+ *     their sizes, and of its ranges of pool P of their mapped bytes
  *   stats.segment[ALL].current == the number of its segments
  *   for every totaled vg_stat s: s.current <= s.peak and
  *     s.allocated - s.freed == s.current - totals_base[s] (its current at
@@ -248,6 +268,16 @@ struct vg_heap {
     size_t budget;         /* 0 = none */
     double gc_threshold;   /* 0 = off */
     size_t device_total;
+    /* The arena runs (the policy asks and the device has page_size > 0):
+     * every segment is a range. Fixed at creation. */
+    bool arena;
+    unsigned page_shift;   /* log2 of the device's page size, with the arena */
+    /* A block is split when at least this would remain: the policy's, or
+     * the arena's (any remainder: it merges back whatever its size). */
+    size_t split_min[VG_POOL_COUNT];
+    /* Frees so far: an unmap after a synchronize is safe only for blocks
+     * free before it began (arena.c looks whether one came meanwhile). */
+    uint64_t free_epoch;
 
     vg_stream_table streams;
     vg_bin bins[VG_POOL_COUNT][VG_NBINS];
@@ -299,6 +329,16 @@ static inline uint32_t vg__history_stack(vg_heap *h)
 /* heap.c: the operations the ladder builds on. */
 vg_segment *vg__segment_create(vg_heap *h, vg_stream_state *s, int pool, size_t size);
 void vg__segment_release(vg_heap *h, vg_segment *seg);
+/* A segment record for [addr, addr+size) of stream `s`, one free block,
+ * idle, in the heap's lists (no stats); NULL when the host says no. */
+vg_segment *vg__segment_adopt(vg_heap *h, vg_stream_state *s, int pool, uintptr_t addr,
+                              size_t size);
+/* A spare block record is at hand, so that the next split cannot fail
+ * (the arena maps only the pages of the split-off block). */
+bool vg__block_record_ready(vg_heap *h);
+/* Take an idle segment out of the heap's books (no provider call, no
+ * stats) and free its record. */
+void vg__segment_forget(vg_heap *h, vg_segment *seg);
 /* Release wholly free segments, oldest first, until `target` bytes are
  * released (SIZE_MAX = all); only those of `only` when it is not NULL.
  * Returns the bytes released. */
@@ -340,10 +380,28 @@ typedef struct vg_request {
     vg_block *block;        /* the answer */
     vg_block *kept_whole;   /* a cached fit the policy keeps whole */
     bool budget_refused;    /* the budget refused the last segment asked for */
-    bool fresh;             /* the answer is a segment reserved for it */
+    bool fresh;             /* the answer is a segment reserved for it (arena:
+                               pages were mapped for it) */
+    size_t missing;         /* arena: bytes the last placement had to map */
 } vg_request;
 bool vg__find_block(vg_heap *h, vg_request *r);
 
+/* arena.c: the arena's ladder, and its cache control. */
+bool vg__arena_usable(const vg_device *dev);
+bool vg__arena_find_block(vg_heap *h, vg_request *r);
+/* Unmap free pages, synchronizing first, until `target` bytes are unmapped
+ * (SIZE_MAX = all), then release ranges wholly free and unmapped; for
+ * empty_cache and a lower budget. Returns the bytes unmapped. */
+size_t vg__arena_trim(vg_heap *h, size_t target, uint64_t *counter);
+/* An idle range with no page mapped: give it back. */
+void vg__arena_release_range(vg_heap *h, vg_segment *seg);
+/* At heap destruction: unmap every page and give the range back. */
+void vg__arena_destroy_range(vg_heap *h, vg_segment *seg);
+/* Largest free mapped stretch and largest free block (arena.c). */
+void vg__arena_largest_free(const vg_heap *h, uint64_t *mapped_stretch, uint64_t *range);
+/* Whether every page [addr, addr+size) touches is mapped (check.c). */
+bool vg__arena_pages_mapped(const vg_heap *h, const vg_segment *seg, uintptr_t addr, size_t size);
+size_t vg__arena_count_mapped(const vg_heap *h, const vg_segment *seg);
 /* stats.c, with the heap locked. */
 void vg__fragmentation_locked(vg_heap *h, vg_fragmentation *out);
 /* allocated - freed == current - (current at the last reset), every stat. */

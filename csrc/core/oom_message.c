@@ -64,6 +64,10 @@ static void put_cause(writer *w, const vg_oom_info *o)
     } else if (o->rounded > ceiling) {
         put(w, "this one tensor (%s) is larger than the whole %s (%s); check its shape or "
                "lower the batch size.", req, o->budget ? "budget" : "device", cap);
+    } else if (o->arena && o->free_bytes >= o->rounded && o->largest_free_block < o->rounded) {
+        put(w, "%s is mapped but unallocated, in pages that live tensors share (whole free "
+               "pages were unmapped); the largest mapped free stretch is %s. A smaller batch "
+               "helps.", unalloc, largest);
     } else if (o->free_bytes >= o->rounded && o->largest_free_block < o->rounded) {
         put(w, "fragmentation: %s is cached but unallocated, yet its largest free block is "
                "%s. Freeing tensors that sit between cached blocks, or a smaller batch, "
@@ -97,6 +101,13 @@ size_t vg_format_oom(const vg_oom_info *o, const char *device_kind, char *buf, s
     if (o->budget) {
         SZ(budget, o->budget);
         put(&w, " vramguard's budget is %s.", budget);
+    }
+    if (o->arena) {
+        SZ(mapped, o->reserved);
+        SZ(unmapped, o->unmapped_bytes);
+        SZ(range, o->largest_free_range);
+        put(&w, " vramguard's arena: %s mapped in %zu range%s, %s unmapped so far, largest "
+                "free range %s.", mapped, o->ranges, o->ranges == 1 ? "" : "s", unmapped, range);
     }
     put_cause(&w, o);
     return w.used;

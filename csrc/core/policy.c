@@ -32,6 +32,8 @@
  */
 #include "heap_internal.h"
 
+#include <string.h>
+
 /* ------------------------------------------------------------------ */
 /* Segment sizes                                                       */
 /* ------------------------------------------------------------------ */
@@ -127,7 +129,7 @@ static size_t default_stream_release(const vg_heap *h, int pool, size_t rounded,
 }
 
 const vg_policy vg_policy_default = {
-    .name = "vramguard",
+    .name = "segments",
     /* A large block keeps a remainder of 1 MiB or less: no large request
      * could use it, and not splitting saves a split and a merge per use
      * (the replays of real traces need the same memory either way). */
@@ -140,3 +142,41 @@ const vg_policy vg_policy_default = {
     .stream_release = default_stream_release,
     .refit_after_sync = true,
 };
+
+/* The arena (arena.c) where the device has virtual memory; where it has
+ * not, the segments policy's decisions, as they are. */
+const vg_policy vg_policy_arena = {
+    .name = "arena",
+    .split_min = {VG_ALIGN, VG_SMALL_REQUEST + VG_ALIGN},
+    .segment_size = default_segment_size,
+    .fallback_segment_size = minimal_segment,
+    .keep_whole_from = VG_OVERSIZE_REMAINDER,
+    .keep_whole = default_keep_whole,
+    .swap_kept_whole = default_swap_kept_whole,
+    .stream_release = default_stream_release,
+    .refit_after_sync = true,
+    .arena = true,
+};
+
+/* ------------------------------------------------------------------ */
+/* Names                                                               */
+/* ------------------------------------------------------------------ */
+
+/* What "vramguard" means: the policy the measurements favour (docs/design.md,
+ * the arena section). The one place to change it. */
+#define VG_RECOMMENDED_POLICY vg_policy_default
+
+const vg_policy *vg_policy_named(const char *name)
+{
+    if (!name) return NULL;
+    if (!strcmp(name, "vramguard")) return &VG_RECOMMENDED_POLICY;
+    if (!strcmp(name, "segments")) return &vg_policy_default;
+    if (!strcmp(name, "arena")) return &vg_policy_arena;
+    if (!strcmp(name, "torch")) return &vg_policy_torch;
+    return NULL;
+}
+
+const char *vg_policy_recommended(void)
+{
+    return VG_RECOMMENDED_POLICY.name;
+}

@@ -79,9 +79,15 @@ void vg__fragmentation_locked(vg_heap *h, vg_fragmentation *out)
     out->free_blocks = h->free_blocks;
     out->pending_blocks = (uint64_t)(st->active[VG_STAT_ALL].current -
                                      st->allocation[VG_STAT_ALL].current);
-    for (int pool = 0; pool < VG_POOL_COUNT; pool++) {
-        const vg_block *blk = vg__bins_largest(h->bins[pool]);
-        if (blk && blk->size > out->largest_free_block) out->largest_free_block = blk->size;
+    if (h->arena) {
+        /* Free blocks span unmapped pages too: what serves a request
+         * without a map is their largest mapped stretch. */
+        vg__arena_largest_free(h, &out->largest_free_block, &out->largest_free_range);
+    } else {
+        for (int pool = 0; pool < VG_POOL_COUNT; pool++) {
+            const vg_block *blk = vg__bins_largest(h->bins[pool]);
+            if (blk && blk->size > out->largest_free_block) out->largest_free_block = blk->size;
+        }
     }
     if (out->free_bytes)
         out->external = 1.0 - (double)out->largest_free_block / (double)out->free_bytes;

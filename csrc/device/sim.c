@@ -17,6 +17,15 @@
  * Device errors: vg_sim_fail_device injects a failure that is not an
  * out-of-memory, one-shot or sticky, as CUDA reports an illegal address.
  *
+ * Virtual memory (the arena's calls): ranges come from their own part of
+ * the space, [SIM_RANGE_BASE, SIM_END), by a bump pointer of their own that
+ * never wraps either; segments then stop below SIM_RANGE_BASE. A device
+ * with page size 0 has no virtual memory and its segments get the whole
+ * space. Mapped bytes count against the capacity as reserved ones do, and
+ * a map is a reserve for fault injection: fail_nth, fail_random and
+ * fail_device count map calls and reserve calls in one sequence, and
+ * refuse or fail a map as they would a reserve (nothing is mapped then).
+ *
  * Locking: the heap calls the ops with its own lock held, but the vg_sim_*
  * hooks come from any thread (a test completing a stream while another
  * frees), so every op and every hook takes the sim's own mutex. None of them
@@ -33,6 +42,9 @@
 /* The end of the address space, granule-aligned as every address is. */
 #define SIM_END (UINTPTR_MAX & ~(uintptr_t)(VG_SEGMENT_GRANULE - 1))
 #define SIM_MAX_STREAMS 4096
+/* The upper half of the space is for ranges, when there is virtual memory. */
+#define SIM_RANGE_BASE ((uintptr_t)1 << 63)
+#define SIM_DEFAULT_PAGE ((size_t)2 << 20)
 
 typedef struct sim_stream {
     vg_stream_t stream;
@@ -47,7 +59,10 @@ typedef struct vg_sim {
     size_t capacity;
     size_t used;
     uintptr_t next_addr;
-    uint64_t reserves;      /* reserve calls so far */
+    uintptr_t next_range;   /* the ranges' own bump pointer */
+    uint64_t maps, unmaps;  /* map and unmap calls that succeeded */
+    size_t max_range;       /* the largest range reserved at once; 0 = any */
+    uint64_t reserves;      /* reserve and map calls so far */
     uint64_t fail_at;       /* refuse when reserves reaches this; 0 = off */
     double fail_probability;
     uint64_t rng;
@@ -109,6 +124,12 @@ static bool device_failing(const vg_sim *sim)
     return sim->device_fail_sticky || sim->reserves == sim->device_fail_at;
 }
 
+/* Where segments end: below the ranges' part when there are ranges. */
+static uintptr_t segments_end(const vg_sim *sim)
+{
+    return sim->base.page_size ? SIM_RANGE_BASE : SIM_END;
+}
+
 static int sim_reserve(vg_device *dev, size_t size, uintptr_t *addr)
 {
     vg_sim *sim = as_sim(dev);
@@ -116,9 +137,10 @@ static int sim_reserve(vg_device *dev, size_t size, uintptr_t *addr)
     if (device_failing(sim)) return device_error(sim, "cudaMalloc");
     if (injected_fault(sim)) return VG_ERR_NOMEM;
     if (size > sim->capacity - sim->used) return VG_ERR_NOMEM;
-    /* next_addr and SIM_END are granule-aligned, so a size that fits fits
+    /* next_addr and the end are granule-aligned, so a size that fits fits
      * rounded up too, and the rounding cannot overflow. */
-    if (size > SIM_END - sim->next_addr) return VG_ERR_NOMEM;
+    uintptr_t end = segments_end(sim);
+    if (sim->next_addr >= end || size > end - sim->next_addr) return VG_ERR_NOMEM;
     sim->used += size;
     *addr = sim->next_addr;
     sim->next_addr += (size + VG_SEGMENT_GRANULE - 1) & ~(VG_SEGMENT_GRANULE - 1);
@@ -135,7 +157,9 @@ static int sim_release(vg_device *dev, uintptr_t addr, size_t size)
 static int sim_mem_info(vg_device *dev, size_t *free_bytes, size_t *total_bytes)
 {
     vg_sim *sim = as_sim(dev);
-    size_t unused = sim->capacity - sim->used, space_left = SIM_END - sim->next_addr;
+    uintptr_t end = segments_end(sim);
+    size_t unused = sim->capacity - sim->used;
+    size_t space_left = sim->next_addr < end ? end - sim->next_addr : 0;
     /* Once the address space runs low it is what limits the next reserve. */
     *free_bytes = unused < space_left ? unused : space_left;
     *total_bytes = sim->capacity;
@@ -150,6 +174,66 @@ static int sim_synchronize(vg_device *dev)
         return device_error(sim, "cudaDeviceSynchronize");
     if (sim->synchronize_answer != VG_OK) return sim->synchronize_answer;
     for (size_t i = 0; i < sim->nstreams; i++) sim->streams[i].completed = sim->streams[i].recorded;
+    return VG_OK;
+}
+
+/* A call that breaks the page contract is a device error, as CUDA's
+ * CUDA_ERROR_INVALID_VALUE: the heap's own checks then see it. */
+static bool pages_ok(const vg_sim *sim, uintptr_t addr, size_t size)
+{
+    size_t page = sim->base.page_size;
+    return page && size && addr % page == 0 && size % page == 0 && addr >= SIM_RANGE_BASE;
+}
+
+static int invalid_value(vg_sim *sim, const char *call)
+{
+    vg_device_error *e = &sim->base.error;
+    e->code = 1;
+    snprintf(e->call, sizeof e->call, "%s", call);
+    snprintf(e->name, sizeof e->name, "CUDA_ERROR_INVALID_VALUE");
+    snprintf(e->text, sizeof e->text, "invalid argument");
+    return VG_ERR_DEVICE;
+}
+
+static int sim_range_reserve(vg_device *dev, size_t size, uintptr_t *addr)
+{
+    vg_sim *sim = as_sim(dev);
+    size_t page = sim->base.page_size;
+    if (!page || !size || size % page) return invalid_value(sim, "cuMemAddressReserve");
+    if (sim->max_range && size > sim->max_range) return VG_ERR_NOMEM;
+    /* next_range and SIM_END are page-aligned (pages are powers of two no
+     * bigger than the granule), so this cannot wrap. */
+    if (size > SIM_END - sim->next_range) return VG_ERR_NOMEM;
+    *addr = sim->next_range;
+    sim->next_range += size;
+    return VG_OK;
+}
+
+static int sim_range_release(vg_device *dev, uintptr_t addr, size_t size)
+{
+    vg_sim *sim = as_sim(dev);
+    return pages_ok(sim, addr, size) ? VG_OK : invalid_value(sim, "cuMemAddressFree");
+}
+
+static int sim_map(vg_device *dev, uintptr_t addr, size_t size)
+{
+    vg_sim *sim = as_sim(dev);
+    if (!pages_ok(sim, addr, size)) return invalid_value(sim, "cuMemMap");
+    sim->reserves++;
+    if (device_failing(sim)) return device_error(sim, "cuMemMap");
+    if (injected_fault(sim)) return VG_ERR_NOMEM;
+    if (size > sim->capacity - sim->used) return VG_ERR_NOMEM;
+    sim->used += size;
+    sim->maps++;
+    return VG_OK;
+}
+
+static int sim_unmap(vg_device *dev, uintptr_t addr, size_t size)
+{
+    vg_sim *sim = as_sim(dev);
+    if (!pages_ok(sim, addr, size) || size > sim->used) return invalid_value(sim, "cuMemUnmap");
+    sim->used -= size;
+    sim->unmaps++;
     return VG_OK;
 }
 
@@ -267,6 +351,34 @@ static int locked_event_query(vg_device *dev, vg_event_t ev)
     return rc;
 }
 
+static int locked_range_reserve(vg_device *dev, size_t size, uintptr_t *addr)
+{
+    int rc;
+    LOCKED(as_sim(dev), rc = sim_range_reserve(dev, size, addr));
+    return rc;
+}
+
+static int locked_range_release(vg_device *dev, uintptr_t addr, size_t size)
+{
+    int rc;
+    LOCKED(as_sim(dev), rc = sim_range_release(dev, addr, size));
+    return rc;
+}
+
+static int locked_map(vg_device *dev, uintptr_t addr, size_t size)
+{
+    int rc;
+    LOCKED(as_sim(dev), rc = sim_map(dev, addr, size));
+    return rc;
+}
+
+static int locked_unmap(vg_device *dev, uintptr_t addr, size_t size)
+{
+    int rc;
+    LOCKED(as_sim(dev), rc = sim_unmap(dev, addr, size));
+    return rc;
+}
+
 static const vg_device_ops sim_ops = {
     .reserve = locked_reserve,
     .release = locked_release,
@@ -276,6 +388,10 @@ static const vg_device_ops sim_ops = {
     .event_query = locked_event_query,
     .event_release = sim_event_release,
     .destroy = sim_destroy,
+    .range_reserve = locked_range_reserve,
+    .range_release = locked_range_release,
+    .map = locked_map,
+    .unmap = locked_unmap,
 };
 
 vg_device *vg_sim_create(size_t capacity)
@@ -291,6 +407,8 @@ vg_device *vg_sim_create(size_t capacity)
     sim->base.ops = &sim_ops;
     sim->capacity = capacity;
     sim->next_addr = SIM_BASE;
+    sim->next_range = SIM_RANGE_BASE;
+    sim->base.page_size = SIM_DEFAULT_PAGE;
     return &sim->base;
 }
 
@@ -394,4 +512,30 @@ uint64_t vg_sim_event_queries(vg_device *dev)
     uint64_t n;
     LOCKED(sim, n = sim->event_queries);
     return n;
+}
+
+int vg_sim_set_page_size(vg_device *dev, size_t page_size)
+{
+    vg_sim *sim = sim_of(dev);
+    if (!sim) return VG_ERR_ARG;
+    bool power_of_two = (page_size & (page_size - 1)) == 0;
+    if (page_size && (!power_of_two || page_size < VG_ALIGN || page_size > VG_SEGMENT_GRANULE))
+        return VG_ERR_ARG;
+    LOCKED(sim, sim->base.page_size = page_size);
+    return VG_OK;
+}
+
+void vg_sim_max_range(vg_device *dev, size_t bytes)
+{
+    vg_sim *sim = sim_of(dev);
+    if (sim) LOCKED(sim, sim->max_range = bytes);
+}
+
+void vg_sim_vm_calls(vg_device *dev, uint64_t *maps, uint64_t *unmaps)
+{
+    vg_sim *sim = sim_of(dev);
+    uint64_t m = 0, u = 0;
+    if (sim) LOCKED(sim, m = sim->maps; u = sim->unmaps);
+    if (maps) *maps = m;
+    if (unmaps) *unmaps = u;
 }

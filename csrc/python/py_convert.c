@@ -163,6 +163,9 @@ static const counter_name counters[] = {
     COUNTER(num_budget_releases), COUNTER(num_kept_whole), COUNTER(num_oversize_releases),
     COUNTER(num_oversize_splits), COUNTER(num_invalid_frees), COUNTER(num_record_stream),
     COUNTER(num_deferred_frees), COUNTER(num_zero_allocs), COUNTER(num_device_errors),
+    COUNTER(num_maps), COUNTER(num_mapped_pages), COUNTER(num_unmaps),
+    COUNTER(num_unmapped_pages), COUNTER(num_unmap_syncs), COUNTER(num_range_reserves),
+    COUNTER(num_range_releases),
 };
 
 static int set_fragmentation(PyObject *d, vg_heap *h)
@@ -173,6 +176,7 @@ static int set_fragmentation(PyObject *d, vg_heap *h)
     if (set_u64(d, "fragmentation.largest_free_block", fr.largest_free_block) < 0) return -1;
     if (set_u64(d, "fragmentation.free_blocks", fr.free_blocks) < 0) return -1;
     if (set_u64(d, "fragmentation.pending_blocks", fr.pending_blocks) < 0) return -1;
+    if (set_u64(d, "fragmentation.largest_free_range", fr.largest_free_range) < 0) return -1;
     if (set_item(d, "fragmentation.external", PyFloat_FromDouble(fr.external)) < 0) return -1;
     if (set_item(d, "fragmentation.unused", PyFloat_FromDouble(fr.unused)) < 0) return -1;
     return 0;
@@ -195,6 +199,8 @@ PyObject *vgpy_stats_dict(vg_heap *h)
     }
     if (!rc) rc = set_fragmentation(d, h);
     if (!rc) rc = set_u64(d, "budget_bytes", vg_heap_budget(h));
+    if (!rc) rc = set_item(d, "arena", PyBool_FromLong(vg_heap_uses_arena(h)));
+    if (!rc) rc = set_u64(d, "page_size", vg_heap_uses_arena(h) ? vg_heap_device(h)->page_size : 0);
     if (!rc) rc = set_item(d, "gc_threshold", PyFloat_FromDouble(vg_heap_gc_threshold(h)));
     if (rc) {
         Py_DECREF(d);
@@ -274,11 +280,12 @@ static PyObject *segment_dict(const vg_segment_info *si, const vg_block_info *bl
         else if (PyList_SetItem(list, (Py_ssize_t)i, blk) < 0) Py_CLEAR(list);
     }
     if (!list) return NULL;
-    return Py_BuildValue("{s:K,s:K,s:K,s:s,s:K,s:N}", "address", (unsigned long long)si->addr,
+    return Py_BuildValue("{s:K,s:K,s:K,s:s,s:K,s:K,s:N}", "address", (unsigned long long)si->addr,
                          "size", (unsigned long long)si->size, "stream",
                          (unsigned long long)si->stream, "pool",
                          si->pool == VG_POOL_SMALL ? "small" : "large", "allocated",
-                         (unsigned long long)si->allocated, "blocks", list);
+                         (unsigned long long)si->allocated, "mapped",
+                         (unsigned long long)si->mapped, "blocks", list);
 }
 
 PyObject *vgpy_segments_list(vg_heap *h)
@@ -368,5 +375,14 @@ void vgpy_raise_oom(const vg_oom_info *oom, const char *device_kind)
         (unsigned long long)oom->largest_free_block, "free_blocks",
         (unsigned long long)oom->free_blocks, "free_bytes", (unsigned long long)oom->free_bytes,
         "device", oom->device, "budget_refused", oom->budget_refused ? Py_True : Py_False);
+    if (attrs && oom->arena) {
+        /* The arena's own terms: mapped memory, its ranges, what was unmapped. */
+        PyObject *extra = Py_BuildValue("{s:O,s:K,s:K,s:K}", "arena", Py_True, "ranges",
+                                        (unsigned long long)oom->ranges, "largest_free_range",
+                                        (unsigned long long)oom->largest_free_range,
+                                        "unmapped_bytes", (unsigned long long)oom->unmapped_bytes);
+        if (!extra || PyDict_Update(attrs, extra) < 0) Py_CLEAR(attrs);
+        Py_XDECREF(extra);
+    }
     raise_with_attrs(PyExc_MemoryError, msg, attrs);
 }

@@ -6,19 +6,37 @@
 
 static const vg_policy *policy_named(const char *name)
 {
-    if (!strcmp(name, "vramguard")) return &vg_policy_default;
-    if (!strcmp(name, "torch")) return &vg_policy_torch;
-    PyErr_Format(PyExc_ValueError, "unknown policy '%s': use 'vramguard' or 'torch'", name);
-    return NULL;
+    const vg_policy *policy = vg_policy_named(name);
+    if (!policy)
+        PyErr_Format(PyExc_ValueError,
+                     "unknown policy '%s': use 'vramguard' (the recommended one, now '%s'), "
+                     "'arena', 'segments' or 'torch'",
+                     name, vg_policy_recommended());
+    return policy;
+}
+
+/* The simulated device's page size: None keeps its default (2 MiB), 0
+ * takes its virtual memory away (the arena then falls back to segments). */
+static int set_page_size(vg_device *dev, PyObject *obj)
+{
+    if (obj == Py_None) return 0;
+    uint64_t page;
+    if (vgpy_as_size(obj, "page_size", &page) < 0) return -1;
+    if (vg_sim_set_page_size(dev, (size_t)page) != VG_OK) {
+        PyErr_SetString(PyExc_ValueError,
+                        "page_size must be 0 or a power of two from 512 bytes to 2 MiB");
+        return -1;
+    }
+    return 0;
 }
 
 static int Heap_init(HeapObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"capacity", "budget", "gc_threshold", "policy", NULL};
-    PyObject *capacity_obj, *budget_obj = Py_None, *gc_obj = Py_None;
+    static char *kwlist[] = {"capacity", "budget", "gc_threshold", "policy", "page_size", NULL};
+    PyObject *capacity_obj, *budget_obj = Py_None, *gc_obj = Py_None, *page_obj = Py_None;
     const char *policy_name = "vramguard";
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OOs", kwlist, &capacity_obj, &budget_obj,
-                                     &gc_obj, &policy_name))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OOsO", kwlist, &capacity_obj, &budget_obj,
+                                     &gc_obj, &policy_name, &page_obj))
         return -1;
     /* A first __init__ that failed leaves nothing behind (below); a device
      * without a heap would be one, so both are checked. */
@@ -38,6 +56,10 @@ static int Heap_init(HeapObject *self, PyObject *args, PyObject *kwargs)
     const vg_policy *policy = policy_named(policy_name);
     if (!policy) return -1;
     vg_device *dev = vg_sim_create((size_t)capacity);
+    if (dev && set_page_size(dev, page_obj) < 0) {
+        dev->ops->destroy(dev);
+        return -1;
+    }
     vg_heap_config cfg = {policy, (size_t)budget, gc};
     vg_heap *heap = dev ? vg_heap_create(dev, &cfg) : NULL;
     if (!heap) {
@@ -383,6 +405,13 @@ static PyObject *Heap_get_policy(HeapObject *self, void *closure)
     return PyUnicode_FromString(vg_heap_policy_name(self->heap));
 }
 
+static PyObject *Heap_get_uses_arena(HeapObject *self, void *closure)
+{
+    (void)closure;
+    if (!vgpy_heap_ready(self)) return NULL;
+    return PyBool_FromLong(vg_heap_uses_arena(self->heap));
+}
+
 static PyMethodDef Heap_methods[] = {
     {"malloc", (PyCFunction)(void (*)(void))Heap_malloc, METH_VARARGS | METH_KEYWORDS,
      "malloc(size, stream=0) -> int\n\nAllocate `size` bytes on `stream` and return the "
@@ -397,7 +426,8 @@ static PyMethodDef Heap_methods[] = {
     {"block_size", (PyCFunction)Heap_block_size, METH_O,
      "block_size(address) -> int\n\nThe rounded size of a live block, 0 if none."},
     {"empty_cache", (PyCFunction)Heap_empty_cache, METH_NOARGS,
-     "empty_cache() -> int\n\nRelease every wholly free segment; returns the bytes released."},
+     "empty_cache() -> int\n\nRelease every wholly free segment (the arena: unmap every page "
+     "wholly inside free blocks, and release empty ranges); returns the bytes released."},
     {"synchronize", (PyCFunction)Heap_synchronize, METH_NOARGS,
      "synchronize()\n\nWait for the (simulated) device and finish deferred frees."},
     {"reset_peaks", (PyCFunction)Heap_reset_peaks, METH_NOARGS,
@@ -409,7 +439,8 @@ static PyMethodDef Heap_methods[] = {
      "complete_stream(stream, device=-1)\n\nSimulated device: all work queued on `stream` (of "
      "`device`, else of this heap's own) has finished."},
     {"fail_nth", (PyCFunction)Heap_fail_nth, METH_O,
-     "fail_nth(n)\n\nSimulated device: refuse the n-th segment reservation from now (0: off)."},
+     "fail_nth(n)\n\nSimulated device: refuse the n-th segment reservation or page map from "
+     "now (0: off)."},
     {"fail_device", (PyCFunction)(void (*)(void))Heap_fail_device, METH_VARARGS | METH_KEYWORDS,
      "fail_device(n, sticky=False)\n\nSimulated device: fail the n-th segment reservation "
      "from now with a device error that is not an out-of-memory (an illegal address); sticky: "
@@ -447,15 +478,22 @@ static PyGetSetDef Heap_getset[] = {
     {"gc_threshold", (getter)Heap_get_gc, (setter)Heap_set_gc,
      "Fraction of the budget past which idle segments are released before growing.", NULL},
     {"capacity", (getter)Heap_get_capacity, NULL, "The simulated device's capacity.", NULL},
-    {"policy", (getter)Heap_get_policy, NULL, "'vramguard' or 'torch'.", NULL},
+    {"policy", (getter)Heap_get_policy, NULL, "'arena', 'segments' or 'torch' ('vramguard' "
+     "names the recommended one).", NULL},
+    {"uses_arena", (getter)Heap_get_uses_arena, NULL,
+     "True when the arena runs; False with segments (another policy, or a device without "
+     "virtual memory: page_size=0).", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
 static PyType_Slot Heap_slots[] = {
-    {Py_tp_doc, (void *)"Heap(capacity, budget=None, gc_threshold=None, policy='vramguard')\n\n"
+    {Py_tp_doc, (void *)"Heap(capacity, budget=None, gc_threshold=None, policy='vramguard', "
+                        "page_size=None)\n\n"
                         "A caching allocator over a simulated device of `capacity` bytes. Sizes are\n"
                         "ints of bytes or strings such as '15GiB' or a GPU preset ('T4'); a budget\n"
-                        "is at least one 2 MiB segment."},
+                        "is at least one 2 MiB segment. policy: 'arena', 'segments', 'torch', or\n"
+                        "'vramguard' (the recommended one). page_size: the device's virtual memory\n"
+                        "page (None: 2 MiB; 0: none, and the arena falls back to segments)."},
     {Py_tp_new, (void *)PyType_GenericNew},
     {Py_tp_init, (void *)Heap_init},
     {Py_tp_dealloc, (void *)Heap_dealloc},

@@ -101,7 +101,23 @@ vg_device *vg_sim_create(size_t capacity);
  * devices that stand for one GPU must not give out the same addresses (a
  * private pool's heap beside the device's own heap). */
 void vg_sim_set_base(vg_device *dev, uintptr_t base);
-/* Refuse the nth reserve from now on (1 = the next one) as out of memory;
+/* Virtual memory: a simulated device has it, with 2 MiB pages, unless its
+ * page size is set to 0 (then the heap falls back to segments). The page
+ * size is a power of two from VG_ALIGN to VG_SEGMENT_GRANULE, set before
+ * the first call; VG_ERR_ARG otherwise. Ranges come from their own part of
+ * the address space (the upper half; segments keep the lower one, or all
+ * of it with page size 0). Mapped bytes count against the capacity, as
+ * reserved ones do (vg_sim_used counts both). */
+int vg_sim_set_page_size(vg_device *dev, size_t page_size);
+/* Refuse (VG_ERR_NOMEM) a range bigger than `bytes`, as a driver with a
+ * cap on one reservation; 0 lifts it. */
+void vg_sim_max_range(vg_device *dev, size_t bytes);
+/* Map and unmap calls that succeeded so far. */
+void vg_sim_vm_calls(vg_device *dev, uint64_t *maps, uint64_t *unmaps);
+/* Fault injection: a map call counts as a reserve (one sequence for
+ * both), and the three calls below refuse or fail it as they would a
+ * reserve, mapping nothing.
+ * Refuse the nth reserve from now on (1 = the next one) as out of memory;
  * 0 turns it off. */
 void vg_sim_fail_nth(vg_device *dev, uint64_t nth);
 /* Refuse each reserve with the given probability, from a seeded generator. */

@@ -28,10 +28,19 @@ extern "C" {
 
 typedef struct vg_policy vg_policy;
 
-/* vramguard's own policy: see policy.c. */
+/* vramguard's segments policy: see policy.c. */
 extern const vg_policy vg_policy_default;
+/* The arena: one virtual range per (stream, pool), pages mapped as blocks
+ * need them (csrc/core/arena.c); segments where the device has no virtual
+ * memory (page_size 0). */
+extern const vg_policy vg_policy_arena;
 /* An emulation of PyTorch's native caching allocator: see policy_torch.c. */
 extern const vg_policy vg_policy_torch;
+/* A policy by name: "arena", "segments", "torch", or "vramguard" (the
+ * recommended one); NULL for any other name. */
+const vg_policy *vg_policy_named(const char *name);
+/* What "vramguard" names. */
+const char *vg_policy_recommended(void);
 
 /* ------------------------------------------------------------------ */
 /* Statistics                                                         */
@@ -101,17 +110,34 @@ typedef struct vg_stats {
     uint64_t num_deferred_frees;   /* frees that waited for other streams */
     uint64_t num_zero_allocs;      /* size-0 requests (answered with NULL) */
     uint64_t num_device_errors;    /* provider calls failed for another reason than memory */
+    /* The arena (zero with segments): map and unmap calls, and the pages
+     * they covered; synchronizations made before unmapping (one per batch:
+     * the device may still use freed pages); ranges reserved and released
+     * (their number now is segment[].current). */
+    uint64_t num_maps;
+    uint64_t num_mapped_pages;
+    uint64_t num_unmaps;
+    uint64_t num_unmapped_pages;
+    uint64_t num_unmap_syncs;
+    uint64_t num_range_reserves;
+    uint64_t num_range_releases;
 } vg_stats;
 
 typedef struct vg_fragmentation {
-    uint64_t reserved_bytes;
+    uint64_t reserved_bytes;      /* with the arena: mapped bytes */
     uint64_t allocated_bytes;
     uint64_t free_bytes;          /* reserved but not in a live block */
+    /* The largest request the reserved memory serves without a new
+     * segment or a map: the largest free block, and with the arena, its
+     * largest mapped stretch. */
     uint64_t largest_free_block;
     uint64_t free_blocks;
     uint64_t pending_blocks;      /* freed, waiting for streams */
     double external;              /* 1 - largest_free / free_bytes */
     double unused;                /* 1 - allocated / reserved */
+    /* The arena (0 with segments): the largest free stretch of address
+     * space, mapped or not, the largest request that needs no new range. */
+    uint64_t largest_free_range;
 } vg_fragmentation;
 
 /* ------------------------------------------------------------------ */
@@ -210,6 +236,9 @@ size_t vg_heap_block_size(vg_heap *h, void *ptr);
 int vg_heap_segment_of(vg_heap *h, const void *ptr, uintptr_t *base, size_t *size);
 vg_device *vg_heap_device(const vg_heap *h);
 const char *vg_heap_policy_name(const vg_heap *h);
+/* 1 when the heap runs the arena (its policy asks for it and the device
+ * has virtual memory), 0 when it uses segments. */
+int vg_heap_uses_arena(const vg_heap *h);
 
 /* Walk every segment, block, bin and counter. Returns NULL when all
  * invariants hold, else a static description of the first one broken. */
@@ -226,6 +255,7 @@ typedef struct vg_segment_info {
     int pool;
     size_t allocated;  /* bytes in live blocks */
     size_t blocks;
+    size_t mapped;     /* bytes with memory behind them: size, or a range's mapped bytes */
 } vg_segment_info;
 
 enum vg_block_state { VG_BLOCK_FREE = 0, VG_BLOCK_LIVE = 1, VG_BLOCK_PENDING = 2 };

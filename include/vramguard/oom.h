@@ -30,6 +30,14 @@ typedef struct vg_oom_info {
     size_t free_bytes;         /* reserved - active bytes (a pending block is not free) */
     int device;
     int budget_refused;        /* the budget, not the device, said no */
+    /* The arena, where it runs: reserved is mapped memory, in `ranges`
+     * ranges; largest_free_block is the largest free mapped stretch, and
+     * largest_free_range the largest free stretch of address space;
+     * unmapped_bytes, what the heap has unmapped so far. */
+    int arena;
+    size_t ranges;
+    size_t largest_free_range;
+    uint64_t unmapped_bytes;
     vg_device_error device_error;
 } vg_oom_info;
 

@@ -56,12 +56,23 @@ def _cell(value, is_bytes):
     return format_size_column(max(value, 0)) if is_bytes else str(value)
 
 
+# The arena speaks of mapped memory and ranges (reserved = mapped; a range is
+# the address space of one stream and pool), and its free blocks are never
+# stranded, so the non-releasable rows do not apply.
+_ARENA_LABELS = {"reserved_bytes": "Mapped memory", "segment": "Ranges"}
+_ARENA_SKIPPED = ("inactive_split_bytes", "inactive_split")
+
+
 def _metric_rows(stats):
+    arena = stats.get("arena", False)
     out = []
     header = f"{'Metric':<26}|{'Cur Usage':>11} |{'Peak Usage':>11} |{'Tot Alloc':>11} |{'Tot Freed':>11}"
     out.append(_line(header))
     out.append(_rule())
     for label, key, is_bytes in _ROWS:
+        if arena and key in _ARENA_SKIPPED:
+            continue
+        label = _ARENA_LABELS.get(key, label) if arena else label
         for pool, name in (("all", label), ("large_pool", "      from large pool"), ("small_pool", "      from small pool")):
             values = [stats.get(f"{key}.{pool}.{part}", 0) for part in ("current", "peak", "allocated", "freed")]
             cells = "".join(f"{_cell(v, is_bytes):>11} |" for v in values)
@@ -85,8 +96,26 @@ def _fragmentation_rows(stats):
         _line(f"{'Reserved but not allocated (1 - allocated / reserved):':66}"
               f"{stats.get('fragmentation.unused', 0.0):>8.1%}"),
     ]
+    if stats.get("arena"):
+        rows.append(_line(f"Largest free range (address space, mapped or not): "
+                          f"{format_size(stats.get('fragmentation.largest_free_range', 0))}"))
     so_what = textwrap.wrap(fragmentation_so_what(stats), _WIDTH - 4, subsequent_indent="  ")
     return rows + [_line(text) for text in so_what]
+
+
+def _arena_rows(stats):
+    """What the arena did: its provider calls, which cost tens of microseconds
+    each on a GPU, and the synchronizations that unmapping needed."""
+    if not stats.get("arena"):
+        return [_line("Memory: segments (no virtual memory arena)")]
+    page = format_size(stats.get("page_size", 0))
+    return [
+        _line(f"Memory: arena, {page} pages; {stats.get('num_range_reserves', 0)} ranges reserved, "
+              f"{stats.get('num_range_releases', 0)} released"),
+        _line(f"maps {stats.get('num_maps', 0)} ({stats.get('num_mapped_pages', 0)} pages), "
+              f"unmaps {stats.get('num_unmaps', 0)} ({stats.get('num_unmapped_pages', 0)} pages), "
+              f"syncs before unmapping {stats.get('num_unmap_syncs', 0)}"),
+    ]
 
 
 def _policy_rows(stats):
@@ -117,6 +146,8 @@ def format_summary(stats, title="vramguard memory summary"):
     out = [_rule("="), _line(f"{title} ({subtitle})".center(_WIDTH - 4)), _rule()]
     out += _metric_rows(stats)
     out += _fragmentation_rows(stats)
+    out.append(_rule())
+    out += _arena_rows(stats)
     out.append(_rule())
     out += _policy_rows(stats)
     out.append(_rule("="))

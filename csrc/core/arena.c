@@ -1,0 +1,534 @@
+/* The arena: one virtual range per (stream, pool), with pages of memory
+ * mapped into it as blocks need them, so that free neighbours always merge
+ * and reserved memory is only what is mapped. docs/design.md has the why.
+ *
+ * A range is a segment (heap_internal.h) whose blocks tile address space,
+ * not memory: the heap splits, bins and merges them as any segment's, and
+ * best fit runs over the whole range, mapped or not. What this file adds:
+ *
+ * - Pages (struct vg_range): a bitmap per range. When a block is about to
+ *   become live, its missing pages are mapped, one map call per run of
+ *   contiguous missing pages. reserved_bytes counts mapped bytes, and the
+ *   budget and the gc threshold apply to them.
+ * - The ladder (vg__arena_find_block): best fit, else a new range (only
+ *   when none of the stream's ranges can hold the request); map, else
+ *   unmap the requesting stream's free pages and retry, else synchronize,
+ *   unmap every free page and retry, else OOM. Counted as the segments'
+ *   ladder counts its steps, in the same counters.
+ * - Unmapping: only pages wholly inside free blocks (a pending block's
+ *   may still be in use by another stream), only under pressure (the
+ *   ladder, the gc threshold, empty_cache, a lower budget), never while
+ *   keep_segments holds (a CUDA graph replays into freed blocks). Mapped
+ *   free pages are the cache: a steady loop maps nothing after its first
+ *   step. Before a batch of unmaps the device is synchronized once, since
+ *   work queued before a block's free may still use its pages; a block
+ *   freed while that synchronize ran is not covered by it, so one such
+ *   free makes the batch synchronize again (three times at most, then
+ *   nothing is unmapped).
+ * - Ranges wholly free and unmapped are released under the same pressure,
+ *   so that a stream's record goes when its last range does.
+ */
+#include "heap_internal.h"
+#include "bins.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Several times the device: the address space is free, and a range that
+ * runs out would need a second one whose blocks cannot merge with it. */
+#define RANGE_DEVICE_MULTIPLE 4
+/* When the device does not say its size. */
+#define RANGE_DEFAULT ((size_t)256 << 30)
+/* The largest range: a block's size class must hold it (bins.h). */
+#define RANGE_MAX VG_MAX_REQUEST
+#define UNMAP_SYNC_TRIES 3
+
+bool vg__arena_usable(const vg_device *dev)
+{
+    const vg_device_ops *ops = dev->ops;
+    size_t page = dev->page_size;
+    return page && (page & (page - 1)) == 0 && page <= VG_SEGMENT_GRANULE && ops->range_reserve &&
+           ops->range_release && ops->map && ops->unmap;
+}
+
+/* ------------------------------------------------------------------ */
+/* Pages                                                               */
+/* ------------------------------------------------------------------ */
+
+static inline size_t page_size(const vg_heap *h)
+{
+    return (size_t)1 << h->page_shift;
+}
+
+/* Pages [first, end) of the range that [addr, addr+size) touches. */
+static inline void touched_pages(const vg_heap *h, const vg_segment *seg, uintptr_t addr,
+                                 size_t size, size_t *first, size_t *end)
+{
+    *first = (addr - seg->addr) >> h->page_shift;
+    *end = ((addr - seg->addr + size - 1) >> h->page_shift) + 1;
+}
+
+/* Pages [first, end) wholly inside [addr, addr+size); first >= end if none. */
+static inline void whole_pages(const vg_heap *h, const vg_segment *seg, uintptr_t addr,
+                               size_t size, size_t *first, size_t *end)
+{
+    size_t page = page_size(h);
+    *first = (addr - seg->addr + page - 1) >> h->page_shift;
+    *end = (addr - seg->addr + size) >> h->page_shift;
+}
+
+static inline bool page_mapped(const vg_range *r, size_t i)
+{
+    return i / 64 < r->words && (r->pages[i / 64] >> (i % 64) & 1u);
+}
+
+/* Set or clear bits [first, end): the caller has grown the map to `end`. */
+static void mark_pages(vg_range *r, size_t first, size_t end, bool mapped)
+{
+    for (size_t i = first; i < end; i++) {
+        uint64_t bit = (uint64_t)1 << (i % 64);
+        if (mapped) r->pages[i / 64] |= bit;
+        else r->pages[i / 64] &= ~bit;
+    }
+}
+
+/* How many of pages [first, end) are unmapped: word at a time, since the
+ * hot path asks it for every cached fit. */
+static size_t missing_pages(const vg_range *r, size_t first, size_t end)
+{
+    size_t missing = 0, i = first;
+    while (i < end) {
+        size_t w = i / 64;
+        if (w >= r->words) return missing + (end - i);
+        size_t lo = i % 64, hi = end - w * 64 < 64 ? end - w * 64 : 64;
+        uint64_t mask = (hi == 64 ? ~(uint64_t)0 : (((uint64_t)1 << hi) - 1)) & ~(((uint64_t)1 << lo) - 1);
+        missing += (size_t)__builtin_popcountll(~r->pages[w] & mask);
+        i = w * 64 + hi;
+    }
+    return missing;
+}
+
+/* Room in the bitmap for pages below `end`, doubling. */
+static int grow_pages(vg_range *r, size_t end)
+{
+    size_t need = (end + 63) / 64;
+    if (need <= r->words) return VG_OK;
+    size_t words = r->words ? r->words : 8;
+    while (words < need) words *= 2;
+    uint64_t *pages = realloc(r->pages, words * sizeof *pages);
+    if (!pages) return VG_ERR_NOMEM;
+    memset(pages + r->words, 0, (words - r->words) * sizeof *pages);
+    r->pages = pages;
+    r->words = words;
+    return VG_OK;
+}
+
+bool vg__arena_pages_mapped(const vg_heap *h, const vg_segment *seg, uintptr_t addr, size_t size)
+{
+    size_t first, end;
+    touched_pages(h, seg, addr, size, &first, &end);
+    return missing_pages(seg->range, first, end) == 0;
+}
+
+size_t vg__arena_count_mapped(const vg_heap *h, const vg_segment *seg)
+{
+    const vg_range *r = seg->range;
+    size_t pages = 0;
+    for (size_t w = 0; w < r->words; w++) pages += (size_t)__builtin_popcountll(r->pages[w]);
+    return pages << h->page_shift;
+}
+
+/* Map pages [first, end) of the range that are missing, one call per run.
+ * A refusal leaves the runs mapped before it mapped (cached pages of a
+ * free block: the heap stays consistent) and returns the provider's code. */
+static int map_pages(vg_heap *h, vg_segment *seg, size_t first, size_t end)
+{
+    vg_range *r = seg->range;
+    if (grow_pages(r, end) != VG_OK) return VG_ERR_NOMEM;
+    size_t i = first;
+    while (i < end) {
+        if (page_mapped(r, i)) {
+            i++;
+            continue;
+        }
+        size_t run = i;
+        while (run < end && !page_mapped(r, run)) run++;
+        size_t bytes = (run - i) << h->page_shift;
+        int rc = h->dev->ops->map(h->dev, seg->addr + (i << h->page_shift), bytes);
+        if (rc != VG_OK) return rc;
+        mark_pages(r, i, run, true);
+        r->mapped += bytes;
+        vg__stat_add2(h->stats.reserved_bytes, seg->pool, (int64_t)bytes);
+        h->stats.num_maps++;
+        h->stats.num_mapped_pages += run - i;
+        i = run;
+    }
+    return VG_OK;
+}
+
+/* Unmap the mapped pages of [first, end) up to `budget` bytes, one call
+ * per run; returns the bytes unmapped. A failed unmap is a device error:
+ * its pages stay mapped and counted. */
+static size_t unmap_pages(vg_heap *h, vg_segment *seg, size_t first, size_t end, size_t budget,
+                          uint64_t *counter)
+{
+    vg_range *r = seg->range;
+    size_t done = 0, i = first;
+    if (end > r->words * 64) end = r->words * 64;
+    while (i < end && done < budget) {
+        if (!page_mapped(r, i)) {
+            i++;
+            continue;
+        }
+        size_t left = budget - done, run = i;
+        size_t cap = i + (left >> h->page_shift) + ((left & (page_size(h) - 1)) != 0);
+        if (cap < i) cap = end; /* no limit worth the name */
+        while (run < end && run < cap && page_mapped(r, run)) run++;
+        size_t bytes = (run - i) << h->page_shift;
+        if (h->dev->ops->unmap(h->dev, seg->addr + (i << h->page_shift), bytes) != VG_OK) {
+            vg__device_error(h);
+            return done;
+        }
+        mark_pages(r, i, run, false);
+        r->mapped -= bytes;
+        vg__stat_sub2(h->stats.reserved_bytes, seg->pool, (int64_t)bytes);
+        h->stats.num_unmaps++;
+        h->stats.num_unmapped_pages += run - i;
+        if (counter) (*counter)++;
+        done += bytes;
+        i = run;
+    }
+    return done;
+}
+
+/* ------------------------------------------------------------------ */
+/* Ranges                                                              */
+/* ------------------------------------------------------------------ */
+
+static size_t range_size(const vg_heap *h, size_t rounded)
+{
+    size_t total = h->device_total ? h->device_total : RANGE_DEFAULT;
+    size_t size = total > RANGE_MAX / RANGE_DEVICE_MULTIPLE ? RANGE_MAX : total * RANGE_DEVICE_MULTIPLE;
+    if (size < rounded) size = rounded;
+    return vg__round_to_granule(size);
+}
+
+/* Address space, halving the size while the device refuses it (a driver
+ * may cap one reservation below four times the device), down to what the
+ * request needs. */
+static int reserve_space(vg_heap *h, size_t need, size_t *size, uintptr_t *addr)
+{
+    int rc = h->dev->ops->range_reserve(h->dev, *size, addr);
+    while (rc == VG_ERR_NOMEM && *size / 2 >= need) {
+        *size = vg__round_to_granule(*size / 2);
+        rc = h->dev->ops->range_reserve(h->dev, *size, addr);
+    }
+    return rc;
+}
+
+/* A new range for the request's stream and pool: its one free block. */
+static vg_block *new_range(vg_heap *h, vg_request *r)
+{
+    size_t size = range_size(h, r->rounded);
+    vg_range *range = calloc(1, sizeof *range);
+    if (!range) return NULL;
+    uintptr_t addr = 0;
+    int rc = reserve_space(h, vg__round_to_granule(r->rounded), &size, &addr);
+    vg_segment *seg = rc == VG_OK ? vg__segment_adopt(h, r->stream, r->pool, addr, size) : NULL;
+    if (!seg) {
+        free(range);
+        if (rc == VG_OK) h->dev->ops->range_release(h->dev, addr, size);
+        else if (rc == VG_ERR_NOMEM) h->stats.num_device_alloc_failed++;
+        else vg__device_error(h);
+        return NULL;
+    }
+    seg->range = range;
+    h->stats.num_range_reserves++;
+    vg__stat_add2(h->stats.segment, r->pool, 1);
+    return seg->head;
+}
+
+void vg__arena_release_range(vg_heap *h, vg_segment *seg)
+{
+    vg_range *range = seg->range;
+    vg_assert_internal(seg->idle && range->mapped == 0);
+    if (h->dev->ops->range_release(h->dev, seg->addr, seg->size) != VG_OK) vg__device_error(h);
+    h->stats.num_range_releases++;
+    vg__stat_sub2(h->stats.segment, seg->pool, 1);
+    vg__segment_forget(h, seg);
+    free(range->pages);
+    free(range);
+}
+
+void vg__arena_destroy_range(vg_heap *h, vg_segment *seg)
+{
+    vg_range *r = seg->range;
+    for (size_t i = 0; i < r->words * 64;) {
+        if (!page_mapped(r, i)) {
+            i++;
+            continue;
+        }
+        size_t run = i;
+        while (run < r->words * 64 && page_mapped(r, run)) run++;
+        h->dev->ops->unmap(h->dev, seg->addr + (i << h->page_shift), (run - i) << h->page_shift);
+        i = run;
+    }
+    h->dev->ops->range_release(h->dev, seg->addr, seg->size);
+    free(r->pages);
+    free(r);
+}
+
+/* Release the idle unmapped ranges of `only` (every stream: NULL), but the
+ * one holding `keep`. */
+static void release_empty_ranges(vg_heap *h, const vg_stream_state *only, const vg_block *keep)
+{
+    vg_segment *seg = h->idle_head;
+    while (seg) {
+        vg_segment *next = seg->idle_next;
+        if (!seg->range->mapped && (!only || seg->stream == only) && (!keep || keep->seg != seg))
+            vg__arena_release_range(h, seg);
+        seg = next;
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Unmapping under pressure                                            */
+/* ------------------------------------------------------------------ */
+
+/* The pages a request's block will touch once live, which unmapping must
+ * spare (it would map them again at once). */
+typedef struct spared {
+    const vg_segment *seg;
+    size_t first, end;
+} spared;
+
+/* Unmap the mapped pages wholly inside free blocks of `seg`, but those
+ * spared, up to `target` bytes. With `dry`, only count them. */
+static size_t unmap_free_pages(vg_heap *h, vg_segment *seg, const spared *keep, size_t target,
+                               uint64_t *counter, bool dry)
+{
+    size_t done = 0;
+    for (vg_block *blk = seg->head; blk && done < target; blk = blk->next) {
+        if (blk->state != VG_BLOCK_FREE) continue;
+        size_t first, end;
+        whole_pages(h, seg, blk->addr, blk->size, &first, &end);
+        if (first >= end) continue;
+        size_t cut_first = end, cut_end = end; /* the spared pages inside */
+        if (keep && keep->seg == seg && keep->first < end && keep->end > first) {
+            cut_first = keep->first > first ? keep->first : first;
+            cut_end = keep->end < end ? keep->end : end;
+        }
+        if (dry) {
+            done += (cut_first - first - missing_pages(seg->range, first, cut_first)) << h->page_shift;
+            if (cut_end < end)
+                done += (end - cut_end - missing_pages(seg->range, cut_end, end)) << h->page_shift;
+            continue;
+        }
+        done += unmap_pages(h, seg, first, cut_first, target - done, counter);
+        if (cut_end < end && done < target)
+            done += unmap_pages(h, seg, cut_end, end, target - done, counter);
+        if (h->device_failed) break;
+    }
+    return done;
+}
+
+static size_t unmap_in_scope(vg_heap *h, const vg_stream_state *only, const spared *keep,
+                             size_t target, uint64_t *counter, bool dry)
+{
+    size_t done = 0;
+    for (vg_segment *seg = h->segments; seg && done < target && !h->device_failed; seg = seg->next)
+        if (!only || seg->stream == only)
+            done += unmap_free_pages(h, seg, keep, target - done, counter, dry);
+    return done;
+}
+
+/* Synchronize so that no work on the device uses the pages of blocks free
+ * now. False when that cannot be known: the synchronize failed or was
+ * skipped (a capture underway), or frees kept coming while it ran. */
+static bool synchronize_for_unmap(vg_heap *h)
+{
+    for (int tries = 0; tries < UNMAP_SYNC_TRIES; tries++) {
+        uint64_t epoch = h->free_epoch, begun = h->syncs_begun + 1;
+        h->stats.num_unmap_syncs++;
+        vg__synchronize(h);
+        if (h->device_failed || h->syncs_done < begun) return false;
+        if (h->free_epoch == epoch) return true;
+    }
+    return false;
+}
+
+/* ------------------------------------------------------------------ */
+/* Placing a request                                                   */
+/* ------------------------------------------------------------------ */
+
+/* Stopped: a device error since this allocation began. */
+static inline bool stopped(const vg_heap *h)
+{
+    return h->device_failed;
+}
+
+/* The live part of `blk` for `rounded` bytes, as take() will cut it. */
+static inline size_t live_size(const vg_heap *h, const vg_block *blk, int pool, size_t rounded)
+{
+    return blk->size - rounded >= h->split_min[pool] ? rounded : blk->size;
+}
+
+static vg_block *best_fit(vg_heap *h, vg_request *r)
+{
+    return vg__bins_best_fit(h->bins[r->pool], r->stream, r->pool, r->rounded);
+}
+
+static void spare_for(vg_heap *h, vg_request *r, spared *keep)
+{
+    vg_block *blk = best_fit(h, r);
+    keep->seg = blk ? blk->seg : NULL;
+    keep->first = keep->end = 0;
+    if (blk) touched_pages(h, blk->seg, blk->addr, live_size(h, blk, r->pool, r->rounded),
+                           &keep->first, &keep->end);
+}
+
+/* Unmap free pages of `only` (all streams: NULL), up to `target` bytes,
+ * then release the ranges left empty. Synchronizes first, once (or more,
+ * when frees come meanwhile), and only if there is something to unmap, or
+ * always with `must_sync` (the ladder's last step, which waits for
+ * deferred frees too). The request's fit is spared: it is looked for after
+ * the synchronize, which may have finished deferred frees. */
+static size_t unmap_for(vg_heap *h, vg_request *r, const vg_stream_state *only, size_t target,
+                        uint64_t *counter, bool must_sync)
+{
+    if (h->keep_segments) {
+        if (must_sync) vg__synchronize(h);
+        return 0;
+    }
+    spared keep = {0};
+    if (r) spare_for(h, r, &keep);
+    if (!must_sync && !unmap_in_scope(h, only, r ? &keep : NULL, 1, NULL, true)) return 0;
+    if (!synchronize_for_unmap(h)) return 0;
+    if (r) spare_for(h, r, &keep);
+    size_t done = unmap_in_scope(h, only, r ? &keep : NULL, target, counter, false);
+    release_empty_ranges(h, only, keep.seg ? keep.seg->head : NULL);
+    return done;
+}
+
+size_t vg__arena_trim(vg_heap *h, size_t target, uint64_t *counter)
+{
+    /* Not an allocation: an error an earlier one met does not stop this. */
+    h->device_failed = false;
+    return unmap_for(h, NULL, NULL, target, counter, false);
+}
+
+/* The gc threshold: before mapped memory grows past a fraction of the
+ * ceiling, unmap free pages. */
+static void collect_garbage(vg_heap *h, vg_request *r, size_t growth)
+{
+    if (h->gc_threshold <= 0.0) return;
+    size_t limit = (size_t)((double)vg__ceiling(h) * h->gc_threshold);
+    size_t reserved = vg__reserved(h);
+    if (reserved + growth <= limit) return;
+    unmap_for(h, r, NULL, reserved + growth - limit, &h->stats.num_gc_releases, false);
+}
+
+/* Best fit (or a new range), with its missing pages mapped. */
+static bool place(vg_heap *h, vg_request *r, bool gc)
+{
+    vg_block *blk = best_fit(h, r);
+    if (!blk) blk = new_range(h, r);
+    if (!blk) return false;
+    vg_segment *seg = blk->seg;
+    size_t first, end;
+    touched_pages(h, seg, blk->addr, live_size(h, blk, r->pool, r->rounded), &first, &end);
+    size_t missing = missing_pages(seg->range, first, end) << h->page_shift;
+    r->missing = missing;
+    /* take() splits the block where these pages end: a split that failed
+     * for want of a record would leave a live block over unmapped pages. */
+    if (!vg__block_record_ready(h)) return false;
+    if (!missing) {
+        r->block = blk;
+        return true;
+    }
+    /* Unmapping synchronizes with the lock released: look again after. */
+    uint64_t syncs = h->syncs_begun;
+    if (gc) collect_garbage(h, r, missing);
+    if (h->syncs_begun != syncs) return !stopped(h) && place(h, r, false);
+    r->budget_refused = !vg__within_budget(h, missing);
+    if (r->budget_refused) {
+        h->stats.num_budget_refusals++;
+        return false;
+    }
+    int rc = map_pages(h, seg, first, end);
+    if (rc == VG_OK) {
+        r->block = blk;
+        r->fresh = true;
+        return true;
+    }
+    if (rc == VG_ERR_NOMEM) h->stats.num_device_alloc_failed++;
+    else vg__device_error(h);
+    return false;
+}
+
+/* What the requesting stream must give back: under the budget, what the
+ * budget lacks; when the device refused, nobody knows: all of it. */
+static size_t stream_target(const vg_heap *h, const vg_request *r)
+{
+    if (!r->budget_refused || !h->budget) return SIZE_MAX;
+    size_t reserved = vg__reserved(h);
+    return reserved + r->missing > h->budget ? reserved + r->missing - h->budget : 0;
+}
+
+bool vg__arena_find_block(vg_heap *h, vg_request *r)
+{
+    if (place(h, r, true)) return true;
+    if (stopped(h)) return false;
+    size_t want = stream_target(h, r);
+    if (want && unmap_for(h, r, r->stream, want, &h->stats.num_stream_releases, false)) {
+        h->stats.num_alloc_retries++;
+        if (place(h, r, false)) return true;
+    }
+    if (stopped(h)) return false;
+    h->stats.num_sync_all_streams++;
+    unmap_for(h, r, NULL, SIZE_MAX, &h->stats.num_sync_releases, true);
+    if (stopped(h)) return false;
+    h->stats.num_alloc_retries++;
+    return place(h, r, false);
+}
+
+/* ------------------------------------------------------------------ */
+/* Reports                                                             */
+/* ------------------------------------------------------------------ */
+
+/* The longest stretch of a free block whose pages are all mapped. */
+static uint64_t mapped_stretch(const vg_heap *h, const vg_segment *seg, const vg_block *blk)
+{
+    size_t first, end;
+    touched_pages(h, seg, blk->addr, blk->size, &first, &end);
+    uint64_t best = 0;
+    size_t i = first;
+    while (i < end) {
+        if (!page_mapped(seg->range, i)) {
+            i++;
+            continue;
+        }
+        size_t run = i;
+        while (run < end && page_mapped(seg->range, run)) run++;
+        uintptr_t lo = seg->addr + (i << h->page_shift), hi = seg->addr + (run << h->page_shift);
+        if (lo < blk->addr) lo = blk->addr;
+        if (hi > blk->addr + blk->size) hi = blk->addr + blk->size;
+        if (hi - lo > best) best = hi - lo;
+        i = run;
+    }
+    return best;
+}
+
+void vg__arena_largest_free(const vg_heap *h, uint64_t *stretch, uint64_t *range)
+{
+    *stretch = *range = 0;
+    for (const vg_segment *seg = h->segments; seg; seg = seg->next) {
+        if (!seg->range) continue;
+        for (const vg_block *blk = seg->head; blk; blk = blk->next) {
+            if (blk->state != VG_BLOCK_FREE) continue;
+            if (blk->size > *range) *range = blk->size;
+            uint64_t m = mapped_stretch(h, seg, blk);
+            if (m > *stretch) *stretch = m;
+        }
+    }
+}
