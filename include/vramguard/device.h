@@ -67,7 +67,8 @@ typedef struct vg_device_ops {
      * device has no memory left for them (nothing is mapped then). */
     int (*map)(vg_device *dev, uintptr_t addr, size_t size);
     /* Return the memory behind mapped pages. The caller has made sure that
-     * no work on the device still uses them (a synchronize). */
+     * no work on the device still uses them (a synchronize). VG_ERR_BUSY,
+     * nothing unmapped, while a capture is underway on the device. */
     int (*unmap)(vg_device *dev, uintptr_t addr, size_t size);
 } vg_device_ops;
 
@@ -156,6 +157,9 @@ size_t vg_cuda_deferred_frees(int device);
 /* A provider for one device; NULL when the runtime is missing, the device
  * does not exist, or the runtime cannot say (`why`, n bytes, says which). */
 vg_device *vg_cuda_create(int device, char *why, size_t n);
+/* Why a CUDA provider has no virtual memory calls (page_size 0): the driver
+ * or the device lacks them, in words; NULL when it has them. */
+const char *vg_cuda_vmm_unsupported(const vg_device *dev);
 
 #ifdef __cplusplus
 }
