@@ -34,6 +34,7 @@ fakecuda:
 
 test-fakecuda: fakecuda
 	$(FAKECUDA)/test_fakecuda
+	$(FAKECUDA)/test_cuda_vmm
 
 # The same, the fake built with AddressSanitizer and UBSan, in its own directory.
 test-fakecuda-san:
@@ -50,7 +51,8 @@ FC_NVML = $(FAKECUDA)/libnvidia-ml.so.1
 FC_GEN = $(FAKECUDA)/gen
 FC_PY = python3
 
-fakecuda-libs: $(FC_RUNTIME) $(FC_DRIVER) $(FC_NVML) $(FAKECUDA)/test_fakecuda $(FAKECUDA)/LD_PRELOAD
+fakecuda-libs: $(FC_RUNTIME) $(FC_DRIVER) $(FC_NVML) $(FAKECUDA)/test_fakecuda $(FAKECUDA)/test_cuda_vmm \
+		$(FAKECUDA)/LD_PRELOAD
 
 $(FAKECUDA)/obj/%.o: $(FC_SRC)/%.c $(FC_HDRS) $(FAKECUDA_CONF)
 	@mkdir -p $(@D)
@@ -96,6 +98,13 @@ $(FC_NVML): $(FAKECUDA)/obj/nvml.o $(FC_SRC)/libnvidia-ml.map $(FC_DRIVER)
 $(FAKECUDA)/test_fakecuda: $(FC_SRC)/test_fakecuda.c $(FC_HDRS) $(FC_RUNTIME) $(FC_DRIVER)
 	$(CC) $(FC_CFLAGS) $(FC_INC) -o $@ $< -Wl,-rpath,'$$ORIGIN' -L$(FAKECUDA) \
 		-l:libcudart.so.$(CUDA_MAJOR) -l:libcuda.so.1 -lpthread
+
+# The CUDA provider's virtual memory calls over this fake (tests/c/test_cuda_vmm.c),
+# with the library objects of the C tests' plain build.
+$(FAKECUDA)/test_cuda_vmm: tests/c/test_cuda_vmm.c $(LIB_SRC:csrc/%.c=$(BUILD)/obj/%.o) $(HDRS) \
+		$(FC_RUNTIME) $(FC_DRIVER)
+	$(CC) $(CFLAGS) $(DEBUG) $(CWARN) $(INC) -I$(FC_SRC) -o $@ $< $(filter %.o,$^) \
+		-Wl,-rpath,'$$ORIGIN' -L$(FAKECUDA) -l:libcudart.so.$(CUDA_MAJOR) -l:libcuda.so.1 $(LIBS)
 
 # What LD_PRELOAD needs, for scripts: the three libraries, absolute paths.
 $(FAKECUDA)/LD_PRELOAD: $(FAKECUDA_CONF) $(FC_SRC)/fakecuda.mk
