@@ -282,16 +282,28 @@ int vg__cuda_range_release(vg_device *dev, uintptr_t addr, size_t size)
 /* Pages                                                               */
 /* ------------------------------------------------------------------ */
 
-/* Unmaps `pages` pages from addr on; the first failure is the answer, the
- * pages after it are still tried (each is its own allocation). */
-static int unmap_pages(vg_device *dev, uintptr_t addr, size_t pages)
+/* Unmaps `pages` pages from addr on, each its own allocation; stops at
+ * the first failure, whose index is *failed_at (pages when none). */
+static int unmap_pages(vg_device *dev, uintptr_t addr, size_t pages, size_t *failed_at)
 {
-    int rc = VG_OK;
     for (size_t i = 0; i < pages; i++) {
         cu_result err = drv.MemUnmap((cu_deviceptr)(addr + i * dev->page_size), dev->page_size);
-        if (err != CUDA_SUCCESS && rc == VG_OK) rc = failed(dev, "cuMemUnmap", err);
+        if (err != CUDA_SUCCESS) {
+            *failed_at = i;
+            return failed(dev, "cuMemUnmap", err);
+        }
     }
-    return rc;
+    *failed_at = pages;
+    return VG_OK;
+}
+
+/* Undo of a map that failed part way: the pages it mapped go back. */
+static void unmap_quietly(vg_device *dev, uintptr_t addr, size_t pages)
+{
+    vg_device_error first = dev->error;
+    size_t at;
+    (void)unmap_pages(dev, addr, pages, &at);
+    dev->error = first;
 }
 
 /* One page's memory, mapped at `at`; its handle released at once (the
@@ -320,18 +332,14 @@ static int map_run(vg_device *dev, uintptr_t addr, size_t size)
     for (size_t i = 0; i < pages; i++) {
         int rc = map_page(dev, addr + i * dev->page_size, &prop);
         if (rc == VG_OK) continue;
-        vg_device_error first = dev->error;
-        (void)unmap_pages(dev, addr, i);
-        dev->error = first;
+        unmap_quietly(dev, addr, i);
         return rc;
     }
     cu_access_desc access = {{CU_LOCATION_TYPE_DEVICE, dev->index}, CU_ACCESS_READWRITE};
     cu_result err = drv.MemSetAccess((cu_deviceptr)addr, size, &access, 1);
     if (err == CUDA_SUCCESS) return VG_OK;
     int rc = failed(dev, "cuMemSetAccess", err);
-    vg_device_error first = dev->error;
-    (void)unmap_pages(dev, addr, pages);
-    dev->error = first;
+    unmap_quietly(dev, addr, pages);
     return rc;
 }
 
@@ -349,6 +357,23 @@ int vg__cuda_map(vg_device *dev, uintptr_t addr, size_t size)
     return rc;
 }
 
+/* All the pages or none, as map: when the driver refuses one, the pages
+ * before it are mapped again (fresh memory: the caller unmaps only free
+ * pages, whose contents do not matter), so that the heap's books, which
+ * keep them mapped, stay true. */
+static int unmap_run(vg_device *dev, uintptr_t addr, size_t size)
+{
+    size_t done;
+    int rc = unmap_pages(dev, addr, size / dev->page_size, &done);
+    if (rc == VG_OK || done == 0) return rc;
+    /* Should this fail too, the device is failing as a whole, and its next
+     * calls say so. */
+    vg_device_error first = dev->error;
+    (void)map_run(dev, addr, done * dev->page_size);
+    dev->error = first;
+    return rc;
+}
+
 int vg__cuda_unmap(vg_device *dev, uintptr_t addr, size_t size)
 {
     if (vg_capture_active(dev->index)) return VG_ERR_BUSY; /* the pages stay mapped */
@@ -356,7 +381,7 @@ int vg__cuda_unmap(vg_device *dev, uintptr_t addr, size_t size)
     int rc = vg__cuda_enter(dev, dev->index, &g);
     if (rc != VG_OK) return rc;
     vg__cuda_free_deferred(dev);
-    rc = unmap_pages(dev, addr, size / dev->page_size);
+    rc = unmap_run(dev, addr, size);
     vg__cuda_leave(g);
     return rc;
 }

@@ -67,8 +67,9 @@ typedef struct vg_device_ops {
      * device has no memory left for them (nothing is mapped then). */
     int (*map)(vg_device *dev, uintptr_t addr, size_t size);
     /* Return the memory behind mapped pages. The caller has made sure that
-     * no work on the device still uses them (a synchronize). VG_ERR_BUSY,
-     * nothing unmapped, while a capture is underway on the device. */
+     * no work on the device still uses them (a synchronize). On any
+     * failure nothing is unmapped: VG_ERR_BUSY while a capture is underway
+     * on the device, VG_ERR_DEVICE when the device refuses. */
     int (*unmap)(vg_device *dev, uintptr_t addr, size_t size);
 } vg_device_ops;
 

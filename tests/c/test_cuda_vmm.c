@@ -204,12 +204,20 @@ static void test_other_errors_are_named(void)
         CHECK_EQ(vg_fakecuda_live_allocations(0), 0);
         vg_fakecuda_reset();
     }
-    /* An unmap the driver refuses: named too. */
-    CHECK_EQ(dev->ops->map(dev, base, 2 * MiB), VG_OK);
-    CHECK_EQ(vg_fakecuda_fail_call("cuMemUnmap", 1, 700), 0);
-    CHECK_EQ(dev->ops->unmap(dev, base, 2 * MiB), VG_ERR_DEVICE);
+    /* An unmap the driver refuses at the third page: named too, and the
+     * two pages before it are mapped again, so that nothing is unmapped. */
+    CHECK_EQ(dev->ops->map(dev, base, 8 * MiB), VG_OK);
+    CHECK_EQ(vg_fakecuda_fail_call("cuMemUnmap", 3, 700), 0);
+    CHECK_EQ(dev->ops->unmap(dev, base, 8 * MiB), VG_ERR_DEVICE);
     CHECK(strcmp(dev->error.call, "cuMemUnmap") == 0);
-    CHECK_EQ(dev->ops->unmap(dev, base, 2 * MiB), VG_OK);
+    CHECK(strcmp(dev->error.name, "CUDA_ERROR_ILLEGAL_ADDRESS") == 0);
+    CHECK_EQ(vg_fakecuda_bytes_in_use(0), 8 * MiB);
+    static unsigned char byte = 0x5a, back = 0;
+    CHECK_EQ(cudaMemcpy((void *)base, &byte, 1, COPY_DEFAULT), 0); /* mapped and accessible */
+    CHECK_EQ(cudaMemcpy(&back, (void *)base, 1, COPY_DEFAULT), 0);
+    CHECK_EQ(back, 0x5a);
+    CHECK_EQ(dev->ops->unmap(dev, base, 8 * MiB), VG_OK);
+    CHECK_EQ(vg_fakecuda_bytes_in_use(0), 0);
     CHECK_EQ(dev->ops->range_release(dev, base, 64 * MiB), VG_OK);
     dev->ops->destroy(dev);
 }
