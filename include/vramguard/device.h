@@ -90,6 +90,9 @@ struct vg_device {
  * device: no event query or synchronize (an event answers "not finished"),
  * no release (it is deferred until no capture is underway), and a reserve
  * runs in the relaxed capture mode, as PyTorch's own allocator does. The
+ * virtual memory calls alike: range_reserve and map run in the relaxed
+ * mode, range_release is deferred, and unmap (which needs a synchronize
+ * first) answers VG_ERR_BUSY with nothing unmapped. The
  * count is kept by the registry (device/pools.c); tests may set it. */
 void vg_capture_enter(int device);
 void vg_capture_leave(int device);
