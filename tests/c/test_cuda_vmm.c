@@ -5,12 +5,13 @@
  * Built and run by `make test-fakecuda` (it needs the fake, which needs the
  * CUDA headers of PyTorch's runtime wheel).
  *
- * Two devices of 64 MiB each; exact bytes in use on the fake after each
+ * Three devices of 64 MiB each; exact bytes in use on the fake after each
  * step. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include "vramguard/device.h"
+#include "vramguard/devices.h"
 #include "harness.h"
 #include "fakecuda.h"
 
@@ -42,6 +43,7 @@ static void fresh(void)
     vg_fakecuda_set_vmm(1);
     vg_fakecuda_set_capacity(0, (long long)CAPACITY);
     vg_fakecuda_set_capacity(1, (long long)CAPACITY);
+    vg_fakecuda_set_capacity(2, (long long)CAPACITY);
 }
 
 static long calls(const char *api)
@@ -274,10 +276,63 @@ static void test_capture_rules(void)
     dev->ops->destroy(dev);
 }
 
+/* The arena's heap policy, where this build has it (as the registry
+ * finds it). */
+extern const vg_policy vg_policy_arena __attribute__((weak));
+
+/* The registry: the arena where the device can, segments where it cannot
+ * or where turned off, each said in words. Devices 0, 1 and 2 get their
+ * heaps here, once per process. */
+static void test_registry_chooses_arena_or_segments(void)
+{
+    fresh();
+    CHECK_EQ(vg_devices_use_arena(2), VG_ERR_ARG);
+    CHECK_EQ(vg_devices_use_arena(-2), VG_ERR_ARG);
+    CHECK_EQ(vg_devices_arena_mode(), VG_DEVICES_ARENA_DEFAULT);
+    CHECK(vg_devices_backing(0) == NULL); /* no heap yet */
+
+    CHECK_EQ(vg_devices_use_arena(1), VG_OK);
+    vg_heap *h0 = vg_devices_heap(0);
+    CHECK(h0);
+    const int have_arena = &vg_policy_arena != NULL;
+    CHECK(strcmp(vg_devices_backing(0), have_arena ? "arena (virtual memory, 2 MiB pages)"
+                 : "segments (virtual memory not supported: the arena is not in this build)") == 0);
+
+    vg_fakecuda_set_vmm(0);
+    CHECK(vg_devices_heap(1));
+    CHECK(strcmp(vg_devices_backing(1), have_arena
+                 ? "segments (virtual memory not supported: device 1 does not support virtual "
+                   "memory management)"
+                 : "segments (virtual memory not supported: the arena is not in this build)") == 0);
+    vg_fakecuda_set_vmm(1);
+
+    CHECK_EQ(vg_devices_use_arena(0), VG_OK);
+    CHECK(vg_devices_heap(2));
+    CHECK(strcmp(vg_devices_backing(2), "segments (the arena is turned off)") == 0);
+    CHECK_EQ(vg_devices_use_arena(-1), VG_OK);
+    CHECK_EQ(vg_devices_arena_mode(), VG_DEVICES_ARENA_DEFAULT);
+
+    /* The heap of device 0 on the fake: what it reserves is what the
+     * driver handed out, to the byte. */
+    vg_oom_info oom;
+    void *p = NULL;
+    CHECK_EQ(vg_devices_alloc(3 * MiB, 0, 0, &p, &oom), VG_OK);
+    vg_stats st;
+    vg_heap_stats(h0, &st);
+    CHECK_EQ(st.reserved_bytes[0].current, (uint64_t)vg_fakecuda_bytes_in_use(0));
+    if (have_arena) {
+        CHECK_EQ(vg_fakecuda_malloc_calls(), 0);
+        CHECK_EQ(st.reserved_bytes[0].current % (2 * MiB), 0);
+    }
+    vg_devices_free(p, 0);
+    vg_devices_empty_cache_all();
+    CHECK_EQ(vg_fakecuda_bytes_in_use(0), 0);
+}
+
 int main(int argc, char **argv)
 {
     /* Before the first CUDA call, which reads them. */
-    setenv("VG_FAKECUDA_DEVICES", "2", 1);
+    setenv("VG_FAKECUDA_DEVICES", "3", 1);
     setenv("VG_FAKECUDA_MEM", "64MiB", 1);
     static const harness_test tests[] = {
         {"supported_device_has_2mib_pages", test_supported_device_has_2mib_pages},
@@ -288,6 +343,7 @@ int main(int argc, char **argv)
         {"other_errors_are_named", test_other_errors_are_named},
         {"calls_run_on_the_provider_device", test_calls_run_on_the_provider_device},
         {"capture_rules", test_capture_rules},
+        {"registry_chooses_arena_or_segments", test_registry_chooses_arena_or_segments},
     };
     return harness_run(tests, sizeof tests / sizeof tests[0], argc > 1 ? argv[1] : NULL);
 }
