@@ -113,11 +113,12 @@ static const vg_policy *vg__arena_policy(void)
 /* Why a device cannot have the arena, or NULL when it can. */
 static const char *no_arena_reason(const vg_device *dev, const vg_policy *arena)
 {
-    if (!arena) return "the arena is not in this build";
-    if (dev->page_size) return NULL;
-    if (settings.simulated) return "the simulated device has no pages";
-    const char *why = vg_cuda_vmm_unsupported(dev);
-    return why && *why ? why : "the device has no pages";
+    if (!dev->page_size) {
+        if (settings.simulated) return "the simulated device has no pages";
+        const char *why = vg_cuda_vmm_unsupported(dev);
+        return why && *why ? why : "the device has no pages";
+    }
+    return arena ? NULL : "the arena is not in this build";
 }
 
 /* The policy a new heap of `dev` gets, and the words for it in backing[]. */
