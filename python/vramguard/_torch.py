@@ -278,6 +278,7 @@ def stats(device=None):
     """The device heap's counters as a flat dict, with the key names of
     torch.cuda.memory_stats() where the quantity is the same, and
     "allocator": what the heap runs on, the arena or segments (and why)."""
+    _require_installed()  # before the device's index, which asks torch
     index = _device_index(device)
     out = _device_heap(index).stats()
     out["allocator"] = _core.device_backing(index)
