@@ -38,7 +38,7 @@ test-fakecuda: fakecuda
 
 # The same, the fake built with AddressSanitizer and UBSan, in its own directory.
 test-fakecuda-san:
-	$(MAKE) --no-print-directory test-fakecuda FAKECUDA=build/fakecuda-san \
+	$(MAKE) --no-print-directory test-fakecuda FAKECUDA=build/fakecuda-san FC_VG_BUILD=san \
 		CC="$(CC) -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all"
 
 ifdef FAKECUDA_CONF
@@ -100,10 +100,12 @@ $(FAKECUDA)/test_fakecuda: $(FC_SRC)/test_fakecuda.c $(FC_HDRS) $(FC_RUNTIME) $(
 		-l:libcudart.so.$(CUDA_MAJOR) -l:libcuda.so.1 -lpthread
 
 # The CUDA provider's virtual memory calls over this fake (tests/c/test_cuda_vmm.c),
-# with the library objects of the C tests' plain build.
-$(FAKECUDA)/test_cuda_vmm: tests/c/test_cuda_vmm.c $(LIB_SRC:csrc/%.c=$(BUILD)/obj/%.o) $(HDRS) \
+# with the library objects of one of the C tests' builds (the sanitized one
+# for test-fakecuda-san).
+FC_VG_BUILD ?= obj
+$(FAKECUDA)/test_cuda_vmm: tests/c/test_cuda_vmm.c $(LIB_SRC:csrc/%.c=$(BUILD)/$(FC_VG_BUILD)/%.o) $(HDRS) \
 		$(FC_RUNTIME) $(FC_DRIVER)
-	$(CC) $(CFLAGS) $(DEBUG) $(CWARN) $(INC) -I$(FC_SRC) -o $@ $< $(filter %.o,$^) \
+	$(CC) $(FLAGS_$(FC_VG_BUILD)) $(DEBUG) $(CWARN) $(INC) -I$(FC_SRC) -o $@ $< $(filter %.o,$^) \
 		-Wl,-rpath,'$$ORIGIN' -L$(FAKECUDA) -l:libcudart.so.$(CUDA_MAJOR) -l:libcuda.so.1 $(LIBS)
 
 # What LD_PRELOAD needs, for scripts: the three libraries, absolute paths.
