@@ -4,7 +4,8 @@
 #   make fakecuda        build/fakecuda/libcudart.so.N, libcuda.so.1 and
 #                        libnvidia-ml.so.1, for the CUDA major of the
 #                        PyTorch that TORCH_PYTHON has
-#   make test-fakecuda   the fake's own C test (test-fakecuda-san: sanitized)
+#   make test-fakecuda   the fake's own C test, then the CUDA provider's virtual
+#                        memory calls over it (test-fakecuda-san: sanitized)
 #   make check-torch     the real PyTorch (tests/torch-requirements.txt) in
 #                        .venv-torch, on the fake, runs the tests marked torch
 #
