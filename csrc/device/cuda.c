@@ -28,7 +28,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* dl_iterate_phdr, RTLD_NOLOAD */
 #endif
-#include "vramguard/device.h"
+#include "cuda_internal.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -42,9 +42,7 @@
 /* The runtime, resolved at load time                                  */
 /* ------------------------------------------------------------------ */
 
-typedef int cuda_error;
 typedef void *cuda_event;
-#define CUDA_SUCCESS 0
 #define CUDA_ERROR_MEMORY_ALLOCATION 2
 #define CUDA_ERROR_NOT_READY 600
 #define CUDA_EVENT_DISABLE_TIMING 2u
@@ -69,6 +67,8 @@ static struct cudart {
     cuda_error (*ThreadExchangeStreamCaptureMode)(int *); /* CUDA 10.1 */
     cuda_error (*StreamGetDevice)(void *, int *);          /* CUDA 12.8 */
 } rt;
+/* What cuda_vmm.c needs of the runtime. */
+static cuda_runtime_calls rt_vmm;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static char load_error[640];
@@ -207,6 +207,14 @@ static void load_runtime(void)
     RESOLVE(GetErrorString, "cudaGetErrorString");
     *(void **)(&rt.ThreadExchangeStreamCaptureMode) = dlsym(h, "cudaThreadExchangeStreamCaptureMode");
     *(void **)(&rt.StreamGetDevice) = dlsym(h, "cudaStreamGetDevice");
+    rt_vmm.GetLastError = rt.GetLastError;
+    *(void **)(&rt_vmm.GetDriverEntryPoint) = dlsym(h, "cudaGetDriverEntryPoint");
+    *(void **)(&rt_vmm.GetDriverEntryPointByVersion) = dlsym(h, "cudaGetDriverEntryPointByVersion");
+}
+
+const cuda_runtime_calls *vg__cuda_runtime(void)
+{
+    return vg_cuda_load() ? NULL : &rt_vmm;
 }
 
 const char *vg_cuda_load(void)
@@ -294,14 +302,11 @@ typedef struct vg_cuda {
      * is done, recorded or not. */
     atomic_uint_least64_t syncs_begun[VG_MAX_DEVICES];
     atomic_uint_least64_t syncs_done[VG_MAX_DEVICES];
+    char vmm_unsupported[200]; /* why page_size is 0; "" when it is not */
 } vg_cuda;
 
 /* Run on a given device, then put the caller's device back: cudaMalloc
  * and friends act on the current device, which may be another. */
-typedef struct device_guard {
-    int previous;
-    int switched;
-} device_guard;
 
 static int enter(vg_device *dev, int device, device_guard *g)
 {
@@ -326,6 +331,16 @@ static void leave(device_guard g)
     if (g.switched && rt.SetDevice(g.previous) != CUDA_SUCCESS) (void)rt.GetLastError();
 }
 
+int vg__cuda_enter(vg_device *dev, int device, device_guard *g)
+{
+    return enter(dev, device, g);
+}
+
+void vg__cuda_leave(device_guard g)
+{
+    leave(g);
+}
+
 /* ------------------------------------------------------------------ */
 /* Releases deferred during a capture                                  */
 /* ------------------------------------------------------------------ */
@@ -335,6 +350,7 @@ static void leave(device_guard g)
  * a pool's heap may be destroyed during another pool's capture. */
 typedef struct deferred_free {
     uintptr_t addr;
+    size_t range_size; /* 0: a cudaMalloc'd segment; else address space */
     struct deferred_free *next;
 } deferred_free;
 
@@ -346,11 +362,12 @@ static struct deferred_frees {
 
 /* 0 when the range is kept for later; -1 when there is no memory to note
  * it in (the caller frees it now, capture or not). */
-static int defer_free(int device, uintptr_t addr)
+int vg__cuda_defer_free(int device, uintptr_t addr, size_t range_size)
 {
     deferred_free *d = malloc(sizeof *d);
     if (!d) return -1;
     d->addr = addr;
+    d->range_size = range_size;
     pthread_mutex_lock(&deferred.lock);
     d->next = deferred.head[device];
     deferred.head[device] = d;
@@ -372,14 +389,15 @@ static deferred_free *take_deferred(int device)
 /* The device's current device is `dev->index` (the caller entered it).
  * A range the runtime refuses now is lost either way: the heap's books
  * let go of it when it was released. */
-static void free_deferred(vg_device *dev)
+void vg__cuda_free_deferred(vg_device *dev)
 {
     if (!atomic_load_explicit(&deferred.count[dev->index], memory_order_relaxed)) return;
     if (vg_capture_active(dev->index)) return;
     deferred_free *d = take_deferred(dev->index);
     while (d) {
         deferred_free *next = d->next;
-        if (rt.Free((void *)d->addr) != CUDA_SUCCESS) (void)rt.GetLastError();
+        if (d->range_size) vg__cuda_address_free_now(d->addr, d->range_size);
+        else if (rt.Free((void *)d->addr) != CUDA_SUCCESS) (void)rt.GetLastError();
         free(d);
         d = next;
     }
@@ -397,13 +415,24 @@ size_t vg_cuda_deferred_frees(int device)
 
 /* A cudaMalloc during a capture is legal in the relaxed mode only; the
  * mode is the calling thread's, so it is put back at once. */
+int vg__cuda_capture_relax(int device, int *mode)
+{
+    *mode = CUDA_CAPTURE_MODE_RELAXED;
+    return vg_capture_active(device) && rt.ThreadExchangeStreamCaptureMode &&
+           rt.ThreadExchangeStreamCaptureMode(mode) == CUDA_SUCCESS;
+}
+
+void vg__cuda_capture_restore(int relaxed, int *mode)
+{
+    if (relaxed && rt.ThreadExchangeStreamCaptureMode(mode) != CUDA_SUCCESS) (void)rt.GetLastError();
+}
+
 static cuda_error malloc_capture_safe(int device, void **p, size_t size)
 {
-    int mode = CUDA_CAPTURE_MODE_RELAXED;
-    int relaxed = vg_capture_active(device) && rt.ThreadExchangeStreamCaptureMode &&
-                  rt.ThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS;
+    int mode;
+    int relaxed = vg__cuda_capture_relax(device, &mode);
     cuda_error err = rt.Malloc(p, size);
-    if (relaxed && rt.ThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS) (void)rt.GetLastError();
+    vg__cuda_capture_restore(relaxed, &mode);
     return err;
 }
 
@@ -412,7 +441,7 @@ static int cuda_reserve(vg_device *dev, size_t size, uintptr_t *addr)
     device_guard g;
     int rc = enter(dev, dev->index, &g);
     if (rc != VG_OK) return rc;
-    free_deferred(dev);
+    vg__cuda_free_deferred(dev);
     void *p = NULL;
     cuda_error err = malloc_capture_safe(dev->index, &p, size);
     leave(g);
@@ -428,11 +457,11 @@ static int cuda_reserve(vg_device *dev, size_t size, uintptr_t *addr)
 static int cuda_release(vg_device *dev, uintptr_t addr, size_t size)
 {
     (void)size;
-    if (vg_capture_active(dev->index) && defer_free(dev->index, addr) == 0) return VG_OK;
+    if (vg_capture_active(dev->index) && vg__cuda_defer_free(dev->index, addr, 0) == 0) return VG_OK;
     device_guard g;
     int rc = enter(dev, dev->index, &g);
     if (rc != VG_OK) return rc;
-    free_deferred(dev);
+    vg__cuda_free_deferred(dev);
     cuda_error err = rt.Free((void *)addr);
     leave(g);
     return err == CUDA_SUCCESS ? VG_OK : failed(dev, "cudaFree", err);
@@ -443,7 +472,7 @@ static int cuda_mem_info(vg_device *dev, size_t *free_bytes, size_t *total_bytes
     device_guard g;
     int rc = enter(dev, dev->index, &g);
     if (rc != VG_OK) return rc;
-    free_deferred(dev);
+    vg__cuda_free_deferred(dev);
     cuda_error err = rt.MemGetInfo(free_bytes, total_bytes);
     leave(g);
     return err == CUDA_SUCCESS ? VG_OK : failed(dev, "cudaMemGetInfo", err);
@@ -604,15 +633,24 @@ static void cuda_destroy(vg_device *dev)
     free(c);
 }
 
-static const vg_device_ops cuda_ops = {
-    .reserve = cuda_reserve,
-    .release = cuda_release,
-    .mem_info = cuda_mem_info,
-    .synchronize = cuda_synchronize,
-    .event_record = cuda_event_record,
-    .event_query = cuda_event_query,
-    .event_release = cuda_event_release,
-    .destroy = cuda_destroy,
+#define CUDA_OPS                              \
+    .reserve = cuda_reserve,                  \
+    .release = cuda_release,                  \
+    .mem_info = cuda_mem_info,                \
+    .synchronize = cuda_synchronize,          \
+    .event_record = cuda_event_record,        \
+    .event_query = cuda_event_query,          \
+    .event_release = cuda_event_release,      \
+    .destroy = cuda_destroy
+
+static const vg_device_ops cuda_ops = {CUDA_OPS};
+/* Where the device and the driver support virtual memory (cuda_vmm.c). */
+static const vg_device_ops cuda_vmm_ops = {
+    CUDA_OPS,
+    .range_reserve = vg__cuda_range_reserve,
+    .range_release = vg__cuda_range_release,
+    .map = vg__cuda_map,
+    .unmap = vg__cuda_unmap,
 };
 
 /* Whether `device` exists, in the runtime's words when it cannot say. */
@@ -646,7 +684,14 @@ vg_device *vg_cuda_create(int device, char *why, size_t n)
         snprintf(why, n, "out of host memory");
         return NULL;
     }
-    c->base.ops = &cuda_ops;
     c->base.index = device;
+    vg__cuda_vmm_probe(&c->base, c->vmm_unsupported, sizeof c->vmm_unsupported);
+    c->base.ops = c->base.page_size ? &cuda_vmm_ops : &cuda_ops;
     return &c->base;
+}
+
+const char *vg_cuda_vmm_unsupported(const vg_device *dev)
+{
+    const vg_cuda *c = (const vg_cuda *)dev;
+    return dev->page_size ? NULL : c->vmm_unsupported;
 }

@@ -18,13 +18,17 @@
 
 static _Atomic(vg_heap *) heaps[VG_MAX_DEVICES];
 static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER;
+/* What each heap runs on (vg_devices_backing): written before the heap is
+ * published, read after it is seen, never changed. */
+static char backing[VG_MAX_DEVICES][256];
 
 static struct settings {
     size_t budget;          /* bytes, 0 = none */
     double budget_fraction; /* of the device's total, 0 = none */
     double gc_threshold;
     size_t simulated;       /* capacity of simulated devices, 0 = real ones */
-} settings;
+    int arena;              /* 1: the arena where the device can; 0: segments */
+} settings = {.arena = VG_DEVICES_ARENA_DEFAULT};
 /* settings.simulated != 0, for the record_stream hook's every call
  * (vg_devices_stream_device): read without the registry's mutex. */
 static atomic_int simulating;
@@ -97,6 +101,35 @@ vg_device *vg__devices_provider(int device, uintptr_t sim_base)
     return dev;
 }
 
+/* Why a device cannot have the arena, or NULL when it can. */
+static const char *no_arena_reason(const vg_device *dev)
+{
+    if (dev->page_size) return NULL;
+    if (settings.simulated) return "the simulated device has no pages";
+    const char *why = vg_cuda_vmm_unsupported(dev);
+    return why && *why ? why : "the device has no pages";
+}
+
+/* The policy a new heap of `dev` gets, and the words for it in backing[]. */
+static const vg_policy *choose_policy(const vg_device *dev, char *words, size_t n)
+{
+    if (!settings.arena) {
+        snprintf(words, n, "segments (the arena is turned off)");
+        return NULL;
+    }
+    const char *why = no_arena_reason(dev);
+    if (why) {
+        snprintf(words, n, "segments (virtual memory not supported: %s)", why);
+        return NULL;
+    }
+    size_t page = dev->page_size;
+    if (page % ((size_t)1 << 20) == 0)
+        snprintf(words, n, "arena (virtual memory, %zu MiB pages)", page >> 20);
+    else
+        snprintf(words, n, "arena (virtual memory, %zu KiB pages)", page >> 10);
+    return &vg_policy_arena;
+}
+
 static vg_heap *create_locked(int device)
 {
     /* simulated: 4 TiB of addresses per device, as real ones never overlap */
@@ -104,7 +137,8 @@ static vg_heap *create_locked(int device)
     if (!dev) return NULL;
     /* The budget after: the heap asks the device its total as it is
      * created, once. */
-    vg_heap_config cfg = {NULL, 0, settings.gc_threshold};
+    vg_heap_config cfg = {choose_policy(dev, backing[device], sizeof backing[device]), 0,
+                          settings.gc_threshold};
     vg_heap *h = vg_heap_create(dev, &cfg);
     if (!h) {
         dev->ops->destroy(dev);
@@ -174,6 +208,28 @@ int vg_devices_set_budget(int device, size_t budget, double budget_fraction)
     vg_heap *h = vg_devices_heap(device);
     if (!h) return VG_ERR_DEVICE;
     return apply_budget(h, budget, budget_fraction);
+}
+
+int vg_devices_use_arena(int mode)
+{
+    if (mode < -1 || mode > 1) return VG_ERR_ARG;
+    pthread_mutex_lock(&registry);
+    settings.arena = mode < 0 ? VG_DEVICES_ARENA_DEFAULT : mode;
+    pthread_mutex_unlock(&registry);
+    return VG_OK;
+}
+
+int vg_devices_arena_mode(void)
+{
+    pthread_mutex_lock(&registry);
+    int mode = settings.arena;
+    pthread_mutex_unlock(&registry);
+    return mode;
+}
+
+const char *vg_devices_backing(int device)
+{
+    return vg_devices_existing(device) ? backing[device] : NULL;
 }
 
 int vg_devices_simulate(size_t capacity)

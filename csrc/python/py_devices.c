@@ -159,7 +159,46 @@ static PyObject *dev_runtime(PyObject *module, PyObject *unused)
                          "simulated", vg_devices_simulated() ? Py_True : Py_False);
 }
 
+static PyObject *dev_arena_default(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyBool_FromLong(VG_DEVICES_ARENA_DEFAULT);
+}
+
+/* None (the default), True or False: exactly those, so that a typo such
+ * as the string "0" is refused rather than read as true. */
+static PyObject *dev_use_arena(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    int mode = arg == Py_None ? -1 : arg == Py_True ? 1 : arg == Py_False ? 0 : -2;
+    if (mode == -2) {
+        PyErr_Format(PyExc_TypeError, "arena must be None, True or False, not %R", arg);
+        return NULL;
+    }
+    vg_devices_use_arena(mode);
+    Py_RETURN_NONE;
+}
+
+static PyObject *dev_backing(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    long device = PyLong_AsLong(arg);
+    if (device == -1 && PyErr_Occurred()) return NULL;
+    const char *words = device >= 0 && device < VG_MAX_DEVICES ? vg_devices_backing((int)device) : NULL;
+    if (!words) Py_RETURN_NONE;
+    return PyUnicode_FromString(words);
+}
+
 PyMethodDef vgpy_device_methods[] = {
+    {"use_arena", (PyCFunction)dev_use_arena, METH_O,
+     "use_arena(mode)\n\nDevice heaps created from now on: True the arena where the device "
+     "supports virtual memory, False segments, None the default."},
+    {"arena_default", (PyCFunction)(void (*)(void))dev_arena_default, METH_NOARGS,
+     "arena_default() -> bool\n\nWhat use_arena(None) chooses."},
+    {"device_backing", (PyCFunction)dev_backing, METH_O,
+     "device_backing(device) -> str or None\n\nWhat the device's heap runs on, in words: "
+     "arena or segments, and why."},
     {"device_heap", (PyCFunction)dev_device_heap, METH_O,
      "device_heap(device) -> Heap\n\nThe heap PyTorch allocates from on `device`, created on "
      "first use."},

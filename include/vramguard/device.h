@@ -67,7 +67,9 @@ typedef struct vg_device_ops {
      * device has no memory left for them (nothing is mapped then). */
     int (*map)(vg_device *dev, uintptr_t addr, size_t size);
     /* Return the memory behind mapped pages. The caller has made sure that
-     * no work on the device still uses them (a synchronize). */
+     * no work on the device still uses them (a synchronize). On any
+     * failure nothing is unmapped: VG_ERR_BUSY while a capture is underway
+     * on the device, VG_ERR_DEVICE when the device refuses. */
     int (*unmap)(vg_device *dev, uintptr_t addr, size_t size);
 } vg_device_ops;
 
@@ -88,6 +90,9 @@ struct vg_device {
  * device: no event query or synchronize (an event answers "not finished"),
  * no release (it is deferred until no capture is underway), and a reserve
  * runs in the relaxed capture mode, as PyTorch's own allocator does. The
+ * virtual memory calls alike: range_reserve and map run in the relaxed
+ * mode, range_release is deferred, and unmap (which needs a synchronize
+ * first) answers VG_ERR_BUSY with nothing unmapped. The
  * count is kept by the registry (device/pools.c); tests may set it. */
 void vg_capture_enter(int device);
 void vg_capture_leave(int device);
@@ -172,6 +177,9 @@ size_t vg_cuda_deferred_frees(int device);
 /* A provider for one device; NULL when the runtime is missing, the device
  * does not exist, or the runtime cannot say (`why`, n bytes, says which). */
 vg_device *vg_cuda_create(int device, char *why, size_t n);
+/* Why a CUDA provider has no virtual memory calls (page_size 0): the driver
+ * or the device lacks them, in words; NULL when it has them. */
+const char *vg_cuda_vmm_unsupported(const vg_device *dev);
 
 #ifdef __cplusplus
 }

@@ -26,6 +26,21 @@ const char *vg_devices_error(void);
  * the same way. */
 int vg_devices_configure(size_t budget, double budget_fraction, double gc_threshold);
 int vg_devices_set_budget(int device, size_t budget, double budget_fraction);
+/* Arena or segments, for the device heaps created from now on (a heap
+ * keeps what it was created with): 1 the arena (one virtual range per
+ * device, pages mapped on demand) where the device supports virtual
+ * memory, segments where it does not; 0 segments; -1 the default,
+ * VG_DEVICES_ARENA_DEFAULT. VG_ERR_ARG for anything else. */
+#define VG_DEVICES_ARENA_DEFAULT 1
+int vg_devices_use_arena(int mode);
+/* The mode heaps are created with now (0 or 1). */
+int vg_devices_arena_mode(void);
+/* What the heap of `device` runs on, in words, for the summary:
+ * "arena (virtual memory, 2 MiB pages)", "segments (virtual memory not
+ * supported: <why>)" or "segments (the arena is turned off)"; NULL when the
+ * device has no heap. Set once, as the heap is created. */
+const char *vg_devices_backing(int device);
+
 /* Tests: every device is simulated with this capacity. Only before any
  * device heap exists (VG_ERR_ARG after). */
 int vg_devices_simulate(size_t capacity);

@@ -31,7 +31,7 @@ import threading
 
 from . import _core, _cudnn, _hooks, _oom_shim, _torch_patches
 from ._html import Report, summary_html
-from ._summary import format_summary
+from ._summary import _line as summary_line, format_summary
 from ._units import parse_budget
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
 ENV_BUDGET = "VRAMGUARD_BUDGET"
 ENV_GC_THRESHOLD = "VRAMGUARD_GC_THRESHOLD"
 ENV_PATCH_TORCH = "VRAMGUARD_PATCH_TORCH"
+ENV_ARENA = "VRAMGUARD_ARENA"
 
 RESTART_ADVICE = (
     "PyTorch's CUDA allocator is already in use in this process, and PyTorch cannot swap an "
@@ -55,7 +56,8 @@ class VramguardError(RuntimeError):
 
 
 _lock = threading.Lock()
-_state = {"installed": False, "allocator": None, "patched": False, "settings": None, "hooks": None}
+_state = {"installed": False, "allocator": None, "patched": False, "settings": None, "hooks": None,
+          "arena": None}
 
 
 # ------------------------------------------------------------------ settings
@@ -93,6 +95,36 @@ def _parse_gc(gc_threshold):
     return value
 
 
+def _parse_arena(arena):
+    """True, False or None (the default: the C core's, used where the
+    device supports virtual memory); from VRAMGUARD_ARENA ("1" or "0")
+    when the argument is None."""
+    if arena is None:
+        text = os.environ.get(ENV_ARENA, "")
+        if text not in ("", "1", "0"):
+            raise ValueError(f"{ENV_ARENA} must be 1 (the arena) or 0 (segments), got {text!r}")
+        return None if text == "" else text == "1"
+    if not isinstance(arena, bool):
+        raise ValueError(f"arena must be True (the arena), False (segments) or None (the default), "
+                         f"got {arena!r}")
+    return arena
+
+
+def _choose_arena(arena):
+    """Hands the choice to the device registry; heaps keep what they were
+    created with, so a change once one exists would apply to no one."""
+    if arena is None and _state["arena"] is not None:
+        return  # a later install() without it keeps the first one's choice
+    wanted = _core.arena_default() if arena is None else arena
+    if _state["arena"] is not None and wanted != _state["arena"] and _core.existing_devices():
+        raise VramguardError(
+            f"arena={wanted} cannot take effect: the device heaps exist already, on "
+            f"{'the arena' if _state['arena'] else 'segments'}. Restart the runtime and pass arena "
+            "to the first install().")
+    _core.use_arena(arena)
+    _state["arena"] = wanted
+
+
 def _import_torch():
     try:
         import torch
@@ -121,7 +153,7 @@ def _check_cuda(torch):
 # ------------------------------------------------------------------ install
 
 
-def install(budget=None, gc_threshold=None, patch_torch=None, oom_error=None):
+def install(budget=None, gc_threshold=None, patch_torch=None, oom_error=None, arena=None):
     """Make vramguard PyTorch's CUDA allocator. Call it before anything
     touches the GPU.
 
@@ -144,10 +176,16 @@ def install(budget=None, gc_threshold=None, patch_torch=None, oom_error=None):
         installed torch the first time (cached in ~/.cache/vramguard),
         RuntimeError where it cannot be built; "runtime": RuntimeError,
         no build. Read once, by the first install().
+    arena: True: one virtual address range per device with 2 MiB pages
+        mapped as blocks need them (the CUDA driver's virtual memory
+        calls), so that free neighbours always merge; False: segments
+        from cudaMalloc; None: the default (the arena). Where the device
+        or the driver lacks virtual memory, segments, and summary() says
+        why. Fixed once the first tensor is allocated.
 
     Settings left as None are read from VRAMGUARD_BUDGET,
-    VRAMGUARD_GC_THRESHOLD, VRAMGUARD_PATCH_TORCH ("0" to turn off) and
-    VRAMGUARD_OOM_ERROR, for
+    VRAMGUARD_GC_THRESHOLD, VRAMGUARD_PATCH_TORCH ("0" to turn off),
+    VRAMGUARD_OOM_ERROR and VRAMGUARD_ARENA ("1" or "0"), for
     scripts launched by others. Calling install() again changes the budget
     and the threshold of every device heap."""
     if budget is None:
@@ -162,8 +200,10 @@ def install(budget=None, gc_threshold=None, patch_torch=None, oom_error=None):
         raise ValueError(f"oom_error (or {_oom_shim.ENV_MODE}) must be 'auto' or 'runtime', got {oom_error!r}")
     nbytes, fraction = _parse_budget(budget)
     gc = _parse_gc(gc_threshold)
+    arena = _parse_arena(arena)
     torch = _import_torch()
     with _lock:
+        _choose_arena(arena)
         if not _state["installed"]:
             _check_cuda(torch)
             _plug_in(torch, oom_error)
@@ -236,8 +276,13 @@ def _current_device_heap():
 
 def stats(device=None):
     """The device heap's counters as a flat dict, with the key names of
-    torch.cuda.memory_stats() where the quantity is the same."""
-    return _device_heap(device).stats()
+    torch.cuda.memory_stats() where the quantity is the same, and
+    "allocator": what the heap runs on, the arena or segments (and why)."""
+    _require_installed()  # before the device's index, which asks torch
+    index = _device_index(device)
+    out = _device_heap(index).stats()
+    out["allocator"] = _core.device_backing(index)
+    return out
 
 
 def summary(device=None):
@@ -249,8 +294,15 @@ def summary(device=None):
     from ._stacks import holders_line
 
     holders = holders_line(_device_heap(index), ("device", index))
-    text = format_summary(figures, title=title) + (f"\n{holders}" if holders else "")
+    text = _with_allocator_line(format_summary(figures, title=title), figures["allocator"])
+    text += f"\n{holders}" if holders else ""
     return Report(text, html=summary_html(figures, title, text))
+
+
+def _with_allocator_line(text, allocator):
+    """The summary's last line inside the table: which allocator runs."""
+    lines = text.splitlines()
+    return "\n".join(lines[:-1] + [summary_line(f"allocator: {allocator}"), lines[-1]])
 
 
 def empty_cache(device=None):

@@ -128,6 +128,20 @@ static void test_missing_device_is_named(void)
     fake_reset();
 }
 
+/* This runtime offers no driver entry points and no libcuda.so.1 is
+ * loaded: segments only, and the reason said. */
+static void test_no_driver_means_no_virtual_memory(void)
+{
+    fixture fx = setup(0, NULL);
+    CHECK(fx.dev);
+    CHECK_EQ(fx.dev->page_size, 0);
+    CHECK(!fx.dev->ops->range_reserve && !fx.dev->ops->map && !fx.dev->ops->unmap);
+    const char *why = vg_cuda_vmm_unsupported(fx.dev);
+    CHECK(why && strcmp(why, "no CUDA driver found (the runtime has no cudaGetDriverEntryPoint, "
+                             "and no libcuda.so.1 is loaded)") == 0);
+    destroy(fx);
+}
+
 /* ------------------------------------------------------------------ */
 /* Out of memory, and everything else                                  */
 /* ------------------------------------------------------------------ */
@@ -535,6 +549,7 @@ static const harness_test tests[] = {
     T(test_runtime_name_table),
     T(test_finds_the_loaded_runtime_whatever_its_name),
     T(test_missing_device_is_named),
+    T(test_no_driver_means_no_virtual_memory),
     T(test_only_memory_allocation_is_an_oom),
     T(test_sticky_error_is_reported_as_itself),
     T(test_other_errors_are_device_errors_and_cleared),

@@ -88,7 +88,9 @@ static void test_oom_throws_a_pytorch_style_message(void)
 
 static void test_device_error_throws_a_pytorch_style_cuda_error(void)
 {
+    vg_devices_use_arena(0); /* segments: the call that fails is a cudaMalloc */
     vg_heap *h = vg_devices_heap(3);
+    vg_devices_use_arena(-1);
     CHECK(h != nullptr);
     void *cached = vramguard_torch_malloc(30 * MiB, 3, nullptr);
     vramguard_torch_free(cached, 30 * MiB, 3, nullptr);
@@ -283,6 +285,9 @@ static void test_record_stream_hook(void)
 /* base_alloc_fn: the segment a pointer lies in. */
 static void test_base_alloc_hook(void)
 {
+    vg_devices_use_arena(0); /* segments: the base is the segment's */
+    CHECK(vg_devices_heap(11) != nullptr);
+    vg_devices_use_arena(-1);
     void *a = vramguard_torch_malloc(3 * MiB, 11, nullptr);
     void *b = vramguard_torch_malloc(3 * MiB, 11, nullptr); /* two 3 MiB blocks: one 6 MiB segment */
     CHECK(b == static_cast<char *>(a) + 3 * MiB);

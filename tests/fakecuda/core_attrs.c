@@ -7,6 +7,35 @@
 #include "core.h"
 
 #include <cuda.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Whether the devices say they support virtual memory management:
+ * VG_FAKECUDA_NO_VMM=1 says no from the start, vg_fakecuda_set_vmm at run
+ * time. Only the attribute changes (a real device without it fails the VMM
+ * calls too, but a caller that asked first never makes them). */
+static int vmm_supported = 1;
+static pthread_once_t vmm_once = PTHREAD_ONCE_INIT;
+
+static void read_vmm_env(void)
+{
+    const char *no = getenv("VG_FAKECUDA_NO_VMM");
+    if (no && *no && strcmp(no, "0") != 0)
+        __atomic_store_n(&vmm_supported, 0, __ATOMIC_RELAXED);
+}
+
+static int vmm(void)
+{
+    pthread_once(&vmm_once, read_vmm_env);
+    return __atomic_load_n(&vmm_supported, __ATOMIC_RELAXED);
+}
+
+void vg_fakecuda_set_vmm(int supported)
+{
+    pthread_once(&vmm_once, read_vmm_env); /* so that the env cannot undo this later */
+    __atomic_store_n(&vmm_supported, supported != 0, __ATOMIC_RELAXED);
+}
 
 static int attribute(CUdevice_attribute attr, int dev)
 {
@@ -59,7 +88,7 @@ static int attribute(CUdevice_attribute attr, int dev)
     case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED: return 1;
     case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH: return 1;
     /* The VMM calls are faked (drv_vmm.c): expandable segments work. */
-    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: return 1;
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: return vmm();
     default: return 0;
     }
 }

@@ -24,6 +24,10 @@ long long vg_fakecuda_bytes_in_use(int device); /* device memory held now */
 long long vg_fakecuda_peak_bytes(int device);   /* since start or reset */
 long vg_fakecuda_live_allocations(int device);  /* cudaMalloc'd, cuMemAlloc'd, cuMemCreate'd */
 
+/* Whether the devices report CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+ * (1, the default; VG_FAKECUDA_NO_VMM=1 starts with 0). */
+void vg_fakecuda_set_vmm(int supported);
+
 /* Faults. `api` is a faked function's documented name ("cudaMalloc",
  * "cuMemCreate"); an unknown name, nth < 1 or code 0 is refused with -1.
  * The nth call from now fails with `code`, and so do the count - 1 calls

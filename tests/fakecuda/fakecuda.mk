@@ -4,7 +4,8 @@
 #   make fakecuda        build/fakecuda/libcudart.so.N, libcuda.so.1 and
 #                        libnvidia-ml.so.1, for the CUDA major of the
 #                        PyTorch that TORCH_PYTHON has
-#   make test-fakecuda   the fake's own C test (test-fakecuda-san: sanitized)
+#   make test-fakecuda   the fake's own C test, then the CUDA provider's virtual
+#                        memory calls over it (test-fakecuda-san: sanitized)
 #   make check-torch     the real PyTorch (tests/torch-requirements.txt) in
 #                        .venv-torch, on the fake, runs the tests marked torch
 #
@@ -34,10 +35,11 @@ fakecuda:
 
 test-fakecuda: fakecuda
 	$(FAKECUDA)/test_fakecuda
+	$(FAKECUDA)/test_cuda_vmm
 
 # The same, the fake built with AddressSanitizer and UBSan, in its own directory.
 test-fakecuda-san:
-	$(MAKE) --no-print-directory test-fakecuda FAKECUDA=build/fakecuda-san \
+	$(MAKE) --no-print-directory test-fakecuda FAKECUDA=build/fakecuda-san FC_VG_BUILD=san \
 		CC="$(CC) -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all"
 
 ifdef FAKECUDA_CONF
@@ -50,7 +52,8 @@ FC_NVML = $(FAKECUDA)/libnvidia-ml.so.1
 FC_GEN = $(FAKECUDA)/gen
 FC_PY = python3
 
-fakecuda-libs: $(FC_RUNTIME) $(FC_DRIVER) $(FC_NVML) $(FAKECUDA)/test_fakecuda $(FAKECUDA)/LD_PRELOAD
+fakecuda-libs: $(FC_RUNTIME) $(FC_DRIVER) $(FC_NVML) $(FAKECUDA)/test_fakecuda $(FAKECUDA)/test_cuda_vmm \
+		$(FAKECUDA)/LD_PRELOAD
 
 $(FAKECUDA)/obj/%.o: $(FC_SRC)/%.c $(FC_HDRS) $(FAKECUDA_CONF)
 	@mkdir -p $(@D)
@@ -96,6 +99,15 @@ $(FC_NVML): $(FAKECUDA)/obj/nvml.o $(FC_SRC)/libnvidia-ml.map $(FC_DRIVER)
 $(FAKECUDA)/test_fakecuda: $(FC_SRC)/test_fakecuda.c $(FC_HDRS) $(FC_RUNTIME) $(FC_DRIVER)
 	$(CC) $(FC_CFLAGS) $(FC_INC) -o $@ $< -Wl,-rpath,'$$ORIGIN' -L$(FAKECUDA) \
 		-l:libcudart.so.$(CUDA_MAJOR) -l:libcuda.so.1 -lpthread
+
+# The CUDA provider's virtual memory calls over this fake (tests/c/test_cuda_vmm.c),
+# with the library objects of one of the C tests' builds (the sanitized one
+# for test-fakecuda-san).
+FC_VG_BUILD ?= obj
+$(FAKECUDA)/test_cuda_vmm: tests/c/test_cuda_vmm.c $(LIB_SRC:csrc/%.c=$(BUILD)/$(FC_VG_BUILD)/%.o) $(HDRS) \
+		$(FC_RUNTIME) $(FC_DRIVER)
+	$(CC) $(FLAGS_$(FC_VG_BUILD)) $(DEBUG) $(CWARN) $(INC) -I$(FC_SRC) -o $@ $< $(filter %.o,$^) \
+		-Wl,-rpath,'$$ORIGIN' -L$(FAKECUDA) -l:libcudart.so.$(CUDA_MAJOR) -l:libcuda.so.1 $(LIBS)
 
 # What LD_PRELOAD needs, for scripts: the three libraries, absolute paths.
 $(FAKECUDA)/LD_PRELOAD: $(FAKECUDA_CONF) $(FC_SRC)/fakecuda.mk

@@ -7,7 +7,8 @@
 #
 # It builds the extension in place (no network needed: the machine's own
 # setuptools and PyTorch; or uses a carried abi3 build), runs the tests marked cuda, the OOM loop, real
-# training side by side with the native allocator, and the allocation
+# training side by side with the native allocator, the arena against native,
+# native+expandable and vramguard's segments, and the allocation
 # microbenchmark. Results: JSON and a markdown table in $RESULTS (default
 # bench/results/), the table also printed at the end.
 set -uo pipefail
@@ -34,6 +35,13 @@ $PY -c "import vramguard, torch; print('vramguard', vramguard.__version__, 'torc
 
 echo "== pytest -m cuda"
 $PY -m pytest -q -rs tests/gpu 2>&1 | tee "$RESULTS/gpu_pytest.log" || status=1
+
+echo "== the arena: pytest with VRAMGUARD_ARENA=1 (maps, unmaps, a graph captured beside it)"
+VRAMGUARD_ARENA=1 $PY -m pytest -q -rs tests/gpu/test_arena.py 2>&1 | tee "$RESULTS/gpu_arena.log" || status=1
+
+echo "== a small CNN, batch size changing every step: native, native+expandable, vramguard segments, arena"
+$PY tests/gpu/arena_side_by_side.py --steps 60 --json "$RESULTS/gpu_arena_side_by_side.json" \
+  | tee "$RESULTS/gpu_arena_side_by_side.md" || status=1
 
 echo "== training side by side (ResNet-18 batch 64, GPT-2 small seq 512), 50 steps"
 $PY bench/gpu_train.py --models resnet18,gpt2 --steps 50 --warmup 5 --json "$RESULTS/gpu_train.json" || status=1
