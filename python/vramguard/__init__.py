@@ -12,11 +12,14 @@ On any machine:
 """
 from ._core import Heap, format_size, round_size
 from ._demo import example_trace
+from ._find_batch import BatchSearch, find_max_batch
 from ._import import load_trace
+from ._ipython import meter
 from ._oom_report import OOMReport, last_oom
 from ._plot import plot
 from ._regions import LeakWarning, leak_check, regions, reset_regions, step, track
 from ._presets import PRESETS, GpuPreset
+from ._recover import Recovered, recover
 from ._record import record, start_recording, stop_recording
 from ._snapshot import dump_snapshot, snapshot
 from . import integrations  # its callbacks import their libraries only when asked for
@@ -34,6 +37,7 @@ __version__ = "0.1.0"
 __all__ = [
     "VramguardError", "empty_cache", "install", "is_installed", "is_oom", "reset_peaks", "stats",
     "summary",
+    "BatchSearch", "Recovered", "find_max_batch", "meter", "recover",
     "FirstOOM", "GpuPreset", "Heap", "LiveSet", "PRESETS", "ReplayResult", "Trace", "TraceFormatError",
     "example_trace", "format_size", "format_summary", "live_at_peak", "load_trace", "min_budget", "parse_budget",
     "parse_size", "plot", "record", "replay", "round_size", "save_trace", "start_recording", "stop_recording",

@@ -28,8 +28,9 @@ There is no uninstall: PyTorch cannot swap an allocator that has been used.
 """
 import os
 import threading
+import warnings
 
-from . import _core, _cudnn, _hooks, _oom_shim, _torch_patches
+from . import _core, _cudnn, _hooks, _ipython, _oom_shim, _torch_patches
 from ._html import Report, summary_html
 from ._summary import _line as summary_line, format_summary
 from ._units import parse_budget
@@ -214,6 +215,17 @@ def install(budget=None, gc_threshold=None, patch_torch=None, oom_error=None, ar
             _torch_patches.patch(torch)
             _state["patched"] = True
         _cudnn.keep_benchmark_off(torch)
+    _register_in_ipython()
+
+
+def _register_in_ipython():
+    """In IPython, an out-of-memory error recovers in the same notebook
+    (_ipython.py). Never a reason for install() to fail."""
+    try:
+        _ipython.on_install()
+    except Exception as exc:
+        warnings.warn(f"vramguard: the out-of-memory handler for IPython was not registered ({exc!r}); "
+                      "after an out-of-memory error, call vramguard.recover()", stacklevel=3)
 
 
 def _plug_in(torch, oom_error="auto"):

@@ -1,0 +1,201 @@
+"""find_max_batch's search, fit and result, without PyTorch: a step that
+runs out of memory above a threshold (the OOM test injected), and a probe
+that reports a known peak per batch."""
+import logging
+
+import pytest
+
+import vramguard
+from vramguard import _find_batch
+from vramguard._find_batch import Try, fit_memory, search
+
+MiB = 1 << 20
+
+
+class FakeOOM(Exception):
+    pass
+
+
+def step_failing_above(threshold, calls):
+    def step(batch):
+        calls.append(batch)
+        if batch > threshold:
+            raise FakeOOM(f"out of memory at batch {batch}\nsecond line")
+
+    return step
+
+
+def is_fake_oom(exc):
+    return isinstance(exc, FakeOOM)
+
+
+class LinearProbe:
+    """Peaks of fixed + per_sample x batch for the batch being tried (the
+    step records which); recoveries counted."""
+
+    def __init__(self, fixed, per_sample):
+        self.fixed, self.per_sample = fixed, per_sample
+        self.batch = None
+        self.recoveries = 0
+
+    def begin(self):
+        pass
+
+    def peak(self):
+        return self.fixed + self.per_sample * self.batch
+
+    def recover(self):
+        self.recoveries += 1
+
+
+@pytest.mark.parametrize("threshold, expected_calls", [
+    (1, [1, 2]),
+    (24, [1, 2, 4, 8, 16, 32, 24, 28, 26, 25]),
+    (31, [1, 2, 4, 8, 16, 32, 24, 28, 30, 31]),
+    (32, [1, 2, 4, 8, 16, 32, 64, 48, 40, 36, 34, 33]),
+    (1000, [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 768, 896, 960, 992, 1008, 1000, 1004, 1002, 1001]),
+])
+def test_doubling_then_bisection(threshold, expected_calls):
+    calls = []
+    result = vramguard.find_max_batch(step_failing_above(threshold, calls), is_oom=is_fake_oom, progress=False)
+    assert result.largest == threshold
+    assert calls == expected_calls
+    assert [t.batch for t in result.tries] == expected_calls
+    assert [t.fits for t in result.tries] == [b <= threshold for b in expected_calls]
+    assert all(t.peak is None for t in result.tries)  # vramguard not installed: nothing measured
+    assert result.fit is None
+
+
+def test_start_and_limit():
+    calls = []
+    result = vramguard.find_max_batch(step_failing_above(100, calls), start=3, limit=20, is_oom=is_fake_oom,
+                                      progress=False)
+    assert calls == [3, 6, 12, 20]
+    assert result.largest == 20
+    assert "largest batch 20 (the limit)" in repr(result)
+    calls.clear()
+    result = vramguard.find_max_batch(step_failing_above(10, calls), start=3, limit=20, is_oom=is_fake_oom,
+                                      progress=False)
+    assert calls == [3, 6, 12, 9, 10, 11]
+    assert result.largest == 10
+    calls.clear()
+    result = vramguard.find_max_batch(step_failing_above(100, calls), start=5, limit=5, is_oom=is_fake_oom,
+                                      progress=False)
+    assert calls == [5] and result.largest == 5
+
+
+def test_nothing_fits():
+    calls = []
+    result = vramguard.find_max_batch(step_failing_above(3, calls), start=4, is_oom=is_fake_oom, progress=False)
+    assert result.largest is None
+    assert calls == [4]
+    assert result.tries[0].error == "out of memory at batch 4"
+    assert repr(result).splitlines()[0] == "find_max_batch: not even batch 4 fits"
+
+
+def test_no_limit_still_ends():
+    calls = []
+    result = vramguard.find_max_batch(lambda b: calls.append(b), start=1, is_oom=is_fake_oom, progress=False)
+    assert result.largest == 1 << _find_batch.MAX_DOUBLINGS
+    assert len(calls) == _find_batch.MAX_DOUBLINGS + 1
+
+
+def test_default_oom_test_is_vramguards():
+    """Without is_oom, a RuntimeError saying 'out of memory' is an OOM (what
+    vramguard raises without its shim), any other error propagates."""
+    def step(batch):
+        if batch > 5:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    assert vramguard.find_max_batch(step, progress=False).largest == 5
+
+    def broken(batch):
+        if batch > 2:
+            raise ValueError("a bug in the step")
+
+    with pytest.raises(ValueError, match="a bug in the step"):
+        vramguard.find_max_batch(broken, progress=False)
+
+
+def test_each_try_is_logged(caplog):
+    with caplog.at_level(logging.INFO, logger="vramguard"):
+        vramguard.find_max_batch(step_failing_above(2, []), is_oom=is_fake_oom, progress=False)
+    assert [r.getMessage() for r in caplog.records] == [
+        "find_max_batch: batch 1 fits",
+        "find_max_batch: batch 2 fits",
+        "find_max_batch: batch 4 runs out of memory",
+        "find_max_batch: batch 3 runs out of memory",
+    ]
+
+
+def test_fit_from_the_peaks_and_the_result_table():
+    probe = LinearProbe(fixed=96 * MiB, per_sample=3 * MiB)
+
+    def step(batch):
+        probe.batch = batch
+        if batch > 20:
+            raise FakeOOM("out of memory")
+
+    largest, tries = search(step, 1, None, is_fake_oom, probe)
+    assert largest == 20
+    assert probe.recoveries == len(tries) == 10
+    result = _find_batch.BatchSearch(largest, tries, fit_memory([(t.batch, t.peak) for t in tries if t.fits]))
+    assert result.fit.fixed == 96 * MiB and result.fit.per_sample == 3 * MiB and result.fit.residual == 0.0
+    assert result.fit.predict(20) == 156 * MiB
+    assert result.peaks[16] == 144 * MiB
+    assert repr(result) == "\n".join([
+        "find_max_batch: largest batch 20",
+        "  memory = 3.00 MiB x batch + 96.00 MiB (residual 0 bytes, 6 points)",
+        "     batch  result          peak",
+        "         1  fits       99.00 MiB",
+        "         2  fits      102.00 MiB",
+        "         4  fits      108.00 MiB",
+        "         8  fits      120.00 MiB",
+        "        16  fits      144.00 MiB",
+        "        32  OOM       192.00 MiB",
+        "        24  OOM       168.00 MiB",
+        "        20  fits      156.00 MiB",
+        "        22  OOM       162.00 MiB",
+        "        21  OOM       159.00 MiB",
+    ])
+    html = result._repr_html_()
+    assert html.startswith("<div><b>find_max_batch: largest batch 20</b>")
+    assert "<td>OOM</td>" in html and html.count("<tr>") == len(tries) + 1
+
+
+def test_fit_least_squares_and_residual():
+    assert fit_memory([(4, 100)]) is None
+    assert fit_memory([(4, 100), (4, 120)]) is None
+    fit = fit_memory([(1, 10), (2, 20), (3, 40)])
+    assert fit.per_sample == 15 and fit.fixed == pytest.approx(-20 / 3)
+    assert str(fit) == "memory = 15 bytes x batch - 7 bytes (residual 2 bytes, 3 points)"
+    # residuals +5/3, -10/3, +5/3: mean square 50/9
+    assert fit.residual == pytest.approx((50 / 9) ** 0.5)
+    assert fit.points == 3
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"step_fn": None}, TypeError, "step_fn must be callable"),
+    ({"step_fn": 3}, TypeError, "step_fn must be callable"),
+    ({"start": 0}, ValueError, "start must be a whole number >= 1, got 0"),
+    ({"start": -2}, ValueError, "start must be a whole number >= 1, got -2"),
+    ({"start": 1.5}, ValueError, "start must be a whole number >= 1, got 1.5"),
+    ({"start": True}, ValueError, "start must be a whole number >= 1, got True"),
+    ({"start": 8, "limit": 4}, ValueError, r"limit must be a whole number >= start \(8\), got 4"),
+    ({"limit": 0}, ValueError, r"limit must be a whole number >= start \(1\), got 0"),
+    ({"limit": "64"}, ValueError, r"limit must be a whole number >= start \(1\), got '64'"),
+])
+def test_bad_inputs(kwargs, error, message):
+    args = {"step_fn": lambda b: None, **kwargs}
+    with pytest.raises(error, match=message):
+        vramguard.find_max_batch(**args, progress=False)
+
+
+def test_budget_needs_vramguard_installed():
+    with pytest.raises(vramguard.VramguardError, match=r"budget=...\) needs vramguard installed"):
+        vramguard.find_max_batch(lambda b: None, budget="T4", progress=False)
+
+
+def test_try_repr():
+    assert repr(Try(8, True, 3 * MiB)) == "Try(batch=8, fits, peak 3.00 MiB)"
+    assert repr(Try(16, False)) == "Try(batch=16, OOM)"
