@@ -199,3 +199,33 @@ def test_budget_needs_vramguard_installed():
 def test_try_repr():
     assert repr(Try(8, True, 3 * MiB)) == "Try(batch=8, fits, peak 3.00 MiB)"
     assert repr(Try(16, False)) == "Try(batch=16, OOM)"
+
+
+def test_a_failed_steps_locals_are_freed_before_the_next_try():
+    """The OOM's traceback holds the failed step's frame; its locals (the
+    step's tensors) must be gone before the next try, even when something
+    read frame.f_locals (a traceback formatter does: Python < 3.13 keeps
+    that snapshot in the frame, and frame.clear() alone leaves it)."""
+    import weakref
+
+    class Activation:
+        pass
+
+    held = []
+
+    def step(batch):
+        held.append(weakref.ref(activation := Activation()))
+        assert all(ref() is None for ref in held[:-1]), "an earlier try's locals are still alive"
+        if batch > 4:
+            raise FakeOOM(f"out of memory ({activation})")
+
+    def reads_locals(exc):
+        tb = exc.__traceback__
+        while tb is not None:
+            tb.tb_frame.f_locals  # noqa: B018  the snapshot, as a formatter makes it
+            tb = tb.tb_next
+        return isinstance(exc, FakeOOM)
+
+    result = vramguard.find_max_batch(step, is_oom=reads_locals, progress=False)
+    assert result.largest == 4
+    assert len(held) == 6 and all(ref() is None for ref in held)

@@ -292,11 +292,12 @@ def find_max_batch(step_fn, start=1, limit=None, budget=None, *, is_oom=None, de
         probe = _HeapProbe(index)
     else:
         index, probe = None, _Unmeasured()
+    search_budget = _SearchBudget(budget, index) if budget is not None else None
     bar = _progress_bar(progress)
     searched_under = None
     try:
-        if budget is not None:
-            with _SearchBudget(budget, index) as searched_under:
+        if search_budget is not None:
+            with search_budget as searched_under:
                 largest, tries = search(step_fn, start, limit, oom_test, probe, _reporter(bar))
         else:
             largest, tries = search(step_fn, start, limit, oom_test, probe, _reporter(bar))

@@ -13,7 +13,6 @@ optimizer's state): that is the "still live" figure.
 """
 import gc
 import sys
-import traceback
 
 from ._core import format_size
 
@@ -84,21 +83,39 @@ def drop_last_exception():
     if value is not None:
         clear_exception_frames(value)
     elif tb is not None:
-        traceback.clear_frames(tb)
+        clear_frames(tb)
     for name in LAST_EXCEPTION_ATTRS:
         if hasattr(sys, name):
             setattr(sys, name, None)
 
 
+def clear_frames(tb):
+    """Clear the locals of every finished frame of a traceback, and empty
+    the snapshots of them that `frame.f_locals` made before (Python < 3.13
+    caches one dict per frame: a traceback formatter that read it keeps the
+    tensors alive after frame.clear()). A frame still running is skipped;
+    a module's f_locals is its globals, never emptied."""
+    while tb is not None:
+        frame = tb.tb_frame
+        snapshot = frame.f_locals
+        try:
+            frame.clear()
+        except RuntimeError:  # still executing
+            pass
+        else:
+            if type(snapshot) is dict and snapshot is not frame.f_globals:
+                snapshot.clear()
+        tb = tb.tb_next
+
+
 def clear_exception_frames(exc, seen=None):
-    """Clear the locals of every finished frame in `exc`'s traceback and in
-    those of the exceptions it chains to (a frame still running is left as
-    it is: traceback.clear_frames skips it)."""
+    """clear_frames() for `exc`'s traceback and for those of the
+    exceptions it chains to."""
     seen = set() if seen is None else seen
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         if exc.__traceback__ is not None:
-            traceback.clear_frames(exc.__traceback__)
+            clear_frames(exc.__traceback__)
         if exc.__cause__ is not None:
             clear_exception_frames(exc.__cause__, seen)
         exc = exc.__context__
@@ -111,19 +128,23 @@ def drop_ipython_outputs(shell):
     if shell is None:
         return 0
     ns = shell.user_ns
+    # IPython pushes _, __, ___ and _N into user_ns_hidden too (%who's list).
+    namespaces = [ns, getattr(shell, "user_ns_hidden", {})]
     out = ns.get("_oh", {})
     dropped = 0
     for number in [n for n, value in list(out.items()) if holds_cuda(value)]:
         del out[number]
-        ns.pop(f"_{number}", None)
+        for space in namespaces:
+            space.pop(f"_{number}", None)
         dropped += 1
     hook = getattr(shell, "displayhook", None)
     for unders in ("_", "__", "___"):
         kept = getattr(hook, unders, None) if hook is not None else None
         if not holds_cuda(kept):
             continue
-        if ns.get(unders) is kept:
-            ns[unders] = ""
+        for space in namespaces:
+            if space.get(unders) is kept:
+                space[unders] = ""
         setattr(hook, unders, "")
         dropped += 1
     last = getattr(shell, "last_execution_result", None)

@@ -22,7 +22,9 @@ torch.accelerator that read them (_torch_patches.py), whose error for
 PyTorch's memory history (refused under any pluggable allocator) then
 names vramguard.start_recording() and vramguard.dump_snapshot(), which
 replace it; and it keeps cuDNN's benchmark mode off (_cudnn.py). See
-docs/pytorch.md.
+docs/pytorch.md. In IPython, it also registers a handler that recovers
+the memory an out-of-memory error leaves held by the stored traceback
+(_ipython.py, _recover.py).
 
 There is no uninstall: PyTorch cannot swap an allocator that has been used.
 """

@@ -1,0 +1,90 @@
+"""find_max_batch with the real PyTorch on the fake CUDA (one 1 GiB
+device): a step that allocates 16 MiB plus 4 MiB per sample. Whole 2 MiB
+granules, so each tensor's segment is its own size and the largest batch
+under a budget B is exactly (B - 16 MiB) / 4 MiB."""
+import pytest
+
+from fakegpu import run
+
+pytestmark = pytest.mark.torch
+
+MiB = 1 << 20
+
+STEP = """
+FIXED, PER_SAMPLE = 16 * MiB, 4 * MiB
+
+def step(batch):
+    workspace = torch.empty(FIXED, dtype=torch.uint8, device="cuda")
+    activations = torch.empty(PER_SAMPLE * batch, dtype=torch.uint8, device="cuda")
+
+def tries(result):
+    return [[t.batch, t.fits, t.peak] for t in result.tries]
+"""
+
+
+def test_largest_batch_under_a_budget_and_the_fit():
+    out = run(STEP, """
+        vramguard.install(budget="512MiB")
+        r = vramguard.find_max_batch(step, budget="256MiB", progress=False)
+        out["largest"] = r.largest
+        out["tries"] = tries(r)
+        out["fit"] = [r.fit.fixed, r.fit.per_sample, r.fit.residual, r.fit.points]
+        out["repr"] = repr(r)
+        out["budget_after"] = heap()["budget_bytes"]
+        out["live_after"] = torch.cuda.memory_allocated()
+        out["reserved_after"] = torch.cuda.memory_reserved()
+        out["ooms"] = heap()["num_ooms"]
+    """, devices=1, mem="1GiB")
+    assert out["largest"] == 60                                    # 16 + 4 x 60 = 256 MiB
+    fits = lambda b: [b, True, (16 + 4 * b) * MiB]  # noqa: E731
+    oom = lambda b: [b, False, 16 * MiB]  # noqa: E731  the workspace, then the activations fail
+    assert out["tries"] == [fits(1), fits(2), fits(4), fits(8), fits(16), fits(32), oom(64),
+                            fits(48), fits(56), fits(60), oom(62), oom(61)]
+    assert out["fit"] == [16 * MiB, 4 * MiB, 0.0, 9]
+    assert out["repr"].splitlines()[:2] == [
+        "find_max_batch: largest batch 60 under a budget of 256.00 MiB",
+        "  memory = 4.00 MiB x batch + 16.00 MiB (residual 0 bytes, 9 points)",
+    ]
+    assert out["budget_after"] == 512 * MiB                        # the budget before, put back
+    assert out["live_after"] == 0 and out["reserved_after"] == 0  # recovered after the last try
+    assert out["ooms"] == 3
+
+
+def test_without_a_budget_the_device_is_the_limit():
+    out = run(STEP, """
+        vramguard.install()
+        r = vramguard.find_max_batch(step, start=100, progress=False)
+        out["largest"] = r.largest
+        out["batches"] = [t.batch for t in r.tries]
+        out["budget_after"] = heap()["budget_bytes"]
+    """, devices=1, mem="1GiB")
+    assert out["largest"] == 252                                   # 16 + 4 x 252 = 1024 MiB
+    assert out["batches"] == [100, 200, 400, 300, 250, 275, 262, 256, 253, 251, 252]
+    assert out["budget_after"] == 0
+
+
+def test_runtime_errors_and_limit():
+    """With oom_error="runtime" the OOM is a RuntimeError, still caught; a
+    limit below the largest batch ends the search there."""
+    out = run(STEP, """
+        vramguard.install(oom_error="runtime")
+        r = vramguard.find_max_batch(step, budget="128MiB", progress=False)
+        out["largest"] = r.largest
+        out["errors"] = sorted({t.error.split(".")[0] for t in r.tries if not t.fits})
+        r = vramguard.find_max_batch(step, limit=10, budget="128MiB", progress=False)
+        out["limited"] = [r.largest, [t.batch for t in r.tries]]
+    """, devices=1, mem="1GiB")
+    assert out["largest"] == 28                                    # 16 + 4 x 28 = 128 MiB
+    assert out["errors"] == ["CUDA out of memory"]
+    assert out["limited"] == [10, [1, 2, 4, 8, 10]]
+
+
+def test_bad_budget_is_refused_before_any_try():
+    out = run(STEP, """
+        vramguard.install()
+        calls = []
+        out["error"] = error(vramguard.find_max_batch, calls.append, budget=15, progress=False)
+        out["calls"] = calls
+    """, devices=1, mem="1GiB")
+    assert out["error"][0] == "ValueError" and "15" in out["error"][1]
+    assert out["calls"] == []
