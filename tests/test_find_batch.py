@@ -2,6 +2,7 @@
 runs out of memory above a threshold (the OOM test injected), and a probe
 that reports a known peak per batch."""
 import logging
+import sys
 
 import pytest
 
@@ -229,3 +230,49 @@ def test_a_failed_steps_locals_are_freed_before_the_next_try():
     result = vramguard.find_max_batch(step, is_oom=reads_locals, progress=False)
     assert result.largest == 4
     assert len(held) == 6 and all(ref() is None for ref in held)
+
+
+def test_a_tqdm_progress_bar_when_tqdm_is_installed(monkeypatch):
+    import types
+
+    bars = []
+
+    class Bar:
+        def __init__(self, **kwargs):
+            self.kwargs, self.updates, self.postfixes, self.closed = kwargs, 0, [], False
+            bars.append(self)
+
+        def update(self, n):
+            self.updates += n
+
+        def set_postfix_str(self, text):
+            self.postfixes.append(text)
+
+        def close(self):
+            self.closed = True
+
+    auto = types.ModuleType("tqdm.auto")
+    auto.tqdm = Bar
+    monkeypatch.setitem(sys.modules, "tqdm", types.ModuleType("tqdm"))
+    monkeypatch.setitem(sys.modules, "tqdm.auto", auto)
+    vramguard.find_max_batch(step_failing_above(2, []), is_oom=is_fake_oom)
+    assert len(bars) == 1
+    bar = bars[0]
+    assert bar.kwargs == {"desc": "find_max_batch", "unit": "try"}
+    assert bar.updates == 4 and bar.closed
+    assert bar.postfixes == ["batch 1: fits", "batch 2: fits", "batch 4: OOM", "batch 3: OOM"]
+    vramguard.find_max_batch(step_failing_above(2, []), is_oom=is_fake_oom, progress=False)
+    assert len(bars) == 1
+
+    def broken(batch):
+        raise ValueError("a bug")
+
+    with pytest.raises(ValueError):
+        vramguard.find_max_batch(broken, is_oom=is_fake_oom)
+    assert bars[-1].closed  # closed on the way out too
+
+
+def test_without_tqdm_no_bar(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm.auto raises ImportError
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+    assert vramguard.find_max_batch(step_failing_above(2, []), is_oom=is_fake_oom).largest == 2

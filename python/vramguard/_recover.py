@@ -12,6 +12,7 @@ It cannot free what the program itself still holds (globals, a model, an
 optimizer's state): that is the "still live" figure.
 """
 import gc
+import inspect
 import sys
 
 from ._core import format_size
@@ -92,18 +93,20 @@ def drop_last_exception():
 def clear_frames(tb):
     """Clear the locals of every finished frame of a traceback, and empty
     the snapshots of them that `frame.f_locals` made before (Python < 3.13
-    caches one dict per frame: a traceback formatter that read it keeps the
-    tensors alive after frame.clear()). A frame still running is skipped;
-    a module's f_locals is its globals, never emptied."""
+    caches one dict per function frame: a traceback formatter that read it
+    keeps the tensors alive after frame.clear()). A frame still running is
+    skipped. Only a function's f_locals is a snapshot: a module's, a class
+    body's or exec()'s is the namespace itself, never emptied."""
     while tb is not None:
         frame = tb.tb_frame
-        snapshot = frame.f_locals
+        is_function = bool(frame.f_code.co_flags & inspect.CO_OPTIMIZED)
+        snapshot = frame.f_locals if is_function else None
         try:
             frame.clear()
         except RuntimeError:  # still executing
             pass
         else:
-            if type(snapshot) is dict and snapshot is not frame.f_globals:
+            if type(snapshot) is dict:
                 snapshot.clear()
         tb = tb.tb_next
 

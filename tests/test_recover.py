@@ -1,0 +1,103 @@
+"""recover()'s parts that need no GPU: which references it drops and which
+it must leave alone (the kernel tests are in tests/torch/test_recover_kernel.py)."""
+import sys
+import weakref
+
+import pytest
+
+import vramguard
+from vramguard import _recover
+
+
+class Held:
+    pass
+
+
+def _raise_in_function():
+    activation = Held()  # noqa: F841  what the frame holds
+    raise RuntimeError("out of memory")
+
+
+def _caught(fn, *args):
+    try:
+        fn(*args)
+    except RuntimeError as exc:
+        return exc
+    raise AssertionError("did not raise")
+
+
+def test_a_functions_locals_and_their_snapshot_are_dropped():
+    exc = _caught(_raise_in_function)
+    frame = exc.__traceback__.tb_next.tb_frame
+    snapshot = frame.f_locals  # what a traceback formatter reads
+    alive = weakref.ref(snapshot["activation"])
+    _recover.clear_exception_frames(exc)
+    assert alive() is None
+
+
+def test_namespaces_are_never_emptied():
+    """exec() with its own locals (IPython.embed's cells run so) and a
+    module's globals are the namespaces themselves, not snapshots."""
+    namespace = {"kept": Held()}
+    exc = _caught(exec, "kept2 = 1\nraise RuntimeError('out of memory')", {}, namespace)
+    _recover.clear_exception_frames(exc)
+    assert sorted(namespace) == ["kept", "kept2"]
+    module_globals = {"__name__": "cell"}
+    exc = _caught(exec, "x = 1\nraise RuntimeError('out of memory')", module_globals)
+    _recover.clear_exception_frames(exc)
+    assert module_globals["x"] == 1
+
+
+def test_chained_exceptions_are_cleared_too():
+    def outer():
+        try:
+            _raise_in_function()
+        except RuntimeError as inner:
+            raise ValueError("while handling") from inner
+
+    try:
+        outer()
+    except ValueError as exc:
+        tb = exc.__cause__.__traceback__
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        inner_frame = tb.tb_frame
+        alive = weakref.ref(inner_frame.f_locals["activation"])
+        _recover.clear_exception_frames(exc)
+    assert alive() is None
+
+
+def test_the_last_exception_is_forgotten(monkeypatch):
+    exc = _caught(_raise_in_function)
+    alive = weakref.ref(exc.__traceback__.tb_next.tb_frame.f_locals["activation"])
+    for name, value in (("last_type", type(exc)), ("last_value", exc), ("last_traceback", exc.__traceback__)):
+        monkeypatch.setattr(sys, name, value, raising=False)
+    del exc
+    _recover.drop_last_exception()
+    assert sys.last_type is None and sys.last_value is None and sys.last_traceback is None
+    assert alive() is None
+
+
+def test_without_torch_nothing_is_a_cuda_tensor(monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    assert not _recover.holds_cuda([object()])
+    assert _recover.drop_ipython_outputs(None) == 0
+
+
+def test_recover_needs_vramguard_installed():
+    with pytest.raises(vramguard.VramguardError, match="vramguard is not installed: call vramguard.install"):
+        vramguard.recover()
+
+
+def test_meter_needs_ipython():
+    with pytest.raises(vramguard.VramguardError, match=r"vramguard.meter\(\) prints after each cell of IPython"):
+        vramguard.meter()
+
+
+def test_recovered_figures_read_as_text():
+    r = _recover.Recovered(freed=464 << 20, released=464 << 20, live=16 << 20, cached=0)
+    assert str(r) == "vramguard recovered 464.00 MiB; 16.00 MiB still live"
+    r = _recover.Recovered(freed=3 << 30, released=0, live=2 << 30, cached=4 << 20)
+    assert str(r) == ("vramguard recovered 3.00 GiB; 2.00 GiB still live, 4.00 MiB cached in segments "
+                      "that live blocks share")
+    assert repr(r) == "Recovered(freed=3.00 GiB, released=0 bytes, live=2.00 GiB, cached=4.00 MiB)"
