@@ -161,7 +161,8 @@ def test_fit_from_the_peaks_and_the_result_table():
     ])
     html = result._repr_html_()
     assert html.startswith("<div><b>find_max_batch: largest batch 20</b>")
-    assert "<td>OOM</td>" in html and html.count("<tr>") == len(tries) + 1
+    assert ">OOM</td>" in html and html.count("<tr>") == len(tries) + 1
+    assert "3.00 MiB x batch + 96.00 MiB" in html
 
 
 def test_fit_least_squares_and_residual():

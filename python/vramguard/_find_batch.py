@@ -18,6 +18,7 @@ from fractions import Fraction
 from html import escape
 
 from ._core import format_size
+from ._html import table
 
 logger = logging.getLogger("vramguard")
 
@@ -116,11 +117,9 @@ class BatchSearch:
         return "\n".join(lines)
 
     def _repr_html_(self):
-        rows = "".join(f"<tr><td style='text-align:right'>{b}</td><td>{r}</td>"
-                       f"<td style='text-align:right'>{escape(p)}</td></tr>" for b, r, p in self._rows())
-        fit = f"<p>{escape(str(self.fit))}</p>" if self.fit is not None else ""
-        return (f"<div><b>{escape(self._headline())}</b>{fit}<table><thead><tr><th>batch</th>"
-                f"<th>result</th><th>peak</th></tr></thead><tbody>{rows}</tbody></table></div>")
+        fit = f"<div>{escape(str(self.fit))}</div>" if self.fit is not None else ""
+        return (f"<div><b>{escape(self._headline())}</b>{fit}"
+                f"{table(['batch', 'result', 'peak'], self._rows())}</div>")
 
 
 # ------------------------------------------------------------------ probes
