@@ -76,12 +76,18 @@ def _make_handler(types, previous_types, previous):
 
     def vramguard_oom_handler(shell, etype, value, tb, tb_offset=None):
         shown = False
-        if previous is not None and issubclass(etype, previous_types):
-            shown = _call_previous(shell, previous, etype, value, tb, tb_offset, types)
-        if not shown:
-            shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
-        if issubclass(etype, types) and _torch.is_oom(value):
-            _report_and_recover(shell, value)
+        try:
+            if previous is not None and issubclass(etype, previous_types):
+                shown = _call_previous(shell, previous, etype, value, tb, tb_offset, types)
+            if not shown:
+                shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+                shown = True
+            if issubclass(etype, types) and _torch.is_oom(value):
+                _report_and_recover(shell, value)
+        except Exception as failure:  # IPython would unregister us, and the chain with us
+            print(f"vramguard: the exception handler failed ({failure!r})", file=sys.stderr)
+            if not shown:
+                shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
         return []
 
     return vramguard_oom_handler
