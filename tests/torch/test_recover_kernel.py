@@ -52,7 +52,7 @@ def _kernel_manager(folder):
 def run_cells(tmp_path, *cells):
     """Runs the cells in one fresh kernel on the fake CUDA, errors allowed;
     returns, per cell, {"out": stdout, "err": stderr, "errors": [ename],
-    "results": [text/plain of execute_result]}."""
+    "results": [text/plain of execute_result], "displays": [text/plain of display_data]}."""
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(textwrap.dedent(c)) for c in cells])
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("VRAMGUARD_") and k != "PYTORCH_CUDA_ALLOC_CONF"}
@@ -65,7 +65,7 @@ def run_cells(tmp_path, *cells):
 
 
 def _outputs(cell):
-    seen = {"out": "", "err": "", "errors": [], "results": []}
+    seen = {"out": "", "err": "", "errors": [], "results": [], "displays": []}
     for output in cell.outputs:
         if output.output_type == "stream":
             seen["out" if output.name == "stdout" else "err"] += output.text
@@ -73,6 +73,8 @@ def _outputs(cell):
             seen["errors"].append(output.ename)
         elif output.output_type == "execute_result":
             seen["results"].append(output.data.get("text/plain", ""))
+        elif output.output_type == "display_data":
+            seen["displays"].append(output.data.get("text/plain", ""))
     return seen
 
 
@@ -104,7 +106,8 @@ def test_an_oom_recovers_in_the_same_notebook(tmp_path):
     assert setup["errors"] == [] and kept["errors"] == [] and shown["errors"] == []
     assert shown["results"] == ["Shown(1 tensor)"]
     assert oom["errors"] == ["OutOfMemoryError"]                       # the traceback, as IPython shows it
-    assert "400.00 MiB" in "".join(oom["out"].splitlines()[:-1])      # the report names the request
+    report = "".join(oom["displays"]) + "".join(oom["out"].splitlines()[:-1])  # vramguard.last_oom(), shown
+    assert "400.00 MiB" in report                                      # names the request
     assert oom["out"].rstrip().splitlines()[-1] == "vramguard recovered 464.00 MiB; 16.00 MiB still live"
     assert after["errors"] == []
     v = values(after["out"])
