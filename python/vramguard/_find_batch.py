@@ -304,4 +304,8 @@ def find_max_batch(step_fn, start=1, limit=None, budget=None, *, is_oom=None, de
         if bar is not None:
             bar.close()
     fit = fit_memory([(t.batch, t.peak) for t in tries if t.fits and t.peak is not None])
+    if fit is not None and fit.fixed >= 0 and fit.per_sample > 0:
+        from ._oom_report import note_batch_fit
+
+        note_batch_fit(fit.fixed, fit.per_sample)  # the next OOM report's "largest batch that fits"
     return BatchSearch(largest, tries, fit, budget=searched_under or None, limit=limit)

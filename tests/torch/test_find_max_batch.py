@@ -34,6 +34,8 @@ def test_largest_batch_under_a_budget_and_the_fit():
         out["live_after"] = torch.cuda.memory_allocated()
         out["reserved_after"] = torch.cuda.memory_reserved()
         out["ooms"] = heap()["num_ooms"]
+        from vramguard import _oom_report
+        out["noted_fit"] = list(_oom_report._fit["value"])
     """, devices=1, mem="1GiB")
     assert out["largest"] == 60                                    # 16 + 4 x 60 = 256 MiB
     fits = lambda b: [b, True, (16 + 4 * b) * MiB]  # noqa: E731
@@ -48,6 +50,7 @@ def test_largest_batch_under_a_budget_and_the_fit():
     assert out["budget_after"] == 512 * MiB                        # the budget before, put back
     assert out["live_after"] == 0 and out["reserved_after"] == 0  # recovered after the last try
     assert out["ooms"] == 3
+    assert out["noted_fit"] == [16 * MiB, 4 * MiB, None]          # for the OOM report's advice
 
 
 def test_without_a_budget_the_device_is_the_limit():
