@@ -149,13 +149,14 @@ def _recover_now(shell, exc):
 
 
 class CellMeter:
-    """post_run_cell: one line per cell with what the cell added to the live
-    memory, its peak (peaks are reset when a cell starts) against the
-    budget or the device, and the cache. Reads the current device."""
+    """pre_run_cell / post_run_cell: one line per cell with what the cell
+    added to the live memory, its own peak (a probe like a region's, so the
+    peaks PyTorch reports are left alone) against the budget or the device,
+    and the cache. Reads the current device."""
 
     def __init__(self, shell):
         self.shell = shell
-        self.start_live = None
+        self.probe = None
 
     def _device(self):
         import torch
@@ -163,14 +164,17 @@ class CellMeter:
         return torch.cuda.current_device()
 
     def begin(self, *args):
-        from . import _torch
+        from ._regions import PeakProbe
 
+        self._close()
         try:
-            device = self._device()
-            _torch.reset_peaks(device)
-            self.start_live = _torch.stats(device)["allocated_bytes.all.current"]
+            self.probe = PeakProbe(self._device())
         except Exception:
-            self.start_live = None
+            self.probe = None
+
+    def _close(self):
+        probe, self.probe = self.probe, None
+        return probe.close() if probe is not None else None
 
     def end(self, *args):
         try:
@@ -181,21 +185,23 @@ class CellMeter:
     def line(self):
         from . import _torch
 
+        start = self.probe.live_at_start if self.probe is not None else None
+        closed = self._close()
         s = _torch.stats(self._device())
         live, reserved = s["allocated_bytes.all.current"], s["reserved_bytes.all.current"]
+        peak = closed[0] if closed is not None else s["allocated_bytes.all.peak"]
         ceiling = s["budget_bytes"] or s["device_total_bytes"]
-        start = live if self.start_live is None else self.start_live
-        delta = live - start
+        delta = live - (live if start is None else start)
         sign = "-" if delta < 0 else "+"
-        return (f"this cell: {sign}{format_size(abs(delta))} live, peak {format_size(s['allocated_bytes.all.peak'])}"
+        return (f"this cell: {sign}{format_size(abs(delta))} live, peak {format_size(peak)}"
                 f" / {format_size(ceiling)}, cache {format_size(reserved - live)}")
 
 
 def meter(on=True):
     """Print a line after each cell: "this cell: +1.20 GiB live, peak
-    13.10 GiB / 14.35 GiB, cache 800.00 MiB". While it is on, the peaks
-    (torch.cuda.max_memory_allocated()) are each cell's. meter(False)
-    turns it off."""
+    13.10 GiB / 14.35 GiB, cache 800.00 MiB": the peak is the cell's own,
+    and the peaks PyTorch reports are left as they are. meter(False) turns
+    it off."""
     from . import _torch
 
     shell = current_shell()

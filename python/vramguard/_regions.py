@@ -231,6 +231,28 @@ class track:
         return tracked
 
 
+class PeakProbe:
+    """A peak of allocated bytes over a stretch of code, as a region keeps
+    one, but with no row in regions(): for the cell meter, which must not
+    reset the peaks torch.cuda.max_memory_allocated() reports."""
+
+    def __init__(self, device=None):
+        self._target = _target(device)
+        with self._target.lock:
+            self._frame = _Frame("<probe>", self._target.fold())
+            self._target.open.append(self._frame)
+        self.live_at_start = self._frame.live_at_entry
+
+    def close(self):
+        """(peak, live now); the probe stops following the heap."""
+        target, frame = self._target, self._frame
+        with target.lock:
+            live = target.fold()
+            if frame in target.open:
+                target.open.remove(frame)
+        return frame.peak, live
+
+
 def _note_oom_inside(device, frame):
     """An out-of-memory came while the region was open (raised through it
     or caught inside): the report says which regions were open at it, and

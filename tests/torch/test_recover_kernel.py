@@ -214,13 +214,15 @@ def test_the_meter_prints_a_line_after_each_cell(tmp_path):
         't = torch.empty(100 * MiB, dtype=torch.uint8, device="cuda"); del t',
         "del y",
         "vramguard.meter(False)",
-        'print("quiet")')
+        'print("quiet")',
+        "print(torch.cuda.max_memory_allocated() // MiB)")
     assert [c["out"] for c in cells[1:]] == [
         "this cell: +32.00 MiB live, peak 32.00 MiB / 640.00 MiB, cache 0 bytes\n",
         "this cell: +0 bytes live, peak 132.00 MiB / 640.00 MiB, cache 100.00 MiB\n",
         "this cell: -32.00 MiB live, peak 32.00 MiB / 640.00 MiB, cache 132.00 MiB\n",
         "",
         "quiet\n",
+        "132\n",  # the meter's peaks are its own: PyTorch's stays the session's
     ]
 
 
