@@ -246,28 +246,60 @@ def _state_at_dump(snapshot, device, fields, allowance):
     return live, reserved
 
 
+#: Actions that change what the native allocator holds, and by how much.
+_GROWS = ("segment_alloc", "segment_map")
+_SHRINKS = ("segment_free", "segment_unmap")
+
+
+def _most_reserved(events, fields, where, allowance):
+    """The most the native allocator held over `events`, relative to the
+    start: what the device was seen to hold, against which a release is
+    judged forced or not (see _SnapshotReader.end_burst). Looks at no more
+    events than the allowance lets the main pass read."""
+    now = most = 0
+    readable = max(int(min(allowance.bytes, 1 << 62)) // OP_BYTES - allowance.records, 0)
+    for i, ev in enumerate(events[:readable + 1]):
+        if type(ev) is not dict:
+            continue  # the main pass names it
+        action = ev.get("action")
+        if action in _GROWS:
+            now += fields.u64(ev, "size", f"{where}[{i}]")
+            most = max(most, now)
+        elif action in _SHRINKS:
+            now -= fields.u64(ev, "size", f"{where}[{i}]")
+    return most
+
+
 class _SnapshotReader:
     """One pass over a device's events: ops through a TraceAssembler, and
     the native allocator's reserved-memory curve beside them."""
 
-    def __init__(self, name, fields):
+    def __init__(self, name, fields, most_reserved):
         self.ops = TraceAssembler(name)
         self.fields = fields
+        self.most_reserved = most_reserved  # relative to the start, like `reserved`
         self.reserved = 0      # relative to the start
         self.curve = []        # (op position, reserved) at each change
-        self.freeing = None    # inside a burst of segment_free: its first event
+        self.freeing = None    # inside a burst of segment_free: (its first event, reserved before it)
         self.empty_caches = 0
         self.retries = 0
 
-    def end_burst(self, next_action):
-        # A burst that an allocation's new segment follows at once is
-        # PyTorch's own release-and-retry; any other burst is empty_cache(),
-        # named by the burst's first event.
+    def end_burst(self, next_action, next_size=0):
+        """Close a burst of segment frees or unmaps: an empty_cache() call,
+        named by its first event, unless PyTorch's allocator released on its
+        own because the device was full (release and retry): then an OOM
+        entry follows at once, or a new segment that, without the release,
+        would have taken the device past the most it was ever seen to hold.
+        A program's empty_cache() is followed by a new segment too (the
+        cache is empty), but one the device had room for."""
         if self.freeing is not None:
-            if next_action in ("segment_alloc", "segment_map"):
+            first, before = self.freeing
+            forced = next_action == "oom" or (
+                next_action in _GROWS and before + next_size > self.most_reserved)
+            if forced:
                 self.retries += 1
             else:
-                self.ops.empty_cache(self.freeing)
+                self.ops.empty_cache(first)
                 self.empty_caches += 1
         self.freeing = None
 
@@ -276,22 +308,23 @@ class _SnapshotReader:
         that number, the one memory_viz shows."""
         f = self.fields
         action = f.text(ev, "action", where)
-        addr, size, stream = f.u64(ev, "addr", where), f.u64(ev, "size", where), f.u64(ev, "stream", where)
-        if action != "segment_free" and action != "segment_unmap":
-            self.end_burst(action)
+        size, stream = f.u64(ev, "size", where), f.u64(ev, "stream", where)
+        # An OOM entry carries device_free where others carry addr.
+        addr = 0 if action == "oom" else f.u64(ev, "addr", where)
+        if action not in _SHRINKS:
+            self.end_burst(action, size)
         if action == "alloc":
             self.ops.alloc(addr, size, stream, index, self.stack(ev.get("frames")))
         elif action == "free_completed":
             self.ops.free(addr, size, stream, index)
-        elif action in ("segment_alloc", "segment_map"):
+        elif action in _GROWS:
             self.reserved += size
             self.curve.append((self.ops.position(), self.reserved))
-        elif action in ("segment_free", "segment_unmap"):
+        elif action in _SHRINKS:
+            if self.freeing is None:
+                self.freeing = (index, self.reserved)
             self.reserved -= size
             self.curve.append((self.ops.position(), self.reserved))
-            if self.freeing is None:
-                self.freeing = index
-
 
     def stack(self, frames):
         """The stack that made an allocation, interned in the trace's
@@ -370,15 +403,16 @@ def _plain_settings(settings):
 def trace_from_snapshot(snapshot, path="snapshot", device=None, allowance=None):
     """A Trace from a loaded snapshot dict: `alloc` and `free_completed`
     events become ops; memory live before recording began is seeded at the
-    start; bursts of `segment_free` that no new segment follows become
-    empty_cache(); the native `segment_alloc`/`segment_free` curve is kept
-    as the baseline in `meta`. Every field is type-checked; `allowance`
+    start; bursts of `segment_free` (or `segment_unmap`) become
+    empty_cache() unless the device was full (docs/trace-format.md); the
+    native `segment_alloc`/`segment_free` curve is kept as the baseline in
+    `meta`. Every field is type-checked; `allowance`
     bounds the records read (load_trace passes one sized from the file)."""
     fields = _Fields(path)
     allowance = allowance or _Allowance.unlimited(path)
     device, events = _pick_device(snapshot, device, fields)
     name = str(path).rsplit("/", 1)[-1].split(".")[0]
-    reader = _SnapshotReader(name, fields)
+    reader = _SnapshotReader(name, fields, _most_reserved(events, fields, f"device_traces[{device}]", allowance))
     for i, ev in fields.records(events, f"device_traces[{device}]", allowance):
         reader.event(ev, f"device_traces[{device}][{i}]", i)
     reader.end_burst(None)
