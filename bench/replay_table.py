@@ -1,7 +1,10 @@
-"""One row per trace: events, physical limit (peak live requested), minimum
-budget under vramguard's policy and under the torch policy, each one's
-overhead over the limit, provider calls at the torch policy's minimum
-budget, the recorded native peak, and replay speed (median of repeats).
+"""Every policy side by side on real traces: vramguard's arena and segments,
+PyTorch's default and expandable segments (emulated). Per trace and policy:
+the physical limit (peak live requested), the minimum budget (bisection at
+2 MiB) and its overhead over the limit, the peak reserved with no budget,
+and the device calls (maps + unmaps; cudaMalloc + cudaFree for the segment
+policies) at the minimum budget per 1,000 allocations, with what they cost
+at 20 us each. A policy this build lacks is listed with the reason.
 
     python bench/replay_table.py [TRACE ...]     (default: tests/data and ../shared/traces)
 """
@@ -11,7 +14,10 @@ import time
 from pathlib import Path
 
 import vramguard
-from vramguard import load_trace, min_budget, replay
+from vramguard import load_trace, replay
+from vramguard._report import (
+    COMPARED, DEVICE_CALL_SECONDS, available_policies, check_policy, compare_policies, unavailable_policies,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DIRS = [ROOT / "tests" / "data", ROOT.parent / "shared" / "traces"]
@@ -32,28 +38,35 @@ def mib(n):
     return f"{n / 2**20:,.0f}"
 
 
-def events_per_second(trace, repeats=7):
-    """Median over repeats of the C replay loop's own rate, no budget."""
-    return statistics.median(replay(trace, samples=0).events_per_second for _ in range(repeats))
+def events_per_second(trace, policy, repeats=7):
+    """Median over repeats of the replay loop's own rate, no budget."""
+    engine = check_policy(policy)
+    return statistics.median(replay(trace, None, engine, samples=0).events_per_second for _ in range(repeats))
 
 
-def row(path):
+def rows(path):
+    """One row per available policy of one trace."""
     t = load_trace(path)
-    live = t.peak_live()
-    ours, theirs = min_budget(t, "vramguard"), min_budget(t, "torch")
-    at = {p: replay(t, theirs, p, samples=0) for p in ("vramguard", "torch")}
-    calls = {p: r.device_alloc + r.device_free for p, r in at.items()}
+    live, allocs = t.peak_live(), t.counts()["alloc"]
+    figures = compare_policies(t)
     recorded = t.recorded_peak_reserved
-    return [
-        t.name, f"{len(t):,}", mib(live), mib(ours), mib(theirs),
-        f"{ours / live - 1:+.1%}", f"{theirs / live - 1:+.1%}",
-        f"{calls['vramguard']}/{calls['torch']}",
-        mib(recorded) if recorded else "-", f"{events_per_second(t) / 1e6:.1f}M",
-    ]
+    out = []
+    for policy in available_policies():
+        f = figures[policy]
+        calls = (f["maps_at_min_budget"] + f["unmaps_at_min_budget"]) * 1000 / allocs
+        first = not out
+        out.append([
+            t.name if first else "", f"{len(t):,}" if first else "", mib(live) if first else "",
+            mib(recorded) if first and recorded else "", policy,
+            mib(f["min_budget_bytes"]), f"{f['min_budget_bytes'] / live - 1:+.1%}",
+            mib(f["peak_reserved_bytes"]), f"{calls:,.1f}", f"{calls * DEVICE_CALL_SECONDS * 1e3:,.2f}",
+            f"{events_per_second(t, policy) / 1e6:.1f}M",
+        ])
+    return out
 
 
-HEADER = ["trace", "events", "limit MiB", "vg min MiB", "torch min MiB", "vg over", "torch over",
-          "calls vg/torch", "recorded MiB", "events/s"]
+HEADER = ["trace", "events", "limit MiB", "recorded MiB", "policy", "min budget MiB", "over limit",
+          "peak reserved MiB", "calls /1k allocs", "ms /1k allocs", "events/s"]
 
 
 def main(argv):
@@ -62,14 +75,21 @@ def main(argv):
         print("no traces found: pass paths, or put them in tests/data or ../shared/traces")
         return 1
     t0 = time.time()
-    rows = [HEADER] + [row(p) for p in paths]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
-    for i, r in enumerate(rows):
-        print("| " + " | ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths))) + " |")
+    table = [HEADER] + [r for p in paths for r in rows(p)]
+    widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
+    for i, r in enumerate(table):
+        print("| " + " | ".join(c.ljust(w) if j in (0, 4) else c.rjust(w)
+                                for j, (c, w) in enumerate(zip(r, widths))) + " |")
         if i == 0:
             print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    print(f"\nvramguard {vramguard.__version__}; calls = provider reserve+release at the torch policy's "
-          f"minimum budget; events/s = median of 7 replays (C loop), no budget. ({time.time() - t0:.1f}s)")
+    print(f"\nvramguard {vramguard.__version__}. limit = peak of live requested bytes; recorded = the peak "
+          f"reserved when recorded; min budget by bisection at 2 MiB; peak reserved with no budget; calls = "
+          f"device calls at the minimum budget (maps + unmaps; cudaMalloc + cudaFree for segments and torch) per "
+          f"1,000 allocations, ms = their cost at {DEVICE_CALL_SECONDS * 1e6:.0f} us each; events/s = median of "
+          f"7 replays, no budget. ({time.time() - t0:.1f}s)")
+    for policy, why in unavailable_policies().items():
+        print(f"not in this build: {policy} ({why})")
+    print(f"policies: {', '.join(COMPARED)}")
     return 0
 
 

@@ -1,7 +1,7 @@
 """vramguard's command line.
 
   python -m vramguard demo                 a training loop on a simulated T4
-  python -m vramguard replay TRACE [...]   would this trace fit? both policies
+  python -m vramguard replay TRACE [...]   would this trace fit? every policy side by side
 
 Sizes are bytes, a number with a unit ("15GiB", "12.5GB") or a GPU preset
 (T4, L4, A100-40GB, A100-80GB, V100-16GB, H100-80GB: their usable memory).
@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 
+from ._report import POLICIES
 from ._units import parse_budget, parse_size
 
 EXIT_DOES_NOT_FIT = 1
@@ -41,8 +42,9 @@ def _demo(args):
 
 def _replay(args):
     from ._import import load_trace
-    from ._report import format_replay_report, replay_report
+    from ._report import check_policy, format_replay_report, replay_report
 
+    check_policy(args.policy)  # one not in this build is said before the trace is read
     budget = parse_budget(args.budget) if args.budget is not None else None
     trace = load_trace(args.trace)
     if not trace.counts()["alloc"]:
@@ -83,7 +85,9 @@ def main(argv=None):
     rep = sub.add_parser("replay", help="replay an allocation trace: would it fit?")
     rep.add_argument("trace", help="a .vgtrace file, a PyTorch memory snapshot pickle, or a lifetime log")
     rep.add_argument("--budget", help="e.g. 15GiB or T4; the exit status is 1 when it does not fit")
-    rep.add_argument("--policy", default="vramguard", choices=("vramguard", "torch"))
+    rep.add_argument("--policy", default="vramguard", choices=POLICIES,
+                     help="the policy the budget is tried with (default vramguard: the one it recommends); "
+                          "the report sets all of them side by side")
     rep.add_argument("--json", action="store_true", help="one JSON object instead of text")
     rep.set_defaults(run=_replay)
     args = parser.parse_args(argv)

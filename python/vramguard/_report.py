@@ -1,26 +1,133 @@
-"""The replay report: would a trace fit under a budget, and how vramguard's
-policy compares with PyTorch's on it (`python -m vramguard replay`)."""
+"""The replay report: would a trace fit under a budget, and what each policy
+(vramguard's arena and segments, PyTorch's default and expandable segments)
+needs on it, side by side (`python -m vramguard replay`)."""
+from functools import lru_cache
+
 from ._core import format_size
 from ._presets import PRESETS
 from ._replay import min_budget, replay
+from ._trace import Trace
+from ._units import format_size_column
 
-POLICIES = ("vramguard", "torch")
+#: The policies a report sets side by side, in the order shown.
+COMPARED = ("arena", "segments", "torch", "torch-expandable")
+#: What each compares: shown under the table.
+DESCRIBED = {
+    "arena": "vramguard, one virtual range per stream, pages mapped on demand",
+    "segments": "vramguard, packed cudaMalloc segments",
+    "torch": "PyTorch's default caching allocator (emulated)",
+    "torch-expandable": "PyTorch with expandable_segments:True (emulated)",
+}
+#: Names a replay also takes: "vramguard" is the policy vramguard recommends.
+POLICIES = ("vramguard",) + COMPARED
+#: A name the replay engine may not know by itself yet, and the one it knew
+#: the same policy by.
+_FORMERLY = {"segments": "vramguard"}
 #: Live allocations a report lists at the first OOM.
 LARGEST_SHOWN = 3
+#: What one map or unmap (or cudaMalloc or cudaFree) costs the program, for
+#: the report's estimate: a driver call, tens of microseconds.
+DEVICE_CALL_SECONDS = 20e-6
+
+
+# ------------------------------------------------------------------ policies
+
+
+def _probe_trace():
+    t = Trace("probe")
+    t.free(t.alloc(1 << 20))
+    return t
+
+
+@lru_cache(maxsize=None)
+def _engine(policy):
+    """(the name replay() runs `policy` under, None) when this build has the
+    policy, else (None, why not)."""
+    reason = None
+    for name in (policy, _FORMERLY.get(policy)):
+        if name is None:
+            break
+        try:
+            replay(_probe_trace(), None, name, samples=0)
+            return name, None
+        except (ValueError, NotImplementedError) as exc:
+            reason = reason or str(exc).strip().splitlines()[0]
+    return None, reason
+
+
+def available_policies():
+    """The policies of COMPARED this build replays, in order."""
+    return tuple(p for p in COMPARED if _engine(p)[0] is not None)
+
+
+def unavailable_policies():
+    """{policy: why this build cannot replay it} for the rest of COMPARED."""
+    return {p: _engine(p)[1] for p in COMPARED if _engine(p)[0] is None}
+
+
+def check_policy(policy):
+    """The engine name for `policy`; a ValueError that says which policies
+    exist when `policy` is unknown or not in this build."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}: use one of {', '.join(POLICIES)}")
+    engine, why = _engine(policy)
+    if engine is None:
+        raise ValueError(f"policy {policy!r} is not available in this build of vramguard ({why}); "
+                         f"available: {', '.join(('vramguard',) + available_policies())}")
+    return engine
+
+
+def device_calls(result):
+    """(maps, unmaps) of a replay: with the VMM policies the page maps and
+    unmaps, with the segment policies the cudaMalloc and cudaFree calls that
+    take their place."""
+    maps, unmaps = getattr(result, "maps", None), getattr(result, "unmaps", None)
+    if maps is None or unmaps is None:
+        return result.device_alloc, result.device_free
+    return maps, unmaps
+
+
+def key(policy):
+    """The prefix of a policy's keys in the report: torch-expandable -> torch_expandable."""
+    return policy.replace("-", "_")
+
+
+def _policy_figures(trace, engine, free_run=None):
+    """Peak reserved with no budget, the minimum budget, and the device calls
+    of a replay at that budget."""
+    free_run = free_run or replay(trace, None, engine, samples=0)
+    need = min_budget(trace, engine)
+    maps, unmaps = device_calls(replay(trace, need, engine, samples=0)) if need else (0, 0)
+    return {"peak_reserved_bytes": free_run.peak_reserved_bytes, "min_budget_bytes": need,
+            "maps_at_min_budget": maps, "unmaps_at_min_budget": unmaps}
+
+
+def compare_policies(trace, reuse=None):
+    """{policy: figures or None} for POLICIES ("vramguard" too), each engine
+    replayed once; `reuse` = (engine, free-running ReplayResult) to skip one."""
+    by_engine, out = {}, {}
+    for policy in POLICIES:
+        engine = _engine(policy)[0]
+        if engine is not None and engine not in by_engine:
+            free_run = reuse[1] if reuse and reuse[0] == engine else None
+            by_engine[engine] = _policy_figures(trace, engine, free_run)
+        out[policy] = by_engine.get(engine)
+    return out
+
+
+# ------------------------------------------------------------------ the report
 
 
 def replay_report(trace, budget=None, policy="vramguard"):
-    """A dict: the replay of `trace` under `policy` and `budget`, plus each
-    policy's peak reserved (free-running) and minimum budget."""
-    if policy not in POLICIES:
-        raise ValueError(f"unknown policy {policy!r}: use 'vramguard' or 'torch'")
-    main = replay(trace, budget, policy)
-    side = {}
-    for name in POLICIES:
-        free = main if name == policy and budget is None else replay(trace, None, name, samples=0)
-        side[name] = {"peak_reserved_bytes": free.peak_reserved_bytes, "min_budget_bytes": min_budget(trace, name)}
+    """A dict: the replay of `trace` under `policy` and `budget`, and for
+    every policy this build has, its peak reserved (free-running), its
+    minimum budget and the device calls at that budget; a policy it lacks
+    has None there and its reason in `policies_unavailable`."""
+    engine = check_policy(policy)
+    main = replay(trace, budget, engine)
+    side = compare_policies(trace, (engine, main) if budget is None else None)
     oom = main.first_oom_at
-    return {
+    report = {
         "trace": trace.name,
         "policy": policy,
         "budget_bytes": main.budget or None,
@@ -39,21 +146,24 @@ def replay_report(trace, budget=None, policy="vramguard"):
         "largest_live_at_first_oom": [list(x) for x in oom.largest_live] if oom else None,
         "live_by_line_at_first_oom": [list(x) for x in oom.by_line] if oom else None,
         "events": main.events,
+        "allocations": trace.counts()["alloc"],
         "source_events": trace.meta.get("source_events"),
         "event_label": trace.event_label,
         "events_per_second": main.events_per_second,
         "peak_requested_bytes": main.peak_requested_bytes,
         "peak_reserved_bytes": main.peak_reserved_bytes,
         "min_budget_bytes": side[policy]["min_budget_bytes"],
-        "vramguard_peak_reserved_bytes": side["vramguard"]["peak_reserved_bytes"],
-        "vramguard_min_budget_bytes": side["vramguard"]["min_budget_bytes"],
-        "torch_peak_reserved_bytes": side["torch"]["peak_reserved_bytes"],
-        "torch_min_budget_bytes": side["torch"]["min_budget_bytes"],
+        "policies": list(COMPARED),
+        "policies_unavailable": unavailable_policies(),
         "recorded_peak_reserved_bytes": trace.recorded_peak_reserved,
         "recorded_by": "vramguard" if trace.meta.get("source") == "vramguard" else "native",
         "device_alloc": main.device_alloc,
         "device_free": main.device_free,
     }
+    for name, figures in side.items():
+        for field in ("peak_reserved_bytes", "min_budget_bytes", "maps_at_min_budget", "unmaps_at_min_budget"):
+            report[f"{key(name)}_{field}"] = figures[field] if figures else None
+    return report
 
 
 def _allocations(n):
@@ -61,7 +171,7 @@ def _allocations(n):
 
 
 def _over(value, live):
-    return f"{value / live - 1:.1%}" if live else "-"
+    return f"{value / live - 1:+.1%}" if live else "-"
 
 
 def _header(r):
@@ -91,19 +201,55 @@ def _verdict(r):
     return lines
 
 
+def calls_per_thousand(r, policy):
+    """Maps plus unmaps at `policy`'s minimum budget per 1,000 allocations
+    of the trace, or None when the policy was not replayed."""
+    maps = r.get(f"{key(policy)}_maps_at_min_budget")
+    if maps is None or not r["allocations"]:
+        return None
+    return (maps + r[f"{key(policy)}_unmaps_at_min_budget"]) * 1000 / r["allocations"]
+
+
+LABEL_WIDTH, COLUMN = 34, 12
+
+
+def _maybe(value, form):
+    return "-" if value is None else form.format(value)
+
+
+def _width(policy):
+    return max(COLUMN, len(policy) + 2)
+
+
+def _row(label, cells, shown):
+    return f"  {label:{LABEL_WIDTH - 2}}" + "".join(f"{c:>{_width(p)}}" for c, p in zip(cells, shown))
+
+
 def _table(r):
-    live = r["peak_requested_bytes"]
+    live, shown = r["peak_requested_bytes"], r["policies"]
+    figures = {p: {f: r[f"{key(p)}_{f}"] for f in ("peak_reserved_bytes", "min_budget_bytes")} for p in shown}
+
+    def cells(show):
+        return [show(p) if figures[p]["min_budget_bytes"] is not None else "n/a" for p in shown]
+
     lines = [f"Physical limit (peak live tensors): {format_size(live)}",
-             f"{'':32}{'vramguard':>14}{'torch policy':>16}"]
-    for label, key in (("peak reserved, no budget", "peak_reserved_bytes"), ("minimum budget", "min_budget_bytes")):
-        v, t = r[f"vramguard_{key}"], r[f"torch_{key}"]
-        lines.append(f"  {label:30}{format_size(v):>14}{format_size(t):>16}")
+             f"{'':{LABEL_WIDTH}}" + "".join(f"{p:>{_width(p)}}" for p in shown)]
+    for label, field in (("peak reserved, no budget", "peak_reserved_bytes"), ("minimum budget", "min_budget_bytes")):
+        lines.append(_row(label, cells(lambda p: format_size_column(figures[p][field])), shown))
     # Both rows are the cache's cost over the tensors themselves, at the
     # minimum budget and free-running: not the summary's free-cache pieces.
-    for label, key in (("minimum budget over the limit", "min_budget_bytes"),
-                       ("peak reserved over peak live", "peak_reserved_bytes")):
-        v, t = r[f"vramguard_{key}"], r[f"torch_{key}"]
-        lines.append(f"  {label:30}{_over(v, live):>14}{_over(t, live):>16}")
+    for label, field in (("minimum budget over the limit", "min_budget_bytes"),
+                         ("peak reserved over peak live", "peak_reserved_bytes")):
+        lines.append(_row(label, cells(lambda p: _over(figures[p][field], live)), shown))
+    per_k = {p: calls_per_thousand(r, p) for p in shown}
+    lines.append(_row("device calls per 1,000 allocs", cells(lambda p: _maybe(per_k[p], "{:,.1f}")), shown))
+    lines.append(_row(f"  their cost at {DEVICE_CALL_SECONDS * 1e6:.0f} us each",
+                      cells(lambda p: _maybe(per_k[p] and per_k[p] * DEVICE_CALL_SECONDS * 1e3, "{:,.2f} ms")),
+                      shown))
+    lines.append("  (device calls at the minimum budget: maps + unmaps for arena and torch-expandable,")
+    lines.append("   cudaMalloc + cudaFree for segments and torch)")
+    for p, why in r["policies_unavailable"].items():
+        lines.append(f"  {p}: not available in this build ({why})")
     return lines
 
 
@@ -111,6 +257,12 @@ def smallest_preset(nbytes):
     """The GPU preset with the least usable memory that holds `nbytes`, or None."""
     fitting = [p for p in PRESETS.values() if p.usable_bytes >= nbytes]
     return min(fitting, key=lambda p: p.usable_bytes) if fitting else None
+
+
+def _others(r):
+    """The other compared policies' minimum budgets, as a phrase."""
+    return ", ".join(f"{p} {format_size(r[key(p) + '_min_budget_bytes'])}" for p in r["policies"]
+                     if p != r["policy"] and r[key(p) + "_min_budget_bytes"] is not None)
 
 
 def so_what(r):
@@ -122,10 +274,8 @@ def so_what(r):
             return (f"So what: the tensors alone need {format_size(live)} at the peak, more than the budget: "
                     "no allocator fits it; make less live at once (a smaller batch, lower precision, "
                     "activation checkpointing).")
-        other = "torch" if r["policy"] == "vramguard" else "vramguard"
         return (f"So what: the tensors fit ({format_size(live)} at the peak) but the cache's overhead does not: "
-                f"the {r['policy']} policy needs a budget of {format_size(need)}, "
-                f"the {other} policy {format_size(r[other + '_min_budget_bytes'])}.")
+                f"the {r['policy']} policy needs a budget of {format_size(need)}; the others: {_others(r)}.")
     if budget:
         return (f"So what: it fits; at its peak it reserved {format_size(r['peak_reserved_bytes'])} "
                 f"of {format_size(budget)}, and needs at least {format_size(need)}.")
