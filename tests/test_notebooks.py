@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import vramguard
 from trace_paths import SHARED_TRACES
 
 nbclient = pytest.importorskip("nbclient", reason="nbclient is not installed (pip install -e '.[test]')")
@@ -58,11 +59,21 @@ def test_what_if_on_the_shipped_trace(tmp_path):
     assert "The example trace that ships with vramguard" in out
     assert "<Trace 'synthetic-gpt-train': 1,892 ops, 1,238 allocations>" in out
     assert "Peak of live tensors: 13.92 GiB" in out
+    assert "         vramguard        13.99 GiB             +0.5%            14.06 GiB" in out
+    assert "             torch        15.01 GiB             +7.8%            15.01 GiB" in out
     assert "T4: 14.35 GiB usable of 14.74 GiB (15,828,320,256 bytes)" in out
-    assert "  vramguard policy: fits, peak reserved 14.04 GiB" in out
-    assert "      torch policy: does not fit; first OOM at op 1,200: an allocation of 2.40 GiB" in out
+    assert "         vramguard: fits, peak reserved 14.04 GiB" in out
+    assert "             torch: does not fit; first OOM at op 1,200: an allocation of 2.40 GiB" in out
     assert "L4: 21.57 GiB usable" in out and "A100-40GB: 39.00 GiB usable" in out
     assert "At the peak (op 1,201): 13.92 GiB live in 670 allocations" in out
+    # Every policy replay() takes is replayed; the others are named as
+    # skipped, and no cell fails for them.
+    have = ("vramguard",) + vramguard.available_policies()
+    assert f"Policies replayed: {', '.join(have)}" in out
+    missing = [p for p in ("arena", "segments", "torch", "torch-expandable") if p not in have]
+    assert (f"Not in this vramguard, skipped: {', '.join(missing)}" in out) == bool(missing)
+    for policy in have:
+        assert f"{policy:>16}: " in out  # its T4 / L4 / A100-40GB answers
 
 
 @pytest.mark.shared

@@ -23,6 +23,7 @@ from ._recover import Recovered, recover
 from ._record import record, start_recording, stop_recording
 from ._snapshot import dump_snapshot, snapshot
 from . import integrations  # its callbacks import their libraries only when asked for
+from ._report import available_policies
 from ._replay import FirstOOM, LiveSet, ReplayResult, live_at_peak, min_budget, replay
 from ._stacks import MAX_STACK_DEPTH, StackTable, format_frame, live_by_line
 from ._summary import format_summary
@@ -44,4 +45,5 @@ __all__ = [
     "dump_snapshot", "snapshot",
     "MAX_STACK_DEPTH", "StackTable", "format_frame", "live_by_line",
     "LeakWarning", "OOMReport", "last_oom", "leak_check", "regions", "reset_regions", "step", "track",
+    "available_policies",
 ]

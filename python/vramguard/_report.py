@@ -55,9 +55,17 @@ def _engine(policy):
     return None, reason
 
 
-def available_policies():
-    """The policies of COMPARED this build replays, in order."""
+def compared_policies():
+    """The policies of COMPARED this build replays, in order (the report's
+    columns; "segments" by the name the engine knew it by where it knows no
+    other)."""
     return tuple(p for p in COMPARED if _engine(p)[0] is not None)
+
+
+def available_policies():
+    """The policies of COMPARED that replay() and min_budget() take by name
+    in this build, in order: vramguard.replay(trace, "T4", policy=p)."""
+    return tuple(p for p in COMPARED if _engine(p)[0] == p)
 
 
 def unavailable_policies():
@@ -73,7 +81,7 @@ def check_policy(policy):
     engine, why = _engine(policy)
     if engine is None:
         raise ValueError(f"policy {policy!r} is not available in this build of vramguard ({why}); "
-                         f"available: {', '.join(('vramguard',) + available_policies())}")
+                         f"available: {', '.join(('vramguard',) + compared_policies())}")
     return engine
 
 
