@@ -85,14 +85,18 @@ def check_policy(policy):
     return engine
 
 
-def device_calls(result):
-    """(maps, unmaps) of a replay: with the VMM policies the page maps and
-    unmaps, with the segment policies the cudaMalloc and cudaFree calls that
-    take their place."""
-    maps, unmaps = getattr(result, "maps", None), getattr(result, "unmaps", None)
-    if maps is None or unmaps is None:
-        return result.device_alloc, result.device_free
-    return maps, unmaps
+#: The policies that map physical pages into a virtual range: their device
+#: calls are maps and unmaps; the others' are cudaMalloc and cudaFree.
+PAGED = ("arena", "torch-expandable")
+
+
+def device_calls(result, engine):
+    """(maps, unmaps) of a replay under `engine`: with the paged policies the
+    page maps and unmaps, with the segment policies the cudaMalloc and
+    cudaFree calls that take their place."""
+    if engine in PAGED:
+        return result.maps, result.unmaps
+    return result.device_alloc, result.device_free
 
 
 def key(policy):
@@ -105,7 +109,7 @@ def _policy_figures(trace, engine, free_run=None):
     of a replay at that budget."""
     free_run = free_run or replay(trace, None, engine, samples=0)
     need = min_budget(trace, engine)
-    maps, unmaps = device_calls(replay(trace, need, engine, samples=0)) if need else (0, 0)
+    maps, unmaps = device_calls(replay(trace, need, engine, samples=0), engine) if need else (0, 0)
     return {"peak_reserved_bytes": free_run.peak_reserved_bytes, "min_budget_bytes": need,
             "maps_at_min_budget": maps, "unmaps_at_min_budget": unmaps}
 
