@@ -127,3 +127,28 @@ def test_hostile_segment_sizes_are_one_error(tmp_path):
 def test_real_snapshot_replays_to_its_recorded_peak():
     t = load_trace(SHARED_TRACES / "opt125m_zo_finetune.snapshot.pickle")
     assert replay(t, policy="torch").peak_reserved_bytes == t.recorded_peak_reserved == 1_897_922_560
+
+
+def test_the_look_for_the_most_held_reads_no_more_than_the_cap(tmp_path, monkeypatch):
+    """A pickle can name one event a million times for a few bytes each: the
+    pass that finds the most the device held stops where the cap on records
+    stops the reader, and the reader refuses the file."""
+    from vramguard import TraceFormatError, _import
+
+    grow = ev("segment_alloc", A, 20 * MiB)
+    path = tmp_path / "many.pickle"
+    path.write_bytes(pickle.dumps({"segments": [], "device_traces": [[grow] * 1_000_000]}))
+    looked = []
+    real = _import._Fields.u64
+
+    def counted(self, record, key, where, default=0):
+        looked.append(where)
+        return real(self, record, key, where, default)
+
+    monkeypatch.setattr(_import._Fields, "u64", counted)
+    with pytest.raises(TraceFormatError, match="names records"):
+        load_trace(path, max_expansion=1)
+    cap = max(_import.MIN_ALLOWANCE, path.stat().st_size) // _import.OP_BYTES
+    # Up to the cap, each event's size is read by the look, and its address,
+    # size and stream by the reader: 4 reads, not 4 million.
+    assert cap < 100_000 and len(looked) <= 4 * (cap + 1)
