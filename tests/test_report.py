@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from vramguard import min_budget, replay, save_trace
+from vramguard import Trace, min_budget, replay, save_trace
 from vramguard import _report
 from vramguard._report import (
     COMPARED, available_policies, calls_per_thousand, check_policy, compared_policies, format_replay_report,
@@ -118,3 +118,31 @@ def test_cli_asked_for_a_policy_this_build_lacks(tmp_path, policy):
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith(f"vramguard: policy '{policy}' is not available in this build of vramguard (")
     assert len(proc.stderr.splitlines()) == 1
+
+
+def steady_loop(steps=3):
+    t = Trace("loop")
+    for _ in range(steps):
+        a, b = t.alloc(4 * MiB), t.alloc(6 * MiB)
+        t.free(a)
+        t.free(b)
+    return t
+
+
+# (peak reserved, minimum budget, maps, unmaps) of three steps of a 4 + 6 MiB
+# loop: every policy gets its memory in the first step and keeps it.
+STEADY = {
+    "arena": (10 * MiB, 10 * MiB, 2, 0),             # 2 and 3 pages of 2 MiB, one map per block
+    "segments": (10 * MiB, 10 * MiB, 2, 0),          # a segment per block
+    "torch": (20 * MiB, 20 * MiB, 1, 0),             # both in one 20 MiB segment
+    "torch-expandable": (20 * MiB, 20 * MiB, 1, 0),  # both in one 20 MiB page
+}
+
+
+@pytest.mark.parametrize("policy", COMPARED)
+def test_a_steady_loop_maps_in_its_first_step_only(policy):
+    if policy not in compared_policies():
+        pytest.skip(f"{policy} is not in this build: {unavailable_policies()[policy]}")
+    r = replay_report(steady_loop())
+    prefix = policy.replace("-", "_")
+    assert tuple(r[f"{prefix}_{field}"] for field in FIELDS) == STEADY[policy]

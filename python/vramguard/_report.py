@@ -3,9 +3,9 @@
 needs on it, side by side (`python -m vramguard replay`)."""
 from functools import lru_cache
 
-from ._core import format_size
+from ._core import Heap, format_size
 from ._presets import PRESETS
-from ._replay import min_budget, replay
+from ._replay import UNLIMITED, min_budget, replay
 from ._trace import Trace
 from ._units import format_size_column
 
@@ -88,15 +88,24 @@ def check_policy(policy):
 #: The policies that map physical pages into a virtual range: their device
 #: calls are maps and unmaps; the others' are cudaMalloc and cudaFree.
 PAGED = ("arena", "torch-expandable")
+#: Policies replayed by an emulation of their own rather than a Heap.
+_NOT_A_HEAP = ("torch-expandable",)
 
 
-def device_calls(result, engine):
-    """(maps, unmaps) of a replay under `engine`: with the paged policies the
-    page maps and unmaps, with the segment policies the cudaMalloc and
-    cudaFree calls that take their place."""
+def device_calls(trace, engine, budget):
+    """(maps, unmaps) when `trace` is replayed under `engine` and `budget`:
+    with the paged policies the page maps and unmaps, with the segment
+    policies the cudaMalloc and cudaFree calls that take their place. A
+    heap's own counters say, where the replay result does not carry them."""
+    if engine in _NOT_A_HEAP:
+        r = replay(trace, budget, engine, samples=0)
+        return r.maps, r.unmaps
+    heap = Heap(UNLIMITED, budget=budget, policy=engine)
+    heap.replay(*trace.columns(), trace.nids, 0)
+    stats = heap.stats()
     if engine in PAGED:
-        return result.maps, result.unmaps
-    return result.device_alloc, result.device_free
+        return stats["num_maps"], stats["num_unmaps"]
+    return stats["num_device_alloc"], stats["num_device_free"]
 
 
 def key(policy):
@@ -109,7 +118,7 @@ def _policy_figures(trace, engine, free_run=None):
     of a replay at that budget."""
     free_run = free_run or replay(trace, None, engine, samples=0)
     need = min_budget(trace, engine)
-    maps, unmaps = device_calls(replay(trace, need, engine, samples=0), engine) if need else (0, 0)
+    maps, unmaps = device_calls(trace, engine, need) if need else (0, 0)
     return {"peak_reserved_bytes": free_run.peak_reserved_bytes, "min_budget_bytes": need,
             "maps_at_min_budget": maps, "unmaps_at_min_budget": unmaps}
 
