@@ -64,7 +64,9 @@ def test_what_if_on_the_shipped_trace(tmp_path):
     assert "T4: 14.35 GiB usable of 14.74 GiB (15,828,320,256 bytes)" in out
     assert "         vramguard: fits, peak reserved 14.04 GiB" in out
     assert "             torch: does not fit; first OOM at op 1,200: an allocation of 2.40 GiB" in out
+    assert "  Would it fit on a T4? yes with vramguard" in out and "; no with torch." in out
     assert "L4: 21.57 GiB usable" in out and "A100-40GB: 39.00 GiB usable" in out
+    assert "  Would it fit on an L4? yes." in out
     assert "At the peak (op 1,201): 13.92 GiB live in 670 allocations" in out
     # Every policy replay() takes is replayed; the others are named as
     # skipped, and no cell fails for them.
