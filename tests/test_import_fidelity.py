@@ -152,3 +152,15 @@ def test_the_look_for_the_most_held_reads_no_more_than_the_cap(tmp_path, monkeyp
     # Up to the cap, each event's size is read by the look, and its address,
     # size and stream by the reader: 4 reads, not 4 million.
     assert cap < 100_000 and len(looked) <= 4 * (cap + 1)
+
+
+def test_the_report_sets_the_recorded_peak_beside_its_replay(tmp_path):
+    from vramguard._report import format_replay_report, replay_report
+
+    r = replay_report(load(tmp_path, empty_cache_program()))
+    assert r["recorded_policy"] == "torch" and r["recorded_peak_reserved_bytes"] == 210 * MiB
+    assert ("Peak reserved when recorded (by the native allocator): 210.00 MiB; the torch policy replays it "
+            "to 210.00 MiB (+0.0%)") in format_replay_report(r).splitlines()
+    snap = empty_cache_program()
+    snap["allocator_settings"] = {"expandable_segments": True}
+    assert replay_report(load(tmp_path, snap, "x.pickle"))["recorded_policy"] == "torch-expandable"

@@ -178,6 +178,7 @@ def replay_report(trace, budget=None, policy="vramguard"):
         "policies_unavailable": unavailable_policies(),
         "recorded_peak_reserved_bytes": trace.recorded_peak_reserved,
         "recorded_by": "vramguard" if trace.meta.get("source") == "vramguard" else "native",
+        "recorded_policy": _recorded_policy(trace),
         "device_alloc": main.device_alloc,
         "device_free": main.device_free,
     }
@@ -185,6 +186,16 @@ def replay_report(trace, budget=None, policy="vramguard"):
         for field in ("peak_reserved_bytes", "min_budget_bytes", "maps_at_min_budget", "unmaps_at_min_budget"):
             report[f"{key(name)}_{field}"] = figures[field] if figures else None
     return report
+
+
+def _recorded_policy(trace):
+    """The emulation of the allocator that recorded a PyTorch snapshot
+    (default or expandable segments, from its allocator settings), whose
+    replay should give back the recorded peak; None for other sources."""
+    if trace.meta.get("source") != "pytorch-snapshot":
+        return None
+    settings = trace.meta.get("allocator_settings") or {}
+    return "torch-expandable" if settings.get("expandable_segments") is True else "torch"
 
 
 def _allocations(n):
@@ -309,8 +320,14 @@ def so_what(r):
 def format_replay_report(r):
     """The report as text, a few lines a person reads in a terminal."""
     lines = [_header(r)] + _verdict(r) + _table(r)
-    if r["recorded_peak_reserved_bytes"]:
+    recorded = r["recorded_peak_reserved_bytes"]
+    if recorded:
         who = "by vramguard" if r["recorded_by"] == "vramguard" else "by the native allocator"
-        lines.append(f"Peak reserved when recorded ({who}): {format_size(r['recorded_peak_reserved_bytes'])}")
+        line = f"Peak reserved when recorded ({who}): {format_size(recorded)}"
+        same = r["recorded_policy"]
+        replayed = same and r.get(f"{key(same)}_peak_reserved_bytes")
+        if replayed:
+            line += f"; the {same} policy replays it to {format_size(replayed)} ({replayed / recorded - 1:+.1%})"
+        lines.append(line)
     lines.append(so_what(r))
     return "\n".join(lines)
