@@ -91,6 +91,14 @@ def test_burst_that_a_full_device_forced_is_a_retry(tmp_path):
     t = load(tmp_path, snap)
     assert t.meta["empty_cache_calls"] == 0 and t.meta["native_release_retries"] == 1
     assert t.recorded_peak_reserved == 120 * MiB
+    # With room to spare the torch policy keeps what PyTorch released; under
+    # the 120 MiB the device had, it releases there too.
+    assert replay(t, policy="torch").peak_reserved_bytes == 200 * MiB
+    assert replay(t, "120MiB", policy="torch").peak_reserved_bytes == 120 * MiB
+    from vramguard._report import format_replay_report, replay_report
+
+    assert ("  (the recording device was full once: PyTorch released its cache and retried; a replay does so "
+            "only under a budget)") in format_replay_report(replay_report(t)).splitlines()
 
 
 def test_burst_before_an_oom_is_a_retry(tmp_path):

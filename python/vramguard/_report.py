@@ -179,6 +179,7 @@ def replay_report(trace, budget=None, policy="vramguard"):
         "recorded_peak_reserved_bytes": trace.recorded_peak_reserved,
         "recorded_by": "vramguard" if trace.meta.get("source") == "vramguard" else "native",
         "recorded_policy": _recorded_policy(trace),
+        "recorded_release_retries": trace.meta.get("native_release_retries"),
         "device_alloc": main.device_alloc,
         "device_free": main.device_free,
     }
@@ -324,10 +325,17 @@ def format_replay_report(r):
     if recorded:
         who = "by vramguard" if r["recorded_by"] == "vramguard" else "by the native allocator"
         line = f"Peak reserved when recorded ({who}): {format_size(recorded)}"
-        same = r["recorded_policy"]
+        same, under = r["recorded_policy"], ""
         replayed = same and r.get(f"{key(same)}_peak_reserved_bytes")
+        if same and same == r["policy"] and r["budget_bytes"]:
+            replayed, under = r["peak_reserved_bytes"], " under this budget"
         if replayed:
-            line += f"; the {same} policy replays it to {format_size(replayed)} ({replayed / recorded - 1:+.1%})"
+            line += (f"; the {same} policy replays it{under} to {format_size(replayed)} "
+                     f"({replayed / recorded - 1:+.1%})")
         lines.append(line)
+        retries = r["recorded_release_retries"]
+        if retries:
+            lines.append(f"  (the recording device was full {'once' if retries == 1 else f'{retries:,} times'}: "
+                         "PyTorch released its cache and retried; a replay does so only under a budget)")
     lines.append(so_what(r))
     return "\n".join(lines)
