@@ -11,13 +11,6 @@ from ._units import format_size_column
 
 #: The policies a report sets side by side, in the order shown.
 COMPARED = ("arena", "segments", "torch", "torch-expandable")
-#: What each compares: shown under the table.
-DESCRIBED = {
-    "arena": "vramguard, one virtual range per stream, pages mapped on demand",
-    "segments": "vramguard, packed cudaMalloc segments",
-    "torch": "PyTorch's default caching allocator (emulated)",
-    "torch-expandable": "PyTorch with expandable_segments:True (emulated)",
-}
 #: Names a replay also takes: "vramguard" is the policy vramguard recommends.
 POLICIES = ("vramguard",) + COMPARED
 #: A name the replay engine may not know by itself yet, and the one it knew
