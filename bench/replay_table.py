@@ -16,7 +16,7 @@ from pathlib import Path
 import vramguard
 from vramguard import load_trace, replay
 from vramguard._report import (
-    COMPARED, DEVICE_CALL_SECONDS, check_policy, compare_policies, compared_policies, unavailable_policies,
+    COMPARED, DEVICE_CALL_SECONDS, check_policy, available_policies, compare_policies, unavailable_policies,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +51,7 @@ def rows(path):
     figures = compare_policies(t)
     recorded = t.recorded_peak_reserved
     out = []
-    for policy in compared_policies():
+    for policy in available_policies():
         f = figures[policy]
         calls = (f["maps_at_min_budget"] + f["unmaps_at_min_budget"]) * 1000 / allocs
         first = not out

@@ -13,9 +13,6 @@ from ._units import format_size_column
 COMPARED = ("arena", "segments", "torch", "torch-expandable")
 #: Names a replay also takes: "vramguard" is the policy vramguard recommends.
 POLICIES = ("vramguard",) + COMPARED
-#: A name the replay engine may not know by itself yet, and the one it knew
-#: the same policy by.
-_FORMERLY = {"segments": "vramguard"}
 #: Live allocations a report lists at the first OOM.
 LARGEST_SHOWN = 3
 #: What one map or unmap (or cudaMalloc or cudaFree) costs the program, for
@@ -34,31 +31,18 @@ def _probe_trace():
 
 @lru_cache(maxsize=None)
 def _engine(policy):
-    """(the name replay() runs `policy` under, None) when this build has the
-    policy, else (None, why not)."""
-    reason = None
-    for name in (policy, _FORMERLY.get(policy)):
-        if name is None:
-            break
-        try:
-            replay(_probe_trace(), None, name, samples=0)
-            return name, None
-        except (ValueError, NotImplementedError) as exc:
-            reason = reason or str(exc).strip().splitlines()[0]
-    return None, reason
-
-
-def compared_policies():
-    """The policies of COMPARED this build replays, in order (the report's
-    columns; "segments" by the name the engine knew it by where it knows no
-    other)."""
-    return tuple(p for p in COMPARED if _engine(p)[0] is not None)
+    """(policy, None) when this build replays `policy`, else (None, why not)."""
+    try:
+        replay(_probe_trace(), None, policy, samples=0)
+    except (ValueError, NotImplementedError) as exc:
+        return None, str(exc).strip().splitlines()[0]
+    return policy, None
 
 
 def available_policies():
-    """The policies of COMPARED that replay() and min_budget() take by name
-    in this build, in order: vramguard.replay(trace, "T4", policy=p)."""
-    return tuple(p for p in COMPARED if _engine(p)[0] == p)
+    """The policies of COMPARED this build replays, in order: each one
+    vramguard.replay(trace, "T4", policy=p) and min_budget() take."""
+    return tuple(p for p in COMPARED if _engine(p)[0] is not None)
 
 
 def unavailable_policies():
@@ -67,14 +51,14 @@ def unavailable_policies():
 
 
 def check_policy(policy):
-    """The engine name for `policy`; a ValueError that says which policies
-    exist when `policy` is unknown or not in this build."""
+    """`policy` when this build replays it; a ValueError that says which
+    policies exist when it is unknown or not in this build."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}: use one of {', '.join(POLICIES)}")
     engine, why = _engine(policy)
     if engine is None:
         raise ValueError(f"policy {policy!r} is not available in this build of vramguard ({why}); "
-                         f"available: {', '.join(('vramguard',) + compared_policies())}")
+                         f"available: {', '.join(('vramguard',) + available_policies())}")
     return engine
 
 
