@@ -304,7 +304,7 @@ def format_replay_report(r):
         line = f"Peak reserved when recorded ({who}): {format_size(recorded)}"
         same, under = r["recorded_policy"], ""
         replayed = same and r.get(f"{key(same)}_peak_reserved_bytes")
-        if same and same == r["policy"] and r["budget_bytes"]:
+        if same and same == r["policy"] and r["budget_bytes"] and r["fits"]:  # else it went past OOMs
             replayed, under = r["peak_reserved_bytes"], " under this budget"
         if replayed:
             line += (f"; the {same} policy replays it{under} to {format_size(replayed)} "
