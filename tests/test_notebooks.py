@@ -38,7 +38,10 @@ def run_notebook(name, tmp_path, env=None):
     updated with `env`; returns (notebook, all text output)."""
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     km = _this_python_kernel(tmp_path / "kernels")
-    client = nbclient.NotebookClient(nb, km=km, timeout=300, resources={"metadata": {"path": str(NOTEBOOKS)}})
+    # Run in the test's own folder: what a notebook writes (memory.pickle) stays out of the repository.
+    cwd = tmp_path / "cwd"
+    cwd.mkdir(exist_ok=True)
+    client = nbclient.NotebookClient(nb, km=km, timeout=300, resources={"metadata": {"path": str(cwd)}})
     client.execute(env={**os.environ, **(env or {})})  # CellExecutionError, naming the cell, if one fails
     return nb, "\n".join(_text(output) for cell in nb.cells if cell.cell_type == "code" for output in cell.outputs)
 
@@ -99,9 +102,12 @@ def test_quickstart_runs_without_a_gpu(tmp_path):
     _, out = run_notebook("quickstart.ipynb", tmp_path, env={"CUDA_VISIBLE_DEVICES": ""})
     assert "using the vramguard installed in this runtime" in out
     assert "No GPU here: " in out
-    assert out.count("skipped: needs a GPU") == 3
+    assert out.count("skipped: needs a GPU") == 4
     assert "ReplayResult('synthetic-gpt-train', policy='torch', budget T4 (14.35 GiB usable): DOES NOT FIT" in out
-    assert "smallest budget: 13.99 GiB" in out
+    assert "            torch: needs at least 15.01 GiB" in out
+    assert " torch-expandable: needs at least 13.93 GiB" in out
+    assert "now drag memory.pickle onto https://pytorch.org/memory_viz" in out
+    assert vramguard.load_trace(tmp_path / "cwd" / "memory.pickle").peak_live() == vramguard.example_trace().peak_live()
 
 
 def test_quickstart_install_cell_says_what_to_set(tmp_path):
