@@ -142,6 +142,7 @@ def test_stats_and_summary_in_the_arenas_terms():
     assert "Mapped memory" in text and "Ranges" in text and "Non-releasable" not in text
     assert "Memory: arena, 2.00 MiB pages; 1 ranges reserved, 0 released" in text
     assert "maps 1 (3 pages), unmaps 0 (0 pages), syncs before unmapping 0" in text
+    assert s["num_unmap_skips"] == 0 and "unmap batches cut short 0" in text
     (seg,) = h.segments()
     assert (seg["size"], seg["mapped"], seg["allocated"]) == (4 * GiB, 6 * MiB, 5 * MiB)
     segments = vramguard.format_summary(Heap(GiB, policy="segments").stats())

@@ -22,9 +22,9 @@
  *   free pages are the cache: a steady loop maps nothing after its first
  *   step. Before a batch of unmaps the device is synchronized once, since
  *   work queued before a block's free may still use its pages; a block
- *   freed while that synchronize ran is not covered by it, so one such
- *   free makes the batch synchronize again (three times at most, then
- *   nothing is unmapped).
+ *   freed while that synchronize ran (the lock is released meanwhile) is
+ *   not covered by it, so the batch leaves it mapped (its freed_at is past
+ *   the epoch the synchronize began at) and unmaps the rest.
  * - Ranges wholly free and unmapped are released under the same pressure,
  *   so that a stream's record goes when its last range does.
  */
@@ -41,7 +41,6 @@
 #define RANGE_DEFAULT ((size_t)256 << 30)
 /* The largest range: a block's size class must hold it (bins.h). */
 #define RANGE_MAX VG_MAX_REQUEST
-#define UNMAP_SYNC_TRIES 3
 
 bool vg__arena_usable(const vg_device *dev)
 {
@@ -302,17 +301,31 @@ typedef struct spared {
     size_t first, end;
 } spared;
 
-/* Unmap the mapped pages wholly inside free blocks of `seg`, but those
- * spared, up to `target` bytes. With `dry`, only count them. */
-static size_t unmap_free_pages(vg_heap *h, vg_segment *seg, const spared *keep, size_t target,
+/* What a batch of unmaps may take: pages wholly inside blocks free since
+ * before its synchronize began (freed_at <= freed_by), but those spared. */
+typedef struct unmap_scope {
+    const vg_stream_state *only; /* NULL: every stream */
+    const spared *keep;
+    uint64_t freed_by;
+    bool skipped; /* out: a block freed later had mapped pages */
+} unmap_scope;
+
+/* Unmap the mapped pages wholly inside free blocks of `seg` that `sc`
+ * allows, up to `target` bytes. With `dry`, only count them. */
+static size_t unmap_free_pages(vg_heap *h, vg_segment *seg, unmap_scope *sc, size_t target,
                                uint64_t *counter, bool dry)
 {
+    const spared *keep = sc->keep;
     size_t done = 0;
     for (vg_block *blk = seg->head; blk && done < target; blk = blk->next) {
         if (blk->state != VG_BLOCK_FREE) continue;
         size_t first, end;
         whole_pages(h, seg, blk->addr, blk->size, &first, &end);
         if (first >= end) continue;
+        if (blk->freed_at > sc->freed_by) {
+            sc->skipped |= missing_pages(seg->range, first, end) < end - first;
+            continue;
+        }
         size_t cut_first = end, cut_end = end; /* the spared pages inside */
         if (keep && keep->seg == seg && keep->first < end && keep->end > first) {
             cut_first = keep->first > first ? keep->first : first;
@@ -332,29 +345,26 @@ static size_t unmap_free_pages(vg_heap *h, vg_segment *seg, const spared *keep, 
     return done;
 }
 
-static size_t unmap_in_scope(vg_heap *h, const vg_stream_state *only, const spared *keep,
-                             size_t target, uint64_t *counter, bool dry)
+static size_t unmap_in_scope(vg_heap *h, unmap_scope *sc, size_t target, uint64_t *counter,
+                             bool dry)
 {
     size_t done = 0;
     for (vg_segment *seg = h->segments; seg && done < target && !h->device_failed; seg = seg->next)
-        if (!only || seg->stream == only)
-            done += unmap_free_pages(h, seg, keep, target - done, counter, dry);
+        if (!sc->only || seg->stream == sc->only)
+            done += unmap_free_pages(h, seg, sc, target - done, counter, dry);
     return done;
 }
 
 /* Synchronize so that no work on the device uses the pages of blocks free
- * now. False when that cannot be known: the synchronize failed or was
- * skipped (a capture underway), or frees kept coming while it ran. */
-static bool synchronize_for_unmap(vg_heap *h)
+ * when it began; sets the epoch of those frees. False when that cannot be
+ * known: the synchronize failed or was skipped (a capture underway). */
+static bool synchronize_for_unmap(vg_heap *h, uint64_t *freed_by)
 {
-    for (int tries = 0; tries < UNMAP_SYNC_TRIES; tries++) {
-        uint64_t epoch = h->free_epoch, begun = h->syncs_begun + 1;
-        h->stats.num_unmap_syncs++;
-        vg__synchronize(h);
-        if (h->device_failed || h->syncs_done < begun) return false;
-        if (h->free_epoch == epoch) return true;
-    }
-    return false;
+    uint64_t begun = h->syncs_begun + 1;
+    *freed_by = h->free_epoch;
+    h->stats.num_unmap_syncs++;
+    vg__synchronize(h);
+    return !h->device_failed && h->syncs_done >= begun;
 }
 
 /* ------------------------------------------------------------------ */
@@ -388,11 +398,11 @@ static void spare_for(vg_heap *h, vg_request *r, spared *keep)
 }
 
 /* Unmap free pages of `only` (all streams: NULL), up to `target` bytes,
- * then release the ranges left empty. Synchronizes first, once (or more,
- * when frees come meanwhile), and only if there is something to unmap, or
- * always with `must_sync` (the ladder's last step, which waits for
- * deferred frees too). The request's fit is spared: it is looked for after
- * the synchronize, which may have finished deferred frees. */
+ * then release the ranges left empty. Synchronizes first, once, and only
+ * if there is something to unmap, or always with `must_sync` (the ladder's
+ * last step, which waits for deferred frees too). The request's fit is
+ * spared: it is looked for after the synchronize, which may have finished
+ * deferred frees. */
 static size_t unmap_for(vg_heap *h, vg_request *r, const vg_stream_state *only, size_t target,
                         uint64_t *counter, bool must_sync)
 {
@@ -401,11 +411,16 @@ static size_t unmap_for(vg_heap *h, vg_request *r, const vg_stream_state *only, 
         return 0;
     }
     spared keep = {0};
+    unmap_scope sc = {only, r ? &keep : NULL, UINT64_MAX, false};
     if (r) spare_for(h, r, &keep);
-    if (!must_sync && !unmap_in_scope(h, only, r ? &keep : NULL, 1, NULL, true)) return 0;
-    if (!synchronize_for_unmap(h)) return 0;
+    if (!must_sync && !unmap_in_scope(h, &sc, 1, NULL, true)) return 0;
+    if (!synchronize_for_unmap(h, &sc.freed_by)) {
+        h->stats.num_unmap_skips++;
+        return 0;
+    }
     if (r) spare_for(h, r, &keep);
-    size_t done = unmap_in_scope(h, only, r ? &keep : NULL, target, counter, false);
+    size_t done = unmap_in_scope(h, &sc, target, counter, false);
+    if (sc.skipped) h->stats.num_unmap_skips++;
     release_empty_ranges(h, only, keep.seg ? keep.seg->head : NULL);
     return done;
 }

@@ -45,6 +45,7 @@ static vg_block *new_block(vg_heap *h)
     blk->prev = blk->next = NULL;
     blk->uses = NULL;
     blk->requested = 0;
+    blk->freed_at = 0;
     blk->state = VG_BLOCK_FREE;
     return blk;
 }
@@ -147,6 +148,7 @@ static inline void inactive_split_change(vg_heap *h, int pool, int64_t blocks, i
 static void absorb(vg_heap *h, vg_block *left, vg_block *right)
 {
     left->size += right->size;
+    if (right->freed_at > left->freed_at) left->freed_at = right->freed_at;
     left->next = right->next;
     if (right->next) right->next->prev = left;
     recycle_block(h, right);
@@ -162,6 +164,7 @@ static void make_free(vg_heap *h, vg_block *blk)
     vg__stat_sub2(h->stats.active_bytes, pool, (int64_t)blk->size);
     blk->state = VG_BLOCK_FREE;
     blk->requested = 0;
+    blk->freed_at = h->free_epoch;
     int64_t split_blocks = 0, split_bytes = 0; /* free neighbours were split blocks */
     if (blk->prev && blk->prev->state == VG_BLOCK_FREE) {
         vg_block *left = blk->prev;
@@ -522,6 +525,7 @@ static int split(vg_heap *h, vg_block *blk, size_t size)
     rest->size = blk->size - size;
     rest->seg = blk->seg;
     rest->state = VG_BLOCK_FREE;
+    rest->freed_at = blk->freed_at; /* blk is still free here: take() splits first */
     rest->prev = blk;
     rest->next = blk->next;
     if (blk->next) blk->next->prev = rest;

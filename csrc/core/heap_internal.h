@@ -109,6 +109,9 @@ struct vg_block {
     uint8_t state;              /* enum vg_block_state */
     bool red;                   /* free: its colour in the tree */
     uint32_t stack;             /* live: its allocation's stack id (history.h), 0 = none */
+    /* free: free_epoch when it became free, the latest of its parts' when
+     * merged; arena.c unmaps only blocks free before a synchronize began. */
+    uint64_t freed_at;
 };
 
 /* The pages of an arena range (arena.c): bit i of `pages` says whether
@@ -276,7 +279,7 @@ struct vg_heap {
      * the arena's (any remainder: it merges back whatever its size). */
     size_t split_min[VG_POOL_COUNT];
     /* Frees so far: an unmap after a synchronize is safe only for blocks
-     * free before it began (arena.c looks whether one came meanwhile). */
+     * free before it began (arena.c compares their freed_at with it). */
     uint64_t free_epoch;
 
     vg_stream_table streams;

@@ -112,13 +112,17 @@ typedef struct vg_stats {
     uint64_t num_device_errors;    /* provider calls failed for another reason than memory */
     /* The arena (zero with segments): map and unmap calls, and the pages
      * they covered; synchronizations made before unmapping (one per batch:
-     * the device may still use freed pages); ranges reserved and released
+     * the device may still use freed pages); batches that left blocks
+     * mapped because they were freed while that synchronize ran, or that
+     * unmapped nothing because it failed or a capture skipped it; ranges
+     * reserved and released
      * (their number now is segment[].current). */
     uint64_t num_maps;
     uint64_t num_mapped_pages;
     uint64_t num_unmaps;
     uint64_t num_unmapped_pages;
     uint64_t num_unmap_syncs;
+    uint64_t num_unmap_skips;
     uint64_t num_range_reserves;
     uint64_t num_range_releases;
 } vg_stats;

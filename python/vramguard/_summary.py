@@ -40,6 +40,7 @@ _POLICY = [
     ("sync releases", "num_sync_releases"),
     ("empty_cache calls", "num_empty_cache"),
     ("deferred frees", "num_deferred_frees"),
+    ("unmap batches cut short", "num_unmap_skips"),
     ("invalid frees", "num_invalid_frees"),
 ]
 

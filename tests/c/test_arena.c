@@ -308,6 +308,52 @@ static void test_pressure_unmaps_whole_free_pages_after_one_synchronize(void)
     done(&f);
 }
 
+/* Another thread's work while the heap's lock is released for the
+ * synchronize before unmapping: a device whose every synchronize sees a
+ * 4 KiB block allocated and freed on stream 0. */
+static vg_heap *busy_heap;
+static const vg_device_ops *busy_sim;
+
+static int synchronize_amid_frees(vg_device *dev)
+{
+    if (busy_heap) vg_heap_free(busy_heap, vg_heap_alloc(busy_heap, 4096, 0, NULL));
+    return busy_sim->synchronize(dev);
+}
+
+static void test_frees_during_the_unmap_synchronize_spare_only_their_blocks(void)
+{
+    fixture f = make(64 * MiB, 0, 0);
+    vg_heap_free(f.h, vg_heap_alloc(f.h, 4096, 0, NULL)); /* small pool: its page stays */
+    vg_heap_free(f.h, vg_heap_alloc(f.h, 48 * MiB, 0, NULL));
+    CHECK_MAPPED(f, 50 * MiB);
+    /* 32 MiB more does not fit: stream 1 has nothing, so every stream's
+     * free pages go, but the small block's: freed during the synchronize. */
+    vg_device_ops ops = *f.dev->ops;
+    busy_sim = f.dev->ops;
+    busy_heap = f.h;
+    ops.synchronize = synchronize_amid_frees;
+    f.dev->ops = &ops;
+    void *c = vg_heap_alloc(f.h, 32 * MiB, 1, NULL);
+    f.dev->ops = busy_sim;
+    busy_heap = NULL;
+    CHECK(c != NULL);
+    CHECK_MAPPED(f, 34 * MiB); /* c's 16 pages and the small block's one */
+    vg_stats st = stats_of(f.h);
+    CHECK_EQ(st.num_unmap_syncs, 1);
+    CHECK_EQ(st.num_unmap_skips, 1);
+    CHECK_EQ(st.num_unmaps, 1);
+    CHECK_EQ(st.num_unmapped_pages, 24);
+    CHECK_EQ(st.num_ooms, 0);
+    /* The next batch covers the small block: it was free before. */
+    vg_heap_free(f.h, c);
+    CHECK_EQ(vg_heap_empty_cache(f.h), 34 * MiB);
+    CHECK_MAPPED(f, 0);
+    st = stats_of(f.h);
+    CHECK_EQ(st.num_unmap_syncs, 2);
+    CHECK_EQ(st.num_unmap_skips, 1);
+    done(&f);
+}
+
 static void test_requesting_stream_gives_back_first(void)
 {
     fixture f = make(GiB, 8 * MiB, 0);
@@ -456,6 +502,21 @@ static void test_lower_budget_and_gc_threshold_unmap(void)
     CHECK_MAPPED(f, 10 * MiB); /* b's page, 2 of a's left, c's 3 */
     vg_heap_free(f.h, b);
     vg_heap_free(f.h, c);
+    done(&f);
+}
+
+static void test_a_skipped_synchronize_unmaps_nothing_and_is_counted(void)
+{
+    fixture f = make(GiB, 0, 0);
+    vg_heap_free(f.h, vg_heap_alloc(f.h, 4 * MiB, 0, NULL));
+    vg_sim_synchronize_answer(f.dev, VG_ERR_BUSY); /* a capture: nothing waits */
+    CHECK_EQ(vg_heap_empty_cache(f.h), 0);
+    CHECK_MAPPED(f, 4 * MiB);
+    CHECK_EQ(stats_of(f.h).num_unmap_skips, 1);
+    vg_sim_synchronize_answer(f.dev, VG_OK);
+    CHECK_EQ(vg_heap_empty_cache(f.h), 4 * MiB);
+    CHECK_MAPPED(f, 0);
+    CHECK_EQ(stats_of(f.h).num_unmap_skips, 1);
     done(&f);
 }
 
@@ -611,12 +672,14 @@ static const harness_test tests[] = {
     T(test_partial_pages_stay_mapped),
     T(test_steady_loop_maps_nothing_after_its_first_step),
     T(test_pressure_unmaps_whole_free_pages_after_one_synchronize),
+    T(test_frees_during_the_unmap_synchronize_spare_only_their_blocks),
     T(test_requesting_stream_gives_back_first),
     T(test_map_refused_midway_is_retried),
     T(test_map_refused_to_the_end_is_an_oom),
     T(test_device_error_on_map_is_reported_as_itself),
     T(test_keep_segments_never_unmaps),
     T(test_lower_budget_and_gc_threshold_unmap),
+    T(test_a_skipped_synchronize_unmaps_nothing_and_is_counted),
     T(test_pending_blocks_keep_their_pages),
     T(test_many_streams_leave_nothing_behind),
     T(test_random_no_budget),
