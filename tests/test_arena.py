@@ -1,7 +1,11 @@
 """The arena through Heap(policy="arena") on the simulated device: mapped
 bytes after known sequences, the stats keys and summary in its terms, the
 OOM it raises, the fallback to segments, policy names, and replays."""
+import json
 import random
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -97,6 +101,32 @@ def test_oom_speaks_of_the_arena():
     assert "arena: 2.00 MiB mapped in 1 range, 2.00 MiB unmapped so far" in str(e)
     h.free(b)
     h.check()
+
+
+def test_oom_report_counts_an_idle_ranges_mapped_bytes_only():
+    # a device heap, as the installed allocator has: simulated devices are
+    # set before first use, so in a fresh interpreter
+    script = textwrap.dedent("""
+        import json
+        import vramguard
+        from vramguard import _core
+        GiB = 1 << 30
+        _core.simulate_devices(GiB)
+        _core.use_arena(True)
+        h = _core.device_heap(0)
+        try:
+            h.malloc(2 * GiB)
+        except MemoryError:
+            pass
+        r = vramguard.last_oom()
+        print("@@" + json.dumps([_core.last_oom()["idle_segment_bytes"], r.available, r.short_by,
+                                 str(r).splitlines()[1]]))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    idle, available, short_by, line = json.loads(proc.stdout.split("@@")[-1])
+    assert (idle, available, short_by) == (0, GiB, GiB)  # the idle range has nothing mapped
+    assert line == "Short by: 1.00 GiB (the most one request could have had: 1.00 GiB)"
 
 
 def test_device_error_on_map_is_itself():

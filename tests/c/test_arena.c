@@ -5,6 +5,7 @@
 #include "harness.h"
 #include "vramguard/device.h"
 #include "vramguard/heap.h"
+#include "vramguard/report.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -520,6 +521,31 @@ static void test_a_skipped_synchronize_unmaps_nothing_and_is_counted(void)
     done(&f);
 }
 
+/* What an OOM report may count on: an idle range gives back its mapped
+ * pages, not its address space (four times the device). */
+static void test_idle_ranges_count_their_mapped_bytes(void)
+{
+    fixture f = make(GiB, 0, 0);
+    vg_heap_free(f.h, vg_heap_alloc(f.h, 5 * MiB, 0, NULL)); /* 3 pages */
+    vg_heap_free(f.h, vg_heap_alloc(f.h, 4096, 0, NULL));    /* small pool: 1 page */
+    vg_heap_state st;
+    vg_heap_state_copy(f.h, &st);
+    CHECK_EQ(st.segments, 2);
+    CHECK_EQ(st.idle_segments, 2);
+    CHECK_EQ(st.idle_segment_bytes, 8 * MiB);
+    CHECK_EQ(vg_heap_empty_cache(f.h), 8 * MiB);
+    /* Twice the device: the ladder unmaps every page, releases the ranges
+     * and still fails; an idle range left has nothing to give. */
+    vg_oom_info oom = {0};
+    CHECK(vg_heap_alloc(f.h, 2 * GiB, 0, &oom) == NULL);
+    vg_heap_state_copy(f.h, &st);
+    CHECK_EQ(st.idle_segments, 1);
+    CHECK_EQ(st.idle_segment_bytes, (uint64_t)st.stats.reserved_bytes[VG_STAT_ALL].current);
+    CHECK_EQ(st.idle_segment_bytes, 0);
+    CHECK_MAPPED(f, 0);
+    done(&f);
+}
+
 static void test_pending_blocks_keep_their_pages(void)
 {
     fixture f = make(GiB, 0, 0);
@@ -680,6 +706,7 @@ static const harness_test tests[] = {
     T(test_keep_segments_never_unmaps),
     T(test_lower_budget_and_gc_threshold_unmap),
     T(test_a_skipped_synchronize_unmaps_nothing_and_is_counted),
+    T(test_idle_ranges_count_their_mapped_bytes),
     T(test_pending_blocks_keep_their_pages),
     T(test_many_streams_leave_nothing_behind),
     T(test_random_no_budget),
