@@ -511,25 +511,39 @@ bool vg__arena_find_block(vg_heap *h, vg_request *r)
 /* Reports                                                             */
 /* ------------------------------------------------------------------ */
 
+/* The first page in [i, end) that is mapped (`mapped`) or not, else end:
+ * a word at a time, since a range's unmapped tail runs to four times the
+ * device and this runs under the heap lock for every stats call. Pages
+ * past the bitmap are unmapped. */
+static size_t next_page(const vg_range *r, size_t i, size_t end, bool mapped)
+{
+    size_t limit = end < r->words * 64 ? end : r->words * 64;
+    while (i < limit) {
+        uint64_t bits = mapped ? r->pages[i / 64] : ~r->pages[i / 64];
+        bits &= ~(uint64_t)0 << (i % 64);
+        if (bits) {
+            size_t found = (i & ~(size_t)63) + (size_t)__builtin_ctzll(bits);
+            return found < limit ? found : end;
+        }
+        i = (i | 63) + 1;
+    }
+    /* i is end, or the bitmap's end, past which no page is mapped */
+    return mapped || i >= end ? end : i;
+}
+
 /* The longest stretch of a free block whose pages are all mapped. */
 static uint64_t mapped_stretch(const vg_heap *h, const vg_segment *seg, const vg_block *blk)
 {
     size_t first, end;
     touched_pages(h, seg, blk->addr, blk->size, &first, &end);
     uint64_t best = 0;
-    size_t i = first;
-    while (i < end) {
-        if (!page_mapped(seg->range, i)) {
-            i++;
-            continue;
-        }
-        size_t run = i;
-        while (run < end && page_mapped(seg->range, run)) run++;
+    for (size_t i = next_page(seg->range, first, end, true); i < end;) {
+        size_t run = next_page(seg->range, i, end, false);
         uintptr_t lo = seg->addr + (i << h->page_shift), hi = seg->addr + (run << h->page_shift);
         if (lo < blk->addr) lo = blk->addr;
         if (hi > blk->addr + blk->size) hi = blk->addr + blk->size;
         if (hi - lo > best) best = hi - lo;
-        i = run;
+        i = next_page(seg->range, run, end, true);
     }
     return best;
 }

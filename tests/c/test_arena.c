@@ -603,6 +603,76 @@ static size_t random_size(uint64_t *rng)
 
 #define LIVE 64
 
+/* The largest mapped stretch of a free block, found page by page: what
+ * vg_heap_fragmentation finds a bitmap word at a time. */
+static uint64_t largest_mapped_stretch(vg_heap *h)
+{
+    uint64_t best = 0;
+    size_t page = (size_t)1 << h->page_shift;
+    for (const vg_segment *seg = h->segments; seg; seg = seg->next) {
+        const vg_range *r = seg->range;
+        for (const vg_block *blk = seg->head; blk; blk = blk->next) {
+            if (blk->state != VG_BLOCK_FREE) continue;
+            uintptr_t run = 0; /* where the current stretch began, 0: none */
+            for (uintptr_t at = blk->addr; at < blk->addr + blk->size;) {
+                size_t i = (at - seg->addr) / page;
+                uintptr_t next = seg->addr + (i + 1) * page;
+                if (next > blk->addr + blk->size) next = blk->addr + blk->size;
+                bool mapped = i / 64 < r->words && (r->pages[i / 64] >> (i % 64) & 1u);
+                if (mapped && !run) run = at;
+                if (!mapped) run = 0;
+                if (run && next - run > best) best = next - run;
+                at = next;
+            }
+        }
+    }
+    return best;
+}
+
+static uint64_t largest_free_block(vg_heap *h)
+{
+    vg_fragmentation fr;
+    vg_heap_fragmentation(h, &fr);
+    return fr.largest_free_block;
+}
+
+static void test_largest_free_block_is_its_mapped_stretch(void)
+{
+    fixture f = make(GiB, 0, 0);
+    void *a = vg_heap_alloc(f.h, 124 * MiB, 0, NULL); /* pages 0-61 */
+    void *b = vg_heap_alloc(f.h, 8 * MiB, 0, NULL);   /* pages 62-65: across a bitmap word */
+    void *c = vg_heap_alloc(f.h, 2 * MiB, 0, NULL);   /* page 66; the range's tail unmapped */
+    CHECK_EQ(largest_free_block(f.h), 0);
+    vg_heap_free(f.h, b);
+    CHECK_EQ(largest_free_block(f.h), 8 * MiB);
+    vg_heap_free(f.h, c); /* one free block from page 62 to the range's end */
+    CHECK_EQ(largest_free_block(f.h), 10 * MiB);
+    vg_heap_free(f.h, a);
+    CHECK_EQ(largest_free_block(f.h), 134 * MiB);
+    CHECK_EQ(largest_mapped_stretch(f.h), 134 * MiB);
+    vg_heap_empty_cache(f.h);
+    CHECK_EQ(largest_free_block(f.h), 0);
+    done(&f);
+}
+
+static void test_a_mapped_stretch_ends_where_the_bitmap_does(void)
+{
+    fixture f = {vg_sim_create(GiB), NULL};
+    CHECK_EQ(vg_sim_set_page_size(f.dev, 64 * KiB), VG_OK);
+    vg_heap_config cfg = {&vg_policy_arena, 0, 0};
+    f.h = vg_heap_create(f.dev, &cfg);
+    void *a = vg_heap_alloc(f.h, 30 * MiB, 0, NULL); /* pages 0-479 */
+    void *b = vg_heap_alloc(f.h, 2 * MiB, 0, NULL);  /* pages 480-511: the bitmap's last */
+    CHECK(f.h->segments && !f.h->segments->next);
+    CHECK_EQ(f.h->segments->range->words * 64, 512);
+    vg_heap_free(f.h, b); /* free from page 480 to the range's end, unmapped past 511 */
+    CHECK_EQ(largest_free_block(f.h), 2 * MiB);
+    CHECK_EQ(largest_mapped_stretch(f.h), 2 * MiB);
+    vg_heap_free(f.h, a);
+    CHECK_EQ(largest_free_block(f.h), 32 * MiB);
+    done(&f);
+}
+
 static void run_random(uint64_t seed, size_t page, size_t budget, double gc, int steps)
 {
     vg_device *dev = vg_sim_create(512 * MiB);
@@ -629,6 +699,7 @@ static void run_random(uint64_t seed, size_t page, size_t budget, double gc, int
         }
         CHECK_HEAP(h);
         CHECK_EQ(vg_sim_used(dev), reserved(h));
+        if (step % 32 == 0) CHECK_EQ(largest_free_block(h), largest_mapped_stretch(h));
     }
     for (int i = 0; i < LIVE; i++) vg_heap_free(h, live[i]);
     vg_heap_synchronize(h);
@@ -709,6 +780,8 @@ static const harness_test tests[] = {
     T(test_idle_ranges_count_their_mapped_bytes),
     T(test_pending_blocks_keep_their_pages),
     T(test_many_streams_leave_nothing_behind),
+    T(test_largest_free_block_is_its_mapped_stretch),
+    T(test_a_mapped_stretch_ends_where_the_bitmap_does),
     T(test_random_no_budget),
     T(test_random_budget),
     T(test_random_budget_gc),
