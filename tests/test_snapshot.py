@@ -354,3 +354,17 @@ def test_a_full_recording_writes_no_drop_key_and_reads_back_zero(tmp_path):
     dump_snapshot(tmp_path / "memory.pickle", heap=heap, recording=rec)
     assert "vramguard_dropped_events" not in pickle.loads((tmp_path / "memory.pickle").read_bytes())
     assert load_trace(tmp_path / "memory.pickle").meta["dropped_events"] == 0
+
+
+@pytest.mark.parametrize("value, said", [
+    ("7", "vramguard_dropped_events: must be a list"),
+    (["7"], r"vramguard_dropped_events\[0\]: 'count' must be an int"),
+    ([-1], r"vramguard_dropped_events\[0\]: 'count' must be an int"),
+])
+def test_a_bad_dropped_count_is_one_clear_error(tmp_path, value, said):
+    heap, rec = small_run()
+    snap = snapshot(heap=heap, recording=rec)
+    snap["vramguard_dropped_events"] = value
+    (tmp_path / "bad.pickle").write_bytes(pickle.dumps(snap))
+    with pytest.raises(vramguard.TraceFormatError, match=said):
+        load_trace(tmp_path / "bad.pickle")
