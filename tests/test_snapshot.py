@@ -241,3 +241,130 @@ def test_frames_plug_in_per_event_and_reach_the_blocks():
         [{"filename": "/content/train.py", "line": 1000, "name": "step"}], []]  # the freed one merged
     back = vramguard._import.trace_from_snapshot({"segments": segments, "device_traces": [entries]})
     assert [back.site_of(op) for op in range(len(back))] == ["train.py:1000 step", "train.py:5000 step", None]
+
+
+@pytest.mark.parametrize("where", ["dir", "dir/", "."])
+def test_a_directory_path_is_one_error_naming_it(tmp_path, monkeypatch, where):
+    heap, rec = small_run()
+    (tmp_path / "dir").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(IsADirectoryError, match=f"is a directory.*'{where}'"):
+        dump_snapshot(where, heap=heap, recording=rec)
+    assert sorted(os.listdir(tmp_path)) == ["dir"] and os.listdir(tmp_path / "dir") == []
+
+
+def test_an_empty_path_is_refused_and_writes_nothing(tmp_path, monkeypatch):
+    heap, rec = small_run()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(IsADirectoryError, match="''"):
+        dump_snapshot("", heap=heap, recording=rec)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_missing_directory_is_named_by_the_path_not_the_temporary_file(tmp_path):
+    heap, rec = small_run()
+    path = tmp_path / "missing" / "memory.pickle"
+    with pytest.raises(FileNotFoundError) as caught:
+        dump_snapshot(path, heap=heap, recording=rec)
+    assert caught.value.filename == str(path)
+
+
+def test_a_replaced_file_keeps_its_permission_bits(tmp_path):
+    heap, rec = small_run()
+    path = tmp_path / "memory.pickle"
+    path.write_bytes(b"old")
+    os.chmod(path, 0o600)
+    dump_snapshot(path, heap=heap, recording=rec)
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert actions(pickle.loads(path.read_bytes()))[0] == "segment_alloc"
+
+
+def test_a_symlink_has_its_target_written(tmp_path):
+    heap, rec = small_run()
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "memory.pickle"
+    target.write_bytes(b"old")
+    link = tmp_path / "link.pickle"
+    link.symlink_to(target)
+    dump_snapshot(link, heap=heap, recording=rec)
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert pickle.loads(target.read_bytes())["device_traces"][0][0]["action"] == "segment_alloc"
+    assert sorted(os.listdir(tmp_path / "real")) == ["memory.pickle"]
+
+
+def test_the_temporary_file_is_synced_before_the_rename(tmp_path, monkeypatch):
+    heap, rec = small_run()
+    calls = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append("fsync"), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "replace", lambda a, b: (calls.append("replace"), real_replace(a, b))[1])
+    dump_snapshot(tmp_path / "memory.pickle", heap=heap, recording=rec)
+    assert calls == ["fsync", "replace"]
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    ({"heap": "no"}, "heap must be a vramguard.Heap"),
+    ({"recording": 5}, "recording must be a vramguard.record"),
+    ({"trace": 3}, "trace must be a vramguard.Trace"),
+])
+def test_arguments_of_the_wrong_type_are_named(tmp_path, kwargs, named):
+    with pytest.raises(TypeError, match=named):
+        dump_snapshot(tmp_path / "memory.pickle", **kwargs)
+    with pytest.raises(TypeError, match=named):
+        snapshot(**kwargs)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_recording_of_another_heap_is_refused():
+    _heap_b, rec_b = small_run()
+    with pytest.raises(ValueError, match="another heap"):
+        snapshot(heap=Heap("1GiB"), recording=rec_b)
+
+
+def test_a_running_with_record_counts_as_the_heaps_recording(tmp_path):
+    heap = Heap("1GiB")
+    with record(heap) as rec:
+        a = heap.malloc(1000)
+        assert actions(snapshot(heap=heap)) == ["segment_alloc", "alloc"]
+        dump_snapshot(tmp_path / "mid.pickle", heap=heap)
+        heap.free(a)
+    assert actions(pickle.loads((tmp_path / "mid.pickle").read_bytes())) == ["segment_alloc", "alloc"]
+    assert list(rec.trace.kinds) == [ALLOC, FREE]  # the dumps took nothing from the trace
+    assert snapshot(heap=heap)["device_traces"] == [[]]  # stopped: no longer the heap's
+
+
+def test_an_overflowed_recording_warns_and_its_dump_says_so(tmp_path):
+    heap = Heap("1GiB")
+    rec = record(heap, capacity=4).start()
+    for _ in range(5):
+        heap.free(heap.malloc(1000))  # 11 events: a segment's, then 5 allocs and 5 frees
+    dump_snapshot(tmp_path / "memory.pickle", heap=heap)
+    with pytest.warns(RuntimeWarning, match=r"dropped its 7 oldest events.*capacity=4"):
+        trace = rec.stop()
+    assert trace.meta["dropped_events"] == 7
+    snap = pickle.loads((tmp_path / "memory.pickle").read_bytes())
+    assert snap["vramguard_dropped_events"] == [7]
+    assert load_trace(tmp_path / "memory.pickle").meta["dropped_events"] == 7
+    dump_snapshot(tmp_path / "trace.pickle", trace=trace)
+    assert load_trace(tmp_path / "trace.pickle").meta["dropped_events"] == 7
+
+
+def test_a_full_recording_writes_no_drop_key_and_reads_back_zero(tmp_path):
+    heap, rec = small_run()
+    dump_snapshot(tmp_path / "memory.pickle", heap=heap, recording=rec)
+    assert "vramguard_dropped_events" not in pickle.loads((tmp_path / "memory.pickle").read_bytes())
+    assert load_trace(tmp_path / "memory.pickle").meta["dropped_events"] == 0
+
+
+@pytest.mark.parametrize("value, said", [
+    ("7", "vramguard_dropped_events: must be a list"),
+    (["7"], r"vramguard_dropped_events\[0\]: 'count' must be an int"),
+    ([-1], r"vramguard_dropped_events\[0\]: 'count' must be an int"),
+])
+def test_a_bad_dropped_count_is_one_clear_error(tmp_path, value, said):
+    heap, rec = small_run()
+    snap = snapshot(heap=heap, recording=rec)
+    snap["vramguard_dropped_events"] = value
+    (tmp_path / "bad.pickle").write_bytes(pickle.dumps(snap))
+    with pytest.raises(vramguard.TraceFormatError, match=said):
+        load_trace(tmp_path / "bad.pickle")

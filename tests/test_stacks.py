@@ -341,3 +341,58 @@ def test_a_snapshot_of_a_recording_with_stacks_carries_its_frames_and_reads_back
     assert [back.site_of(op) for op in range(len(back))] == [
         f"test_stacks.py:{line_a} make_two", f"test_stacks.py:{line_b} make_two"]
     heap.free(a), heap.free(b)
+
+
+# ------------------------------------------------------------ stack_depth
+
+
+def test_a_nested_recording_at_another_depth_is_refused_and_the_outer_keeps_its_own():
+    outer_heap, inner_heap = Heap(1 << 30), Heap(1 << 30)
+    with record(outer_heap, stacks=True, stack_depth=2) as outer:
+        with pytest.raises(ValueError, match="stack_depth=2 is running; this one asks for stack_depth=1"):
+            record(inner_heap, stacks=True, stack_depth=1).start()
+        assert not inner_heap.history_take()[0]  # refused before its ring started
+        with record(inner_heap, stacks=True, stack_depth=2):  # the same depth runs alongside
+            pass
+        (a, line_a), _ = make_two(outer_heap); call = line_here()
+    frames = outer.trace.frames_of(0)
+    assert len(frames) == 2 and frames[0] == (HERE, line_a, "make_two") and frames[1][1] == call
+    # once the outer one stops, another depth is free to run
+    with record(inner_heap, stacks=True, stack_depth=1):
+        pass
+
+
+@pytest.mark.parametrize("depth, error, said", [
+    (True, TypeError, "stack_depth must be an int"),
+    (2.0, TypeError, "stack_depth must be an int"),
+])
+def test_a_depth_that_is_not_an_int_is_refused(depth, error, said):
+    with pytest.raises(error, match=said):
+        record(Heap(1 << 30), stacks=True, stack_depth=depth)
+
+
+def test_stack_depth_without_stacks_is_refused():
+    with pytest.raises(ValueError, match="stack_depth=3 is only used with stacks=True"):
+        record(Heap(1 << 30), stack_depth=3)
+    with pytest.raises(ValueError, match="only used with stacks=True"):
+        vramguard.start_recording(Heap(1 << 30), stack_depth=3)
+
+
+def test_a_trace_dumped_keeps_its_stacks_in_frames(tmp_path):
+    heap = Heap(1 << 30)
+    with record(heap, stacks=True) as rec:
+        (a, line_a), (b, line_b) = make_two(heap)
+    from vramguard import dump_snapshot
+
+    dump_snapshot(tmp_path / "t.pickle", trace=rec.trace)
+    snap = pickle.loads((tmp_path / "t.pickle").read_bytes())
+    allocs = [e for e in snap["device_traces"][0] if e["action"] == "alloc"]
+    assert [e["frames"][0] for e in allocs] == [
+        {"filename": HERE, "line": line_a, "name": "make_two"},
+        {"filename": HERE, "line": line_b, "name": "make_two"}]
+    live = [b for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
+    assert sorted(b["frames"][0]["line"] for b in live) == [line_a, line_b]
+    back = load_trace(tmp_path / "t.pickle")
+    assert [back.frames_of(op)[0][1:] for op in range(len(back)) if back.kinds[op] == 1] == [
+        (line_a, "make_two"), (line_b, "make_two")]
+    heap.free(a), heap.free(b)

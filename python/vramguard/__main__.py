@@ -7,10 +7,13 @@ Sizes are bytes, a number with a unit ("15GiB", "12.5GB") or a GPU preset
 (T4, L4, A100-40GB, A100-80GB, V100-16GB, H100-80GB: their usable memory).
 
 Exit status: 0 done (the trace fits), 1 the trace does not fit the budget,
-2 bad input (one line on stderr says what).
+2 bad input (one line on stderr says what), 130 interrupted (Ctrl-C),
+141 stdout was closed before the output was written (`... | head`), said
+on no line, as a program killed by SIGPIPE is.
 """
 import argparse
 import json
+import os
 import sys
 
 from ._report import POLICIES
@@ -18,6 +21,8 @@ from ._units import parse_budget, parse_size
 
 EXIT_DOES_NOT_FIT = 1
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+EXIT_STDOUT_CLOSED = 141  # 128 + SIGPIPE, what `yes | head -1` reports for yes
 
 
 class BadInput(Exception):
@@ -92,10 +97,33 @@ def main(argv=None):
     rep.set_defaults(run=_replay)
     args = parser.parse_args(argv)
     try:
-        return args.run(args)
+        status = args.run(args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return status
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_STDOUT_CLOSED
+    except KeyboardInterrupt:
+        print("vramguard: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except (BadInput, ValueError, OSError) as exc:
         print(f"vramguard: {_first_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def _silence_stdout():
+    """The reader of stdout is gone: what is still buffered would fail
+    again when the interpreter flushes it at exit (a second error printed),
+    so stdout is pointed at /dev/null instead."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":

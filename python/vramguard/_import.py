@@ -205,6 +205,11 @@ class _Fields:
             yield i, record
 
 
+#: The key a vramguard snapshot names its recordings' dropped events by
+#: (written only when some were; PyTorch's readers ignore keys they do not use).
+DROPPED_KEY = "vramguard_dropped_events"
+
+
 def _pick_device(snapshot, device, fields):
     if type(snapshot) is not dict or type(snapshot.get("device_traces")) is not list:
         raise TraceFormatError(fields.path, 0, "snapshot has no 'device_traces' list")
@@ -400,6 +405,17 @@ def _plain_settings(settings):
     return out
 
 
+def _dropped_events(snapshot, device, fields):
+    """Events the recording behind a vramguard snapshot lost to its full
+    ring (DROPPED_KEY: one count per device); 0 for PyTorch's snapshots."""
+    counts = snapshot.get(DROPPED_KEY, [])
+    if type(counts) is not list:
+        fields.bad(DROPPED_KEY, f"must be a list, not {_describe(counts)}")
+    if device >= len(counts):
+        return 0
+    return fields.u64({"count": counts[device]}, "count", f"{DROPPED_KEY}[{device}]")
+
+
 def trace_from_snapshot(snapshot, path="snapshot", device=None, allowance=None):
     """A Trace from a loaded snapshot dict: `alloc` and `free_completed`
     events become ops; memory live before recording began is seeded at the
@@ -437,6 +453,7 @@ def trace_from_snapshot(snapshot, path="snapshot", device=None, allowance=None):
         empty_cache_calls=reader.empty_caches,
         native_release_retries=reader.retries,
         allocator_settings=_plain_settings(snapshot.get("allocator_settings", {})),
+        dropped_events=_dropped_events(snapshot, device, fields),
     )
     try:
         trace.peak_live()

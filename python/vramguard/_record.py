@@ -18,6 +18,7 @@ aside before the op starts (csrc/python/py_stacks.c); allocations made by
 other threads without the GIL (autograd's device threads) get no stack."""
 import struct
 import sys
+import warnings
 
 from . import _core
 from ._stacks import DEFAULT_STACK_DEPTH, capture_table, skip_rules
@@ -113,17 +114,25 @@ class record:
     keeps every event.
 
     `stacks=True` keeps each allocation's Python stack, `stack_depth` frames
-    of user code at most (1 to vramguard.MAX_STACK_DEPTH); the trace then
-    says which line made each allocation (`Trace.site_of`, `frames_of`),
-    and `vramguard.live_by_line()` sums live memory by line meanwhile."""
+    of user code at most (1 to vramguard.MAX_STACK_DEPTH, default
+    DEFAULT_STACK_DEPTH); the trace then says which line made each
+    allocation (`Trace.site_of`, `frames_of`), and `vramguard.live_by_line()`
+    sums live memory by line meanwhile. The depth is the process's: while a
+    recording with stacks runs, another with stacks must ask for the same
+    depth (ValueError otherwise), so that neither cuts the other's stacks."""
 
     def __init__(self, heap=None, capacity=DEFAULT_CAPACITY, name="recording", stacks=False,
-                 stack_depth=DEFAULT_STACK_DEPTH):
+                 stack_depth=None):
+        if stack_depth is not None:
+            if not stacks:
+                raise ValueError(f"stack_depth={stack_depth!r} is only used with stacks=True")
+            if type(stack_depth) is not int:  # True is an int, but not a depth
+                raise TypeError(f"stack_depth must be an int (frames), got {stack_depth!r}")
         self.heap = heap
         self.capacity = capacity
         self.name = name
         self.stacks = bool(stacks)
-        self.stack_depth = stack_depth
+        self.stack_depth = DEFAULT_STACK_DEPTH if stack_depth is None else stack_depth
         self.trace = None
         self._reserved_start = 0
         self._taken = bytearray()  # packed events drained from the ring so far
@@ -137,6 +146,7 @@ class record:
         self.heap = _resolve(self.heap)
         self._reserved_start = self.heap.stats()["reserved_bytes.all.current"]
         if self.stacks:
+            _check_same_depth(self)
             skip, keep = skip_rules()
             _core.stacks_configure(skip, keep, self.stack_depth)
             self._dropped_start = _core.stacks_table()[2]
@@ -144,6 +154,7 @@ class record:
         if self.stacks:
             self._mode = _enter_stack_mode()
         self._running = True
+        _running_on[id(self.heap)] = self
         return self
 
     def stop(self):
@@ -153,6 +164,12 @@ class record:
         self.heap.history_stop()
         data, dropped = self.events()
         self._running = False
+        if _running_on.get(id(self.heap)) is self:
+            del _running_on[id(self.heap)]
+        if dropped:
+            warnings.warn(f"recording {self.name!r} dropped its {dropped:,} oldest events: its ring holds "
+                          f"capacity={self.capacity:,}; record again with a larger capacity= (the trace's "
+                          f"peak and pairs are wrong without them)", RuntimeWarning, stacklevel=2)
         captured, full = capture_table() if self.stacks else (None, 0)
         self.trace = trace_from_events(data, dropped, self._reserved_start, self.name, captured)
         global _last
@@ -214,7 +231,23 @@ def _stack_mode_class():
     return _mode_class[0]
 
 
-_active = {}
+_active = {}  # id(heap) -> the recording start_recording() started on it
+_running_on = {}  # id(heap) -> the recording running on it, however started
+
+
+def running_recording(heap):
+    """The recording running on `heap` (a `with record(heap)` or a
+    start_recording()), None when none is."""
+    rec = _running_on.get(id(heap))
+    return rec if rec is not None and rec.heap is heap else None
+
+
+def _check_same_depth(rec):
+    for other in list(_running_on.values()):
+        if other.stacks and other.stack_depth != rec.stack_depth:
+            raise ValueError(f"a recording with stacks at stack_depth={other.stack_depth} is running; this one "
+                             f"asks for stack_depth={rec.stack_depth}: the depth is the process's, so "
+                             f"recordings that run together share one")
 _last = None  # the trace of the last recording stopped (vramguard.plot())
 
 
@@ -229,7 +262,7 @@ last_with_stacks = {}
 
 
 def start_recording(heap=None, capacity=DEFAULT_CAPACITY, name="recording", stacks=False,
-                    stack_depth=DEFAULT_STACK_DEPTH):
+                    stack_depth=None):
     """Start recording `heap` (None: the installed allocator's current device)."""
     rec = record(heap, capacity, name, stacks, stack_depth).start()
     _active[id(rec.heap)] = rec

@@ -17,14 +17,17 @@ the native allocator writes it when the feature is unused: every segment in
 the default pool ((0, 0)), none expandable, no graph pools; `device_free`
 of an `oom` event is what the budget left (0 with no budget).
 """
+import errno
 import os
 import pickle
 import secrets
+import stat
 
 from . import _core, _torch
-from ._record import _EVENT, _active, EV_ALLOC, EV_FREE, EV_OOM, EV_RELEASE, EV_RESERVE
+from ._record import _EVENT, running_recording, record, EV_ALLOC, EV_FREE, EV_OOM, EV_RELEASE, EV_RESERVE
+from ._import import DROPPED_KEY
 from ._stacks import capture_table
-from ._trace import ALLOC, EMPTY_CACHE, FREE, SYNCHRONIZE
+from ._trace import ALLOC, EMPTY_CACHE, FREE, SYNCHRONIZE, Trace
 
 __all__ = ["dump_snapshot", "snapshot"]
 
@@ -145,6 +148,7 @@ class _DeviceState:
     def __init__(self, index, heap, data=b"", reserved_start=0, frames_of=_no_frames):
         self.index, self.heap, self.data, self.reserved_start = index, heap, data, reserved_start
         self.frames_of = frames_of
+        self.dropped = 0  # events the recording's ring lost (its oldest)
 
 
 def _frames_source(rec):
@@ -171,15 +175,17 @@ def _frames_source(rec):
 def _recording_of(heap, recording):
     if recording is not None:
         return recording
-    return _active.get(id(heap))  # the one start_recording() left running
+    return running_recording(heap)  # a `with record(heap)` or start_recording()
 
 
 def _state(index, heap, recording):
     rec = _recording_of(heap, recording)
     if rec is None:
         return _DeviceState(index, heap)
-    data, _dropped = rec.events()
-    return _DeviceState(index, heap, data, rec.reserved_start, _frames_source(rec))
+    data, dropped = rec.events()
+    state = _DeviceState(index, heap, data, rec.reserved_start, _frames_source(rec))
+    state.dropped = dropped
+    return state
 
 
 def _installed_states(device):
@@ -212,7 +218,32 @@ def _trace_state(trace):
     finally:
         heap.history_stop()
     data, _dropped = heap.history_take()
-    return _DeviceState(0, heap, data)
+    state = _DeviceState(0, heap, data, frames_of=_trace_frames_source(trace))
+    state.dropped = trace.meta.get("dropped_events", 0) or 0
+    return state
+
+
+def _trace_frames_source(trace):
+    """frames_of(event) for a trace's replay: its allocations come back as
+    the ring's alloc events in the trace's order, so the n-th alloc event
+    has the stack of the trace's n-th allocation op."""
+    if not trace.has_stacks:
+        return _no_frames
+    alloc_ops = iter([op for op, kind in enumerate(trace.kinds) if kind == ALLOC])
+    made = {}
+
+    def frames_of(event):
+        if event[5] != EV_ALLOC:
+            return []
+        stack = trace.stack_of(next(alloc_ops, -1))
+        if stack is None:
+            return []
+        if stack not in made:
+            made[stack] = [{"filename": f, "line": line, "name": name}
+                           for f, line, name in trace.stacks.frames_of(stack)]
+        return made[stack]
+
+    return frames_of
 
 
 def _run(heap, trace):
@@ -228,7 +259,19 @@ def _run(heap, trace):
             heap.synchronize()
 
 
+def _check_types(heap, recording, trace):
+    if heap is not None and not isinstance(heap, _core.Heap):
+        raise TypeError(f"heap must be a vramguard.Heap, got {type(heap).__name__} {heap!r}")
+    if recording is not None and not isinstance(recording, record):
+        raise TypeError(f"recording must be a vramguard.record, got {type(recording).__name__} {recording!r}")
+    if trace is not None and not isinstance(trace, Trace):
+        raise TypeError(f"trace must be a vramguard.Trace, got {type(trace).__name__} {trace!r}")
+    if heap is not None and recording is not None and recording.heap is not None and recording.heap is not heap:
+        raise ValueError("recording= records another heap than heap=: a snapshot pairs a heap with its own recording")
+
+
 def _states(device, heap, recording, trace):
+    _check_types(heap, recording, trace)
     if trace is not None:
         if heap is not None or recording is not None:
             raise ValueError("dump a trace, or a heap and its recording, not both")
@@ -263,32 +306,66 @@ def snapshot(device=None, *, heap=None, recording=None, trace=None):
         entries = trace_entries(s.data, s.reserved_start, budget, s.frames_of)
         traces[s.index] = entries
         segments += segment_entries(segs, s.index, _alloc_frames(entries))
-    return {
+    snap = {
         "segments": segments,
         "device_traces": traces,
         "allocator_settings": allocator_settings(states[0].heap) if states else {},
         "external_annotations": [],
     }
+    if any(s.dropped for s in states):  # load_trace carries it into meta['dropped_events']
+        dropped = [0] * len(traces)
+        for s in states:
+            dropped[s.index] = s.dropped
+        snap[DROPPED_KEY] = dropped
+    return snap
 
 
 def dump_snapshot(path, device=None, *, heap=None, recording=None, trace=None):
     """Write snapshot(...) to `path` as PyTorch's _dump_snapshot() does (a
     pickle), for pytorch.org/memory_viz, torch.cuda._memory_viz and
-    vramguard.load_trace. The file appears whole or not at all (written to a
-    temporary file beside it, then renamed over `path`)."""
+    vramguard.load_trace. The file appears whole or not at all (written and
+    synced to a temporary file beside it, then renamed over `path`); a file
+    it replaces keeps its permission bits, and a symbolic link at `path`
+    has its target written, as open(path, "wb") would."""
     path = os.fspath(path)
+    target = _file_target(path)
     data = pickle.dumps(snapshot(device, heap=heap, recording=recording, trace=trace))
-    _write_atomically(path, data)
+    _write_atomically(target, data)
+
+
+def _file_target(path):
+    """The file a write to `path` lands in (a link's target), refused
+    up front when it is a directory: else the temporary file would be made
+    in the wrong place and the rename's error would name it."""
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if not isinstance(path, str):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    target = os.path.realpath(path) if path else path
+    if not path or path.endswith(os.sep) or os.path.isdir(target):
+        raise IsADirectoryError(errno.EISDIR, "is a directory: dump_snapshot writes a file", path)
+    return target
 
 
 def _write_atomically(path, data):
     directory = os.path.dirname(os.path.abspath(path))
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}.tmp")
-    # 0o666 less the umask, as open() would give the file itself
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)  # a file replaced keeps its bits
+    except FileNotFoundError:
+        mode = None
+    # 0o600 until written: the bits are set after, from the old file or the umask
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if mode is not None else 0o666)
+    except OSError as exc:  # named by the path asked for, not the temporary one
+        raise type(exc)(exc.errno, exc.strerror, path) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            f.flush()
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
+            os.fsync(f.fileno())  # the data is on disk before the name points at it
         os.replace(tmp, path)
     except BaseException:
         try:
