@@ -4,6 +4,8 @@
 
 #include <string.h>
 
+#include "structmember.h"
+
 static const vg_policy *policy_named(const char *name)
 {
     const vg_policy *policy = vg_policy_named(name);
@@ -77,6 +79,7 @@ static int Heap_init(HeapObject *self, PyObject *args, PyObject *kwargs)
 static void Heap_dealloc(HeapObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
+    if (self->weakrefs) PyObject_ClearWeakRefs((PyObject *)self);
     if (!self->borrowed) {
         vg_heap_destroy(self->heap);
         if (self->dev) self->dev->ops->destroy(self->dev);
@@ -486,6 +489,11 @@ static PyGetSetDef Heap_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+static PyMemberDef Heap_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(HeapObject, weakrefs), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyType_Slot Heap_slots[] = {
     {Py_tp_doc, (void *)"Heap(capacity, budget=None, gc_threshold=None, policy='vramguard', "
                         "page_size=None)\n\n"
@@ -499,6 +507,7 @@ static PyType_Slot Heap_slots[] = {
     {Py_tp_dealloc, (void *)Heap_dealloc},
     {Py_tp_methods, Heap_methods},
     {Py_tp_getset, Heap_getset},
+    {Py_tp_members, Heap_members},
     {0, NULL},
 };
 
