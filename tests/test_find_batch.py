@@ -101,6 +101,32 @@ def test_no_limit_still_ends():
     assert len(calls) == _find_batch.MAX_DOUBLINGS + 1
 
 
+def test_stopping_at_the_cap_says_so(caplog):
+    """Without a limit, a step that never runs out stops at start x 2^40:
+    the result and the log say it is the cap, not a measured maximum."""
+    caplog.set_level(logging.INFO, logger="vramguard")
+    result = vramguard.find_max_batch(lambda b: None, start=3, is_oom=is_fake_oom, progress=False)
+    assert result.largest == 3 << 40 and result.stopped_at == "cap"
+    assert repr(result).splitlines()[0] == (
+        f"find_max_batch: largest batch {3 << 40} (the search's cap, start x 2^40: "
+        "no batch ran out of memory; pass limit=)")
+    last = caplog.records[-1]
+    assert last.levelno == logging.WARNING
+    assert last.getMessage() == f"find_max_batch: stopped at batch {3 << 40}" + _find_batch._STOP_NOTES["cap"]
+
+
+def test_stopping_at_the_limit_is_logged_and_an_oom_is_no_stop(caplog):
+    caplog.set_level(logging.INFO, logger="vramguard")
+    result = vramguard.find_max_batch(lambda b: None, start=3, limit=20, is_oom=is_fake_oom, progress=False)
+    assert result.stopped_at == "limit"
+    assert caplog.records[-1].getMessage() == "find_max_batch: stopped at batch 20 (the limit)"
+    caplog.clear()
+    result = vramguard.find_max_batch(step_failing_above(10, []), start=3, is_oom=is_fake_oom, progress=False)
+    assert result.largest == 10 and result.stopped_at is None
+    assert repr(result).splitlines()[0] == "find_max_batch: largest batch 10"
+    assert "stopped at" not in caplog.text
+
+
 def test_default_oom_test_is_vramguards():
     """Without is_oom, a RuntimeError saying 'out of memory' is an OOM (what
     vramguard raises without its shim), any other error propagates."""

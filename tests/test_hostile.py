@@ -568,3 +568,37 @@ def test_cli_does_not_fit_keeps_status_1(tmp_path):
     save_trace(t, tmp_path / "big.vgtrace")
     proc = run_cli("replay", "big.vgtrace", "--budget", "2MiB", cwd=tmp_path)
     assert proc.returncode == 1 and "DOES NOT FIT" in proc.stdout and proc.stderr == ""
+
+
+# ------------------------------------------------------------------ policy names
+
+
+@pytest.mark.parametrize("call", ["replay", "min_budget"])
+def test_an_unknown_replay_policy_lists_every_policy_a_replay_takes(call):
+    trace = vramguard.Trace("t")
+    trace.free(trace.alloc(1 << 20))
+    fn = getattr(vramguard, call)
+    expected = "unknown policy 'fastest': use one of vramguard, arena, segments, torch, torch-expandable"
+    with pytest.raises(ValueError) as error:
+        fn(trace, policy="fastest")
+    assert str(error.value) == expected
+    with pytest.raises(ValueError, match="use one of vramguard, arena, segments, torch, torch-expandable"):
+        fn(vramguard.Trace("empty"), policy="fastest")  # checked before any work
+    with pytest.raises(TypeError) as error:
+        fn(trace, policy=None)
+    assert str(error.value) == ("policy must be a str, one of vramguard, arena, segments, torch, "
+                                "torch-expandable; got NoneType")
+
+
+def test_a_heap_policy_that_is_unknown_or_not_a_str():
+    with pytest.raises(ValueError) as error:
+        vramguard.Heap(1 << 30, policy="torch-expandable")
+    assert "'arena', 'segments' or 'torch'; vramguard.replay() and min_budget() also take " \
+           "'torch-expandable'" in str(error.value)
+    assert str(error.value).startswith("unknown policy 'torch-expandable': a Heap takes 'vramguard'")
+    with pytest.raises(TypeError) as error:
+        vramguard.Heap(1 << 30, policy=None)
+    assert str(error.value) == "policy must be a str ('vramguard', 'arena', 'segments' or 'torch'), not NoneType"
+    with pytest.raises(ValueError, match=r"unknown policy 'a\\x00b'"):
+        vramguard.Heap(1 << 30, policy="a\0b")
+    assert vramguard.Heap(1 << 30).policy == vramguard.Heap(1 << 30, policy="vramguard").policy

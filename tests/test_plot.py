@@ -85,3 +85,19 @@ def test_plot_refuses_a_replay_without_samples():
     result = vramguard.replay(_step_trace(), samples=0)
     with pytest.raises(ValueError, match="samples > 0"):
         result.plot()
+
+
+@pytest.mark.parametrize("source", [[], {}, 3, b"trace.vgtrace"])
+def test_plot_refuses_what_is_not_a_trace(source):
+    with pytest.raises(TypeError) as error:
+        vramguard.plot(source)
+    assert str(error.value) == ("plot() takes a ReplayResult, a Trace, a path to a trace or None (the last "
+                                f"recording), not {type(source).__name__}")
+
+
+def test_plotting_an_empty_trace_says_it_is_empty():
+    with pytest.raises(ValueError) as error:
+        vramguard.plot(Trace("nothing"))
+    assert str(error.value) == "nothing to plot: the trace 'nothing' is empty (no allocations or frees)"
+    with pytest.raises(ValueError, match="is empty"):
+        vramguard.replay(Trace("nothing")).plot()

@@ -296,3 +296,160 @@ def test_regions_and_steps_on_simulated_device_heaps():
     assert proc.returncode == 0, proc.stderr
     assert "peak 7340032" in proc.stdout and "leak 2097152 1" in proc.stdout
     assert "bad device must be in 0..63, got 64" in proc.stdout
+
+
+# ------------------------------------------------------------------ lifetimes and misuse
+
+
+def _heap_targets():
+    return sum(1 for key in _regions._targets if key[0] == "heap")
+
+
+def test_a_tracked_heap_is_not_kept_alive():
+    import gc
+    import weakref
+
+    gc.collect()  # heaps of earlier tests, in cycles, go first
+    before = _heap_targets()
+    refs = []
+    for _ in range(50):
+        heap = Heap(GiB)
+        with vramguard.track("r", device=heap):
+            heap.free(heap.malloc(MiB))
+        vramguard.step(heap)
+        assert vramguard.regions(heap)["r"].peak == MiB
+        refs.append(weakref.ref(heap))
+        del heap
+    gc.collect()
+    assert [r for r in refs if r() is not None] == []
+    assert _heap_targets() == before
+
+
+def test_a_heap_at_a_dead_heaps_id_starts_with_no_regions():
+    seen_reuse = False
+    for _ in range(20):
+        heap = Heap(GiB)
+        with vramguard.track("old", device=heap):
+            heap.free(heap.malloc(MiB))
+        old_id = id(heap)
+        del heap
+        heap = Heap(GiB)
+        seen_reuse |= id(heap) == old_id
+        assert len(vramguard.regions(heap)) == 0
+        with vramguard.track("new", device=heap):
+            heap.free(heap.malloc(2 * MiB))
+        assert [(r.name, r.calls, r.peak) for r in vramguard.regions(heap)] == [("new", 1, 2 * MiB)]
+        del heap
+    assert seen_reuse  # CPython hands the freed object's memory to the next one
+
+
+def test_track_on_a_generator_covers_each_resumption():
+    heap = Heap(GiB)
+
+    @vramguard.track("gen", device=heap)
+    def chunks(sizes):
+        for n in sizes:
+            p = heap.malloc(n)
+            yield n
+            heap.free(p)
+        return "done"
+
+    gen = chunks([4 * MiB, 8 * MiB])
+    assert len(vramguard.regions(heap)) == 0  # creating it runs nothing
+    assert next(gen) == 4 * MiB
+    outside = heap.malloc(20 * MiB)  # between resumptions: not the region's
+    heap.free(outside)
+    assert next(gen) == 8 * MiB
+    with pytest.raises(StopIteration) as stop:
+        next(gen)
+    assert stop.value.value == "done"
+    row = vramguard.regions(heap)["gen"]
+    assert (row.calls, row.peak, row.allocated, row.live_at_exit) == (1, 8 * MiB, 12 * MiB, 0)
+    assert vramguard.regions(heap).open == []
+
+
+def test_track_on_a_generator_closed_early_is_one_call():
+    heap = Heap(GiB)
+
+    @vramguard.track("gen", device=heap)
+    def forever():
+        held = []
+        try:
+            while True:
+                held.append(heap.malloc(2 * MiB))
+                yield
+        finally:  # runs at close(), inside the region
+            for p in held:
+                heap.free(p)
+
+    gen = forever()
+    next(gen)
+    next(gen)
+    gen.close()
+    row = vramguard.regions(heap)["gen"]
+    assert (row.calls, row.peak, row.live_at_exit) == (1, 4 * MiB, 0)
+    assert vramguard.regions(heap).open == []
+
+
+def test_track_on_a_coroutine_covers_its_body():
+    import asyncio
+
+    heap = Heap(GiB)
+
+    @vramguard.track("coro", device=heap)
+    async def work(n):
+        p = heap.malloc(n)
+        await asyncio.sleep(0)
+        q = heap.malloc(n)
+        heap.free(p)
+        heap.free(q)
+        return n
+
+    async def main():
+        task = asyncio.ensure_future(work(3 * MiB))
+        await asyncio.sleep(0)  # the task is suspended, holding 3 MiB
+        outside = heap.malloc(30 * MiB)
+        heap.free(outside)
+        return await task
+
+    assert asyncio.run(main()) == 3 * MiB
+    row = vramguard.regions(heap)["coro"]
+    assert (row.calls, row.peak, row.allocated, row.live_at_exit) == (1, 6 * MiB, 6 * MiB, 0)
+
+
+def test_track_refuses_an_async_generator_function():
+    async def agen():
+        yield 1
+
+    with pytest.raises(TypeError, match="async generator"):
+        vramguard.track("a", device=Heap(GiB))(agen)
+
+
+def test_track_exit_without_enter_is_a_clear_error():
+    heap = Heap(GiB)
+    region = vramguard.track("r", device=heap)
+    with pytest.raises(RuntimeError, match="without a matching __enter__"):
+        region.__exit__(None, None, None)
+    assert len(vramguard.regions(heap)) == 0
+
+
+def test_track_exit_on_another_thread_closes_the_region():
+    heap = Heap(GiB)
+    region = vramguard.track("r", device=heap)
+    region.__enter__()
+    errors = []
+
+    def other():
+        try:
+            region.__exit__(None, None, None)
+        except RuntimeError as error:
+            errors.append(str(error))
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join()
+    assert len(errors) == 1 and "did not enter it" in errors[0]
+    table = vramguard.regions(heap)
+    assert table.open == [] and len(table) == 0
+    with pytest.raises(RuntimeError, match="without a matching __enter__"):
+        region.__exit__(None, None, None)

@@ -4,14 +4,33 @@
 
 #include <string.h>
 
-static const vg_policy *policy_named(const char *name)
+#include "structmember.h"
+
+/* The policy named by `obj` (None: "vramguard"). torch-expandable is an
+ * emulation that vramguard.replay() runs, not a heap's policy, so the
+ * message names where it is taken. */
+static const vg_policy *policy_named(PyObject *obj)
 {
-    const vg_policy *policy = vg_policy_named(name);
+    if (!obj) return vg_policy_named("vramguard");
+    if (!PyUnicode_Check(obj)) {
+        PyObject *type_name = PyObject_GetAttrString((PyObject *)Py_TYPE(obj), "__name__");
+        if (type_name)
+            PyErr_Format(PyExc_TypeError,
+                         "policy must be a str ('vramguard', 'arena', 'segments' or 'torch'), not %S",
+                         type_name);
+        Py_XDECREF(type_name);
+        return NULL;
+    }
+    PyObject *utf8 = PyUnicode_AsUTF8String(obj);
+    if (!utf8) return NULL;
+    const vg_policy *policy = vg_policy_named(PyBytes_AsString(utf8));
+    Py_DECREF(utf8);
     if (!policy)
         PyErr_Format(PyExc_ValueError,
-                     "unknown policy '%s': use 'vramguard' (the recommended one, now '%s'), "
-                     "'arena', 'segments' or 'torch'",
-                     name, vg_policy_recommended());
+                     "unknown policy %R: a Heap takes 'vramguard' (the recommended one, now '%s'), "
+                     "'arena', 'segments' or 'torch'; vramguard.replay() and min_budget() also "
+                     "take 'torch-expandable'",
+                     obj, vg_policy_recommended());
     return policy;
 }
 
@@ -34,9 +53,9 @@ static int Heap_init(HeapObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"capacity", "budget", "gc_threshold", "policy", "page_size", NULL};
     PyObject *capacity_obj, *budget_obj = Py_None, *gc_obj = Py_None, *page_obj = Py_None;
-    const char *policy_name = "vramguard";
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OOsO", kwlist, &capacity_obj, &budget_obj,
-                                     &gc_obj, &policy_name, &page_obj))
+    PyObject *policy_obj = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OOOO", kwlist, &capacity_obj, &budget_obj,
+                                     &gc_obj, &policy_obj, &page_obj))
         return -1;
     /* A first __init__ that failed leaves nothing behind (below); a device
      * without a heap would be one, so both are checked. */
@@ -53,7 +72,7 @@ static int Heap_init(HeapObject *self, PyObject *args, PyObject *kwargs)
     }
     if (vgpy_as_budget(budget_obj, &budget) < 0) return -1;
     if (vgpy_as_fraction(gc_obj, "gc_threshold", &gc) < 0) return -1;
-    const vg_policy *policy = policy_named(policy_name);
+    const vg_policy *policy = policy_named(policy_obj);
     if (!policy) return -1;
     vg_device *dev = vg_sim_create((size_t)capacity);
     if (dev && set_page_size(dev, page_obj) < 0) {
@@ -77,6 +96,7 @@ static int Heap_init(HeapObject *self, PyObject *args, PyObject *kwargs)
 static void Heap_dealloc(HeapObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
+    if (self->weakrefs) PyObject_ClearWeakRefs((PyObject *)self);
     if (!self->borrowed) {
         vg_heap_destroy(self->heap);
         if (self->dev) self->dev->ops->destroy(self->dev);
@@ -486,6 +506,11 @@ static PyGetSetDef Heap_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+static PyMemberDef Heap_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(HeapObject, weakrefs), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyType_Slot Heap_slots[] = {
     {Py_tp_doc, (void *)"Heap(capacity, budget=None, gc_threshold=None, policy='vramguard', "
                         "page_size=None)\n\n"
@@ -499,6 +524,7 @@ static PyType_Slot Heap_slots[] = {
     {Py_tp_dealloc, (void *)Heap_dealloc},
     {Py_tp_methods, Heap_methods},
     {Py_tp_getset, Heap_getset},
+    {Py_tp_members, Heap_members},
     {0, NULL},
 };
 

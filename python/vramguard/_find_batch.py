@@ -82,13 +82,35 @@ def fit_memory(points):
     return MemoryFit(_exact(fixed), _exact(per_sample), float(square) ** 0.5, n)
 
 
+_STOP_NOTES = {
+    "limit": " (the limit)",
+    "cap": f" (the search's cap, start x 2^{MAX_DOUBLINGS}: no batch ran out of memory; pass limit=)",
+}
+
+
+def ceiling(start, limit):
+    """The largest batch a search tries."""
+    return limit if limit is not None else start << MAX_DOUBLINGS
+
+
 class BatchSearch:
     """find_max_batch()'s answer: `largest` batch that fitted (None: not
     even `start`), every try in order, the memory fit (None unless two
     sizes fitted with their peaks measured) and the budget searched under."""
 
-    def __init__(self, largest, tries, fit, budget=None, limit=None):
+    def __init__(self, largest, tries, fit, budget=None, limit=None, start=1):
         self.largest, self.tries, self.fit, self.budget, self.limit = largest, tries, fit, budget, limit
+        self.start = start
+
+    @property
+    def stopped_at(self):
+        """Why the search stopped short of an OOM: "limit" (largest is the
+        limit), "cap" (no limit, and nothing ran out of memory up to
+        start x 2^MAX_DOUBLINGS: largest is that cap, not a measured
+        maximum), or None (a batch ran out of memory)."""
+        if self.largest is None or self.largest != ceiling(self.start, self.limit):
+            return None
+        return "limit" if self.limit is not None else "cap"
 
     @property
     def peaks(self):
@@ -100,8 +122,7 @@ class BatchSearch:
         if self.largest is None:
             first = self.tries[0].batch if self.tries else "?"
             return f"find_max_batch: not even batch {first} fits{under}"
-        capped = " (the limit)" if self.limit is not None and self.largest == self.limit else ""
-        return f"find_max_batch: largest batch {self.largest}{capped}{under}"
+        return f"find_max_batch: largest batch {self.largest}{_STOP_NOTES.get(self.stopped_at, '')}{under}"
 
     def _rows(self):
         for t in self.tries:
@@ -200,16 +221,16 @@ def search(step_fn, start, limit, oom_test, probe, on_try=lambda t: None):
         on_try(t)
         return t.fits
 
-    ceiling = limit if limit is not None else start << MAX_DOUBLINGS
+    top = ceiling(start, limit)
     good, bad, batch = None, None, start
     while True:
         if not fits(batch):
             bad = batch
             break
         good = batch
-        if batch >= ceiling:
+        if batch >= top:
             break
-        batch = min(batch * 2, ceiling)
+        batch = min(batch * 2, top)
     while good is not None and bad is not None and bad - good > 1:
         middle = (good + bad) // 2
         if fits(middle):
@@ -308,4 +329,8 @@ def find_max_batch(step_fn, start=1, limit=None, budget=None, *, is_oom=None, de
         from ._oom_report import note_batch_fit
 
         note_batch_fit(fit.fixed, fit.per_sample)  # the next OOM report's "largest batch that fits"
-    return BatchSearch(largest, tries, fit, budget=searched_under or None, limit=limit)
+    result = BatchSearch(largest, tries, fit, budget=searched_under or None, limit=limit, start=start)
+    if result.stopped_at is not None:  # the cap is no measured maximum: a warning
+        level = logging.WARNING if result.stopped_at == "cap" else logging.INFO
+        logger.log(level, "find_max_batch: stopped at batch %d%s", largest, _STOP_NOTES[result.stopped_at])
+    return result

@@ -7,6 +7,8 @@
 
 Every curve comes from a replay: its samples are maxima over windows of
 ops, so a peak shown is a peak that happened, never one averaged away."""
+import os
+
 from ._core import format_size
 
 __all__ = ["plot", "plot_replay"]
@@ -82,6 +84,7 @@ def plot_replay(result, ax=None, trace=None, regions=None, live=None):
     given), `regions` shaded, and the lines holding the most at `live` (a
     LiveSet: the peak's or the first OOM's). Returns the axes."""
     if not result.curve:
+        _refuse_empty(result)
         raise ValueError("this replay kept no curve: replay with samples > 0")
     ax = _axes(ax)
     ops, requested, allocated, reserved = _curve_columns(result.curve)
@@ -105,6 +108,11 @@ def plot_replay(result, ax=None, trace=None, regions=None, live=None):
     return ax
 
 
+def _refuse_empty(result):
+    if result.events == 0:  # samples would not help: there is nothing over time
+        raise ValueError(f"nothing to plot: the trace {result.trace!r} is empty (no allocations or frees)")
+
+
 def _last_recording():
     from . import _record
 
@@ -120,10 +128,15 @@ def plot(source=None, budget=None, policy="vramguard", ax=None, regions=None):
     to one (replayed under `budget` and `policy`), or None for the last
     recording made with vramguard.record(). Returns the axes."""
     from ._replay import ReplayResult, _as_trace, live_at_peak, replay
+    from ._trace import Trace
 
     if isinstance(source, ReplayResult):
         return plot_replay(source, ax=ax, regions=regions)
+    if source is not None and not isinstance(source, (Trace, str, os.PathLike)):
+        raise TypeError(f"plot() takes a ReplayResult, a Trace, a path to a trace or None (the last "
+                        f"recording), not {type(source).__name__}")
     trace = _last_recording() if source is None else _as_trace(source)
     result = replay(trace, budget=budget, policy=policy)
+    _refuse_empty(result)
     live = result.first_oom_at if result.first_oom_at is not None else live_at_peak(trace)
     return plot_replay(result, ax=ax, trace=trace, regions=regions, live=live)

@@ -26,8 +26,11 @@ stops.
 """
 import functools
 import html
+import inspect
 import threading
+import types
 import warnings
+import weakref
 from collections import deque
 
 from . import _core
@@ -89,7 +92,9 @@ class _Target:
     """The regions and steps of one device heap (or of one Heap object)."""
 
     def __init__(self, heap, device):
-        self.heap = heap
+        # A Heap object is held weakly (the table of targets must not keep
+        # every heap ever tracked alive); a device heap lives for good.
+        self._heap = weakref.ref(heap) if device is None else (lambda: heap)
         self.device = device          # an index, or None for a Heap object
         self.lock = threading.Lock()
         self.open = []                # _Frame, in order of entry
@@ -101,10 +106,14 @@ class _Target:
         self.leaking = False
         self.baseline = None          # (steps, lines) when the leak was first seen
 
+    @property
+    def heap(self):
+        return self._heap()
+
     def fold(self):
         """Takes the heap's interval peak into every open frame; returns the
         allocated bytes now. Called with self.lock held."""
-        peak, current, total = _core.take_interval(self.heap)
+        peak, current, total = _core.take_interval(self.heap)  # the caller holds the heap
         # The total restarts from 0 at reset_accumulated_memory_stats().
         delta = total - self.last_total if total >= self.last_total else total
         self.last_total = total
@@ -140,17 +149,36 @@ def _device_target_index(device):
     return _torch._device_index(device)
 
 
+def _heap_target(heap):
+    """The target of a Heap object. The table holds the heap weakly: a
+    heap's regions go with it, and a new heap that gets the dead one's id
+    finds no entry (the weakref's callback dropped it)."""
+    key = ("heap", id(heap))
+    with _targets_lock:
+        entry = _targets.get(key)
+        if entry is not None and entry[0]() is heap:
+            return entry[1]
+        target = _Target(heap, None)
+        _targets[key] = (weakref.ref(heap, functools.partial(_drop_heap_target, key)), target)
+        return target
+
+
+def _drop_heap_target(key, ref):
+    with _targets_lock:
+        entry = _targets.get(key)
+        if entry is not None and entry[0] is ref:
+            del _targets[key]
+
+
 def _target(device=None):
     if isinstance(device, _core.Heap):
-        key, heap, index = ("heap", id(device)), device, None
-    else:
-        index = _device_target_index(device)
-        key, heap = ("device", index), None
+        return _heap_target(device)
+    index = _device_target_index(device)
+    key = ("device", index)
     with _targets_lock:
         target = _targets.get(key)
-        if target is None or (heap is not None and target.heap is not heap):
-            target = _Target(heap if heap is not None else _core.device_heap(index), index)
-            _targets[key] = target
+        if target is None:
+            target = _targets[key] = _Target(_core.device_heap(index), index)
         return target
 
 
@@ -185,28 +213,63 @@ class track:
         self.name = name
         self.device = device
         self._wrapped = None
-        self._local = threading.local()
+        self._entries_lock = threading.Lock()
+        self._entries = []            # (thread ident, target, frame), in order of entry
 
     def __enter__(self):
-        target = _target(self.device)
-        with target.lock:
-            frame = _Frame(self.name, target.fold())
-            target.open.append(frame)
-        stack = getattr(self._local, "stack", None)
-        if stack is None:
-            stack = self._local.stack = []
-        stack.append((target, frame))
+        target, frame = self._open()
+        with self._entries_lock:
+            self._entries.append((threading.get_ident(), target, frame))
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        target, frame = self._local.stack.pop()
+        me = threading.get_ident()
+        with self._entries_lock:
+            mine = [k for k, entry in enumerate(self._entries) if entry[0] == me]
+            entry = self._entries.pop(mine[-1] if mine else -1) if self._entries else None
+        if entry is None:
+            raise RuntimeError(f"track({self.name!r}).__exit__ without a matching __enter__")
+        if not mine:
+            # Closed, so it is not open for good; uncounted, its figures
+            # belong to no one call.
+            self._discard(entry[1], entry[2])
+            raise RuntimeError(f"track({self.name!r}).__exit__ on a thread that did not enter it: "
+                               f"a region opens and closes on one thread; the region was closed uncounted")
+        self._close(entry[1], entry[2], finished=True)
+        return False
+
+    def _open(self, frame=None):
+        """Opens a new frame, or resumes `frame` (a generator's, between
+        its resumptions)."""
+        target = _target(self.device)
         with target.lock:
             live = target.fold()
-            # Not always the last: another thread's region may have opened since.
-            for i in range(len(target.open) - 1, -1, -1):
-                if target.open[i] is frame:
-                    del target.open[i]
-                    break
+            if frame is None:
+                frame = _Frame(self.name, live)
+            target.open.append(frame)
+        return target, frame
+
+    @staticmethod
+    def _remove(target, frame):
+        # Not always the last: another thread's region may have opened since.
+        for i in range(len(target.open) - 1, -1, -1):
+            if target.open[i] is frame:
+                del target.open[i]
+                return
+
+    def _discard(self, target, frame):
+        with target.lock:
+            target.fold()
+            self._remove(target, frame)
+
+    def _close(self, target, frame, finished):
+        """Closes the frame; a finished call becomes part of its row, a
+        suspended generator's frame waits for the next resumption."""
+        with target.lock:
+            live = target.fold()
+            self._remove(target, frame)
+            if not finished:
+                return
             row = target.rows.get(frame.name)
             if row is None:
                 row = target.rows[frame.name] = RegionRow(frame.name)
@@ -216,12 +279,57 @@ class track:
             row.allocated += frame.allocated
         if target.device is not None and _core.last_oom_seq() != frame.oom_seq:
             _note_oom_inside(target.device, frame)
-        return False
+
+    def _drive(self, gen):
+        """Runs a generator or a coroutine with the region open over each
+        resumption, and closed while it is suspended: one call per run, whose
+        peak is the body's, not the caller's between resumptions."""
+        frame, value, thrown = None, None, None
+        while True:
+            target, frame = self._open(frame)
+            try:
+                out = gen.send(value) if thrown is None else gen.throw(thrown)
+            except StopIteration as stop:
+                self._close(target, frame, finished=True)
+                return stop.value
+            except BaseException:
+                self._close(target, frame, finished=True)
+                raise
+            self._close(target, frame, finished=False)
+            value, thrown = None, None
+            try:
+                value = yield out
+            except GeneratorExit:
+                target, frame = self._open(frame)
+                try:
+                    gen.close()
+                finally:
+                    self._close(target, frame, finished=True)
+                raise
+            except BaseException as error:  # gen.throw(): into the body, with the region open
+                thrown = error
 
     def __call__(self, *args, **kwargs):
         if self._wrapped is not None:  # the function @vramguard.track decorated
             return self._wrapped(*args, **kwargs)
         (fn,) = args
+        if inspect.isasyncgenfunction(fn):
+            raise TypeError(f"track({self.name!r}) cannot decorate an async generator function; "
+                            f"use `with vramguard.track(...)` inside it")
+        if inspect.isgeneratorfunction(fn):
+            @functools.wraps(fn)
+            def tracked_generator(*a, **kw):
+                return (yield from self._drive(fn(*a, **kw)))
+
+            return tracked_generator
+        if inspect.iscoroutinefunction(fn):
+            drive = types.coroutine(self._drive)
+
+            @functools.wraps(fn)
+            async def tracked_coroutine(*a, **kw):
+                return await drive(fn(*a, **kw))
+
+            return tracked_coroutine
 
         @functools.wraps(fn)
         def tracked(*a, **kw):

@@ -16,6 +16,20 @@ __all__ = ["FirstOOM", "LiveSet", "ReplayResult", "replay", "min_budget", "live_
 #: The simulated device of a replay: large enough never to be the limit,
 #: so that the budget alone decides.
 UNLIMITED = 1 << 50
+#: Every policy a replay and min_budget() take: "vramguard" is the one
+#: vramguard recommends; "torch-expandable" is PyTorch with
+#: expandable_segments:True, emulated (a Heap takes the others).
+REPLAY_POLICIES = ("vramguard", "arena", "segments", "torch", "torch-expandable")
+
+
+def check_policy_name(policy):
+    """A TypeError unless `policy` is a str, a ValueError that lists every
+    policy a replay takes unless it is one of them."""
+    if not isinstance(policy, str):
+        raise TypeError(f"policy must be a str, one of {', '.join(REPLAY_POLICIES)}; "
+                        f"got {type(policy).__name__}")
+    if policy not in REPLAY_POLICIES:
+        raise ValueError(f"unknown policy {policy!r}: use one of {', '.join(REPLAY_POLICIES)}")
 
 
 def _sizes(items):
@@ -254,6 +268,7 @@ def replay(trace, budget=None, policy="vramguard", samples=1000):
 
 def _run(trace, limit, policy, samples):
     """The replay itself, `limit` bytes already checked (0 for none)."""
+    check_policy_name(policy)
     if policy == "torch-expandable":  # an emulation, not a heap: torch_expandable.c
         r = expandable_replay(*trace.columns(), trace.nids, budget=limit, samples=samples)
     else:
@@ -301,6 +316,7 @@ def min_budget(trace, policy="vramguard", granularity=SEGMENT_GRANULE):
     """The smallest budget, a multiple of `granularity` (an int of bytes),
     at which `trace` replays under `policy` without an OOM: a bisection
     between the physical limit and the peak reserved with no budget."""
+    check_policy_name(policy)
     trace = _as_trace(trace)
     g = _granularity(granularity)
     live = trace.peak_live()

@@ -5,7 +5,7 @@ from functools import lru_cache
 
 from ._core import Heap, format_size
 from ._presets import PRESETS
-from ._replay import UNLIMITED, min_budget, replay
+from ._replay import UNLIMITED, check_policy_name, min_budget, replay
 from ._trace import Trace
 from ._units import format_size_column
 
@@ -53,6 +53,8 @@ def unavailable_policies():
 def check_policy(policy):
     """`policy` when this build replays it; a ValueError that says which
     policies exist when it is unknown or not in this build."""
+    if not isinstance(policy, str):
+        check_policy_name(policy)
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}: use one of {', '.join(POLICIES)}")
     engine, why = _engine(policy)
