@@ -121,6 +121,9 @@ typedef struct vg_stats {
     uint64_t num_unmap_syncs;
     uint64_t num_range_reserves;
     uint64_t num_range_releases;
+    /* Unmap batches stopped because the provider answered VG_ERR_BUSY (a
+     * capture began after the synchronize): the pages stay mapped. */
+    uint64_t num_unmaps_refused;
 } vg_stats;
 
 typedef struct vg_fragmentation {
@@ -147,7 +150,10 @@ typedef struct vg_fragmentation {
 typedef struct vg_heap vg_heap;
 
 typedef struct vg_heap_config {
-    const vg_policy *policy; /* NULL = vg_policy_default */
+    /* NULL = the recommended policy ("vramguard", vg_policy_recommended):
+     * a heap made without a choice gets what the measurements favour, as
+     * Heap(), replay() and install() do. */
+    const vg_policy *policy;
     size_t budget;           /* 0 = the device's capacity */
     double gc_threshold;     /* fraction of the budget; 0 = off (vg_valid_fraction) */
 } vg_heap_config;

@@ -308,6 +308,44 @@ static void test_pressure_unmaps_whole_free_pages_after_one_synchronize(void)
     done(&f);
 }
 
+/* A capture begins between the synchronize and the unmap: the provider
+ * answers VG_ERR_BUSY, nothing is unmapped, no device error is counted,
+ * and the allocation is refused as any over the budget is. */
+static void test_unmap_refused_while_capturing_stops_the_batch(void)
+{
+    fixture f = make(GiB, 8 * MiB, 0);
+    void *a = vg_heap_alloc(f.h, 2 * MiB, 0, NULL);
+    void *b = vg_heap_alloc(f.h, 2 * MiB, 5, NULL);
+    void *keep = vg_heap_alloc(f.h, 2 * MiB, 7, NULL);
+    vg_heap_free(f.h, a);
+    vg_heap_free(f.h, b); /* two free pages, on two ranges */
+    CHECK_MAPPED(f, 6 * MiB);
+    vg_sim_unmap_answer(f.dev, VG_ERR_BUSY);
+    CHECK(vg_heap_alloc(f.h, 4 * MiB, 9, NULL) == NULL);
+    CHECK_MAPPED(f, 6 * MiB);
+    vg_stats st = stats_of(f.h);
+    CHECK_EQ(st.num_unmaps, 0);
+    CHECK_EQ(st.num_unmapped_pages, 0);
+    CHECK_EQ(st.num_device_errors, 0);
+    CHECK_EQ(st.num_unmaps_refused, 1); /* the batch stopped at its first call */
+    CHECK_EQ(st.num_range_releases, 0);
+    CHECK_EQ(st.num_ooms, 1);
+    uint64_t maps, unmaps;
+    vg_sim_vm_calls(f.dev, &maps, &unmaps);
+    CHECK_EQ(unmaps, 0);
+    /* The capture over, the same request unmaps both pages and fits. */
+    vg_sim_unmap_answer(f.dev, VG_OK);
+    void *c = vg_heap_alloc(f.h, 4 * MiB, 9, NULL);
+    CHECK(c != NULL);
+    CHECK_MAPPED(f, 6 * MiB);
+    st = stats_of(f.h);
+    CHECK_EQ(st.num_unmapped_pages, 2);
+    CHECK_EQ(st.num_device_errors, 0);
+    vg_heap_free(f.h, keep);
+    vg_heap_free(f.h, c);
+    done(&f);
+}
+
 static void test_requesting_stream_gives_back_first(void)
 {
     fixture f = make(GiB, 8 * MiB, 0);
@@ -611,6 +649,7 @@ static const harness_test tests[] = {
     T(test_partial_pages_stay_mapped),
     T(test_steady_loop_maps_nothing_after_its_first_step),
     T(test_pressure_unmaps_whole_free_pages_after_one_synchronize),
+    T(test_unmap_refused_while_capturing_stops_the_batch),
     T(test_requesting_stream_gives_back_first),
     T(test_map_refused_midway_is_retried),
     T(test_map_refused_to_the_end_is_an_oom),
