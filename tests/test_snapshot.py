@@ -22,7 +22,7 @@ def actions(snap, device=0):
 def small_run():
     """1000 B and 3 MiB allocated, the 1000 B freed, then empty_cache():
     the small segment goes back, the 6 MiB large one stays."""
-    heap = Heap("1GiB")
+    heap = Heap("1GiB", policy="segments")
     with record(heap) as rec:
         a = heap.malloc(1000)
         heap.malloc(3 * MiB)
@@ -73,7 +73,7 @@ def test_round_trip_through_load_trace(tmp_path):
 
 
 def test_pending_free_block_and_segment_sums():
-    heap = Heap("1GiB")
+    heap = Heap("1GiB", policy="segments")
     a = heap.malloc(1000)
     heap.malloc(5000)
     heap.record_stream(a, 7)
@@ -87,7 +87,7 @@ def test_pending_free_block_and_segment_sums():
 
 
 def test_oom_event_carries_device_free_instead_of_addr():
-    heap = Heap("1GiB", budget="8MiB")
+    heap = Heap("1GiB", budget="8MiB", policy="segments")
     with record(heap) as rec:
         heap.malloc(3 * MiB)  # a 6 MiB segment
         with pytest.raises(MemoryError):
@@ -99,7 +99,7 @@ def test_oom_event_carries_device_free_instead_of_addr():
 
 
 def test_running_recording_is_dumped_and_stop_still_gets_every_event(tmp_path):
-    heap = Heap("1GiB")
+    heap = Heap("1GiB", policy="segments")
     vramguard.start_recording(heap)
     a = heap.malloc(1000)
     dump_snapshot(tmp_path / "mid.pickle", heap=heap)
@@ -116,7 +116,7 @@ def test_running_recording_is_dumped_and_stop_still_gets_every_event(tmp_path):
 
 
 def test_no_recording_gives_segments_and_empty_traces():
-    heap = Heap("1GiB")
+    heap = Heap("1GiB", policy="segments")
     heap.malloc(1000)
     snap = snapshot(heap=heap, device=2)
     assert snap["device_traces"] == [[], [], []]
@@ -193,7 +193,7 @@ def test_unwritable_place_leaves_nothing(tmp_path):
 
 
 def test_bad_arguments():
-    heap = Heap("1GiB")
+    heap = Heap("1GiB", policy="segments")
     with pytest.raises(ValueError, match="not both"):
         snapshot(heap=heap, trace=vramguard.example_trace())
     with pytest.raises(ValueError, match="device index"):
@@ -223,7 +223,7 @@ def test_frames_plug_in_per_event_and_reach_the_blocks():
     from vramguard import _snapshot
     from vramguard._record import EV_ALLOC
 
-    heap = Heap("1GiB")
+    heap = Heap("1GiB", policy="segments")
     with record(heap) as rec:
         heap.malloc(1000)
         heap.free(heap.malloc(5000))

@@ -472,7 +472,7 @@ vg_heap *vg_heap_create(vg_device *dev, const vg_heap_config *cfg)
     vg_lock_init(&h->lock);
     pthread_mutex_init(&h->device_wait, NULL);
     h->dev = dev;
-    h->policy = cfg && cfg->policy ? cfg->policy : &vg_policy_default;
+    h->policy = cfg && cfg->policy ? cfg->policy : vg_policy_named("vramguard");
     h->arena = h->policy->arena && vg__arena_usable(dev);
     for (int pool = 0; pool < VG_POOL_COUNT; pool++)
         h->split_min[pool] = h->arena ? VG_ALIGN : h->policy->split_min[pool];

@@ -21,7 +21,9 @@ static void walk_segments(const vg_heap *h, vg_heap_state *out)
         out->segments++;
         if (seg->idle) {
             out->idle_segments++;
-            out->idle_segment_bytes += seg->size;
+            /* An idle range gives back its mapped pages, not its
+             * virtual size. */
+            out->idle_segment_bytes += seg->range ? seg->range->mapped : seg->size;
         }
         for (const vg_block *blk = seg->head; blk; blk = blk->next) {
             if (blk->state != VG_BLOCK_LIVE) continue;

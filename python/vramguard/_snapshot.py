@@ -204,8 +204,11 @@ def _index_of(heap, device):
 def _trace_state(trace):
     """A Trace run on a fresh simulated device, recorded as it goes: its ops
     at the addresses that device gives them, and what is live at its end
-    still live in the segments (Heap.replay would free it)."""
-    heap = _core.Heap(_TRACE_DEVICE)
+    still live in the segments (Heap.replay would free it). Run under
+    segments, not the default arena: their segment_alloc/segment_free
+    events are what a PyTorch trace holds (an empty_cache reads back from
+    its segment_free), and what the arena does is not recorded as such."""
+    heap = _core.Heap(_TRACE_DEVICE, policy="segments")
     heap.history_start(2 * len(trace) + 16)  # an op makes at most a block's and a segment's event
     try:
         _run(heap, trace)
