@@ -241,3 +241,39 @@ def test_frames_plug_in_per_event_and_reach_the_blocks():
         [{"filename": "/content/train.py", "line": 1000, "name": "step"}], []]  # the freed one merged
     back = vramguard._import.trace_from_snapshot({"segments": segments, "device_traces": [entries]})
     assert [back.site_of(op) for op in range(len(back))] == ["train.py:1000 step", "train.py:5000 step", None]
+
+
+# ---------------------------------------------------------------- the arena
+
+
+def test_arena_range_is_one_expandable_segment_per_mapped_run():
+    """As PyTorch reports an expandable segment: one segment per contiguous
+    mapped run of pages, total_size that run's bytes, free blocks cut to it."""
+    heap = Heap("1GiB")  # the default: the arena
+    a = heap.malloc(3 * MiB)           # pages 0, 1
+    c = heap.malloc(5 * MiB)           # pages 1 to 3
+    d = heap.malloc(4 * MiB)           # pages 4, 5
+    heap.free(c)
+    heap.empty_cache()                 # unmaps pages 2, 3 (page 1 is shared with a)
+    (large,) = [s for s in heap.segments() if s["pool"] == "large"]
+    assert large["mapped_runs"] == [(0, 4 * MiB), (8 * MiB, 4 * MiB)]
+    segs = [s for s in snapshot(heap=heap)["segments"] if s["segment_type"] == "large"]
+    base = large["address"]
+    assert [(s["address"] - base, s["total_size"], s["is_expandable"]) for s in segs] == [
+        (0, 4 * MiB, True), (8 * MiB, 4 * MiB, True)]
+    assert [(b["address"] - base, b["size"], b["state"]) for b in segs[0]["blocks"]] == [
+        (0, 3 * MiB, "active_allocated"), (3 * MiB, MiB, "inactive")]
+    assert [(b["address"] - base, b["size"], b["state"]) for b in segs[1]["blocks"]] == [
+        (8 * MiB, 4 * MiB, "active_allocated")]
+    assert [(s["allocated_size"], s["requested_size"]) for s in segs] == [(3 * MiB, 3 * MiB), (4 * MiB, 4 * MiB)]
+    heap.free(a)
+    heap.free(d)
+
+
+def test_segments_have_no_mapped_runs():
+    heap = Heap("1GiB", policy="segments")
+    heap.malloc(1000)
+    (seg,) = heap.segments()
+    assert seg["mapped_runs"] is None
+    (entry,) = snapshot(heap=heap)["segments"]
+    assert entry["is_expandable"] is False and entry["total_size"] == 2 * MiB

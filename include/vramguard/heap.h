@@ -262,6 +262,12 @@ typedef struct vg_segment_info {
     size_t allocated;  /* bytes in live blocks */
     size_t blocks;
     size_t mapped;     /* bytes with memory behind them: size, or a range's mapped bytes */
+    /* An arena range's page bitmap (bit i: page i from addr is mapped,
+     * `page_words` words, pages past them unmapped) and its page size;
+     * NULL and 0 for a segment. Valid only during the callback: copy it. */
+    const uint64_t *pages;
+    size_t page_words;
+    size_t page_size;
 } vg_segment_info;
 
 enum vg_block_state { VG_BLOCK_FREE = 0, VG_BLOCK_LIVE = 1, VG_BLOCK_PENDING = 2 };

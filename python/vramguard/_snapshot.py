@@ -90,21 +90,46 @@ def _block(block, frames):
 
 def segment_entries(segments, device, alloc_frames=None):
     """PyTorch's `segments` list from Heap.segments(); `alloc_frames` maps a
-    block's address to the stack of the allocation recorded there."""
+    block's address to the stack of the allocation recorded there. An arena
+    range is written as PyTorch writes an expandable segment: one segment
+    per contiguous mapped run of pages (is_expandable True, total_size the
+    run's bytes), with the blocks of that run, free ones cut to it."""
     alloc_frames = alloc_frames or {}
     out = []
     for seg in sorted(segments, key=lambda s: s["address"]):
-        blocks = [_block(b, alloc_frames.get(b["address"], []) if b["state"] != "free" else [])
-                  for b in seg["blocks"]]
-        out.append({
-            "device": device, "address": seg["address"], "total_size": seg["size"],
-            "allocated_size": _sum(blocks, "size", ("active_allocated",)),
-            "active_size": _sum(blocks, "size", ("active_allocated", "active_pending_free")),
-            "requested_size": _sum(blocks, "requested_size", ("active_allocated",)),
-            "stream": seg["stream"], "segment_type": seg["pool"], "segment_pool_id": DEFAULT_POOL,
-            "is_expandable": False, "frames": [], "blocks": blocks,
-        })
+        runs = seg.get("mapped_runs")
+        if runs is None:
+            out.append(_segment(seg, device, seg["address"], seg["size"], seg["blocks"], False, alloc_frames))
+            continue
+        for offset, size in runs:
+            start = seg["address"] + offset
+            out.append(_segment(seg, device, start, size, _blocks_in(seg["blocks"], start, start + size), True,
+                                alloc_frames))
     return out
+
+
+def _blocks_in(blocks, start, end):
+    """The blocks of [start, end), each cut to it (only free blocks reach
+    unmapped pages: a live or pending one's pages are all mapped)."""
+    out = []
+    for b in blocks:
+        lo, hi = max(b["address"], start), min(b["address"] + b["size"], end)
+        if lo < hi:
+            out.append(dict(b, address=lo, size=hi - lo))
+    return out
+
+
+def _segment(seg, device, address, total_size, raw_blocks, expandable, alloc_frames):
+    blocks = [_block(b, alloc_frames.get(b["address"], []) if b["state"] != "free" else [])
+              for b in raw_blocks]
+    return {
+        "device": device, "address": address, "total_size": total_size,
+        "allocated_size": _sum(blocks, "size", ("active_allocated",)),
+        "active_size": _sum(blocks, "size", ("active_allocated", "active_pending_free")),
+        "requested_size": _sum(blocks, "requested_size", ("active_allocated",)),
+        "stream": seg["stream"], "segment_type": seg["pool"], "segment_pool_id": DEFAULT_POOL,
+        "is_expandable": expandable, "frames": [], "blocks": blocks,
+    }
 
 
 def _sum(blocks, key, states):
