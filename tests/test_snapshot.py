@@ -277,3 +277,26 @@ def test_segments_have_no_mapped_runs():
     assert seg["mapped_runs"] is None
     (entry,) = snapshot(heap=heap)["segments"]
     assert entry["is_expandable"] is False and entry["total_size"] == 2 * MiB
+
+
+def test_arena_recording_has_its_maps_and_unmaps():
+    """The arena's pages mapped and unmapped are recorded: the recording's
+    reserved curve, and PyTorch's segment_map / segment_unmap actions."""
+    heap = Heap("1GiB")
+    with record(heap) as rec:
+        a = heap.malloc(3 * MiB)       # maps pages 0, 1
+        b = heap.malloc(5 * MiB)       # maps pages 2, 3 (page 1 is a's)
+        heap.free(b)
+        heap.empty_cache()             # unmaps pages 2, 3
+        heap.free(a)
+    assert rec.trace.meta["recorded_peak_reserved_bytes"] == 8 * MiB
+    assert rec.trace.meta["recorded_reserved_start_bytes"] == 0
+    snap = snapshot(heap=heap, recording=rec)
+    events = [(e["action"], e.get("size")) for e in snap["device_traces"][0]]
+    assert events == [("segment_map", 4 * MiB), ("alloc", 3 * MiB), ("segment_map", 4 * MiB),
+                      ("alloc", 5 * MiB), ("free_requested", 5 * MiB), ("free_completed", 5 * MiB),
+                      ("segment_unmap", 4 * MiB), ("free_requested", 3 * MiB), ("free_completed", 3 * MiB)]
+    (large,) = [s for s in heap.segments() if s["pool"] == "large"]
+    maps = [e["addr"] - large["address"] for e in snap["device_traces"][0] if e["action"].startswith("segment_")]
+    assert maps == [0, 4 * MiB, 4 * MiB]
+    assert rec.trace.counts()["alloc"] == 2

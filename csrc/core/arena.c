@@ -161,6 +161,7 @@ static int map_pages(vg_heap *h, vg_segment *seg, size_t first, size_t end)
         vg__stat_add2(h->stats.reserved_bytes, seg->pool, (int64_t)bytes);
         h->stats.num_maps++;
         h->stats.num_mapped_pages += run - i;
+        VG_HISTORY(h, VG_EV_MAP, seg->addr + (i << h->page_shift), bytes, 0, seg->stream->key);
         i = run;
     }
     return VG_OK;
@@ -201,6 +202,7 @@ static size_t unmap_pages(vg_heap *h, vg_segment *seg, size_t first, size_t end,
         vg__stat_sub2(h->stats.reserved_bytes, seg->pool, (int64_t)bytes);
         h->stats.num_unmaps++;
         h->stats.num_unmapped_pages += run - i;
+        VG_HISTORY(h, VG_EV_UNMAP, seg->addr + (i << h->page_shift), bytes, 0, seg->stream->key);
         if (counter) (*counter)++;
         done += bytes;
         i = run;

@@ -22,7 +22,7 @@ import pickle
 import secrets
 
 from . import _core, _torch
-from ._record import _EVENT, _active, EV_ALLOC, EV_FREE, EV_OOM, EV_RELEASE, EV_RESERVE
+from ._record import _EVENT, _active, EV_ALLOC, EV_FREE, EV_MAP, EV_OOM, EV_RELEASE, EV_RESERVE, EV_UNMAP
 from ._stacks import capture_table
 from ._trace import ALLOC, EMPTY_CACHE, FREE, SYNCHRONIZE
 
@@ -49,6 +49,8 @@ def trace_entries(data, reserved_start=0, budget=0, frames_of=_no_frames):
       alloc        -> alloc (size: the requested bytes, as PyTorch's)
       free         -> free_requested, free_completed
       reserve      -> segment_alloc        release -> segment_free
+      map          -> segment_map          unmap   -> segment_unmap (the arena's
+                      pages, as PyTorch writes an expandable segment's)
       oom          -> oom (size: the rounded request; device_free)
     An empty_cache() shows as the segment_free events it caused, as in
     PyTorch's traces; record_stream has no action of its own."""
@@ -67,6 +69,12 @@ def trace_entries(data, reserved_start=0, budget=0, frames_of=_no_frames):
         elif kind == EV_RELEASE:
             reserved -= size
             entries.append(_entry("segment_free", addr, size, stream, time_ns, frames))
+        elif kind == EV_MAP:
+            reserved += size
+            entries.append(_entry("segment_map", addr, size, stream, time_ns, frames))
+        elif kind == EV_UNMAP:
+            reserved -= size
+            entries.append(_entry("segment_unmap", addr, size, stream, time_ns, frames))
         elif kind == EV_OOM:
             entry = _entry("oom", 0, size, stream, time_ns, frames)
             del entry["addr"]  # PyTorch's oom carries device_free in its place

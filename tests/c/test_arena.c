@@ -5,6 +5,7 @@
 #include "harness.h"
 #include "vramguard/device.h"
 #include "vramguard/heap.h"
+#include "vramguard/history.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -346,6 +347,41 @@ static void test_unmap_refused_while_capturing_stops_the_batch(void)
     done(&f);
 }
 
+/* Maps and unmaps are recorded, with each run's address and bytes: the
+ * recording's reserved curve. */
+static void test_history_records_maps_and_unmaps(void)
+{
+    fixture f = make(GiB, 0, 0);
+    CHECK_EQ(vg_heap_history_start(f.h, 16), VG_OK);
+    void *a = vg_heap_alloc(f.h, 3 * MiB, 0, NULL);  /* pages 0, 1 */
+    void *b = vg_heap_alloc(f.h, 5 * MiB, 0, NULL);  /* pages 2, 3 */
+    vg_heap_free(f.h, b);
+    vg_heap_empty_cache(f.h);                        /* pages 2, 3 */
+    vg_history_event ev[16];
+    uint64_t dropped = 1;
+    size_t n = vg_heap_history_take(f.h, ev, 16, &dropped);
+    CHECK_EQ(dropped, 0);
+    CHECK_EQ(n, 7); /* map, alloc, map, alloc, free, unmap, empty_cache */
+    uintptr_t base = (uintptr_t)a;
+    CHECK_EQ(ev[0].kind, VG_EV_MAP);
+    CHECK_EQ(ev[0].addr, base);
+    CHECK_EQ(ev[0].size, 4 * MiB);
+    CHECK_EQ(ev[1].kind, VG_EV_ALLOC);
+    CHECK_EQ(ev[2].kind, VG_EV_MAP);
+    CHECK_EQ(ev[2].addr, base + 4 * MiB);
+    CHECK_EQ(ev[2].size, 4 * MiB);
+    CHECK_EQ(ev[3].kind, VG_EV_ALLOC);
+    CHECK_EQ(ev[4].kind, VG_EV_FREE);
+    CHECK_EQ(ev[5].kind, VG_EV_UNMAP);
+    CHECK_EQ(ev[5].addr, base + 4 * MiB);
+    CHECK_EQ(ev[5].size, 4 * MiB);
+    CHECK_EQ(ev[6].kind, VG_EV_EMPTY_CACHE);
+    CHECK_EQ(ev[6].size, 4 * MiB);
+    vg_heap_history_stop(f.h);
+    vg_heap_free(f.h, a);
+    done(&f);
+}
+
 static void test_requesting_stream_gives_back_first(void)
 {
     fixture f = make(GiB, 8 * MiB, 0);
@@ -650,6 +686,7 @@ static const harness_test tests[] = {
     T(test_steady_loop_maps_nothing_after_its_first_step),
     T(test_pressure_unmaps_whole_free_pages_after_one_synchronize),
     T(test_unmap_refused_while_capturing_stops_the_batch),
+    T(test_history_records_maps_and_unmaps),
     T(test_requesting_stream_gives_back_first),
     T(test_map_refused_midway_is_retried),
     T(test_map_refused_to_the_end_is_an_oom),
