@@ -215,7 +215,9 @@ static void test_sim_addresses_never_wrap(void)
 static void test_heap_on_a_spent_address_space_reports_oom(void)
 {
     vg_device *dev = vg_sim_create((size_t)1 << 56);
-    vg_heap *h = vg_heap_create(dev, NULL);
+    /* Segments' address space spent (the arena's ranges are another test). */
+    vg_heap_config cfg = {&vg_policy_default, 0, 0};
+    vg_heap *h = vg_heap_create(dev, &cfg);
     void *keep = vg_heap_alloc(h, MiB, 0, NULL);
     CHECK(keep != NULL);
     vg_oom_info oom;
