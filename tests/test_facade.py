@@ -51,7 +51,10 @@ def test_summary_shows_current_peak_totals_and_counters():
     assert "budget 512.00 MiB" in text
     row = next(line for line in lines if line.startswith("| Allocated memory"))
     assert row.split("|")[2:6] == ["   1.00 KiB ", " 100.00 MiB ", " 100.00 MiB ", " 100.00 MiB "]
-    assert "Reserved memory" in text and "from small pool" in text
+    # the default is the arena: what it holds is mapped pages (50 for 100 MiB, 1 for the small pool)
+    mapped = next(line for line in lines if line.startswith("| Mapped memory"))
+    assert mapped.split("|")[2:6] == [" 102.00 MiB ", " 102.00 MiB ", " 102.00 MiB ", "    0 bytes "]
+    assert "from small pool" in text and "maps 2 (51 pages)" in text
     assert "Cached free in pieces (1 - largest free block / cached free)" in text and "cache hits 0" in text
     heap.free(b)
 

@@ -319,7 +319,7 @@ def test_a_second_recording_is_refused_and_the_first_keeps_everything():
 
 
 def test_events_not_taken_are_not_thrown_away():
-    h = Heap(GiB)
+    h = Heap(GiB, policy="segments")
     h.history_start(16)
     h.free(h.malloc(MiB))
     h.history_stop()

@@ -34,6 +34,20 @@ def test_summary_html_has_the_text_figures():
     assert "&lt;device 0&gt;" in html and "<device 0>" not in html
     assert "Cached free in pieces" in html and "cache hits" in html
     assert "of 512.00 MiB" in html  # the bar is drawn against the budget
+    # the default is the arena: its rows are named as the text names them
+    row = cells[cells.index("Mapped"):cells.index("Mapped") + 5]
+    assert row == ["Mapped", "102.00 MiB", "102.00 MiB", "102.00 MiB", "0 bytes"]
+    assert "Mapped memory" in text and "Reserved" not in cells and "Non-releasable" not in cells
+    assert "allocated 1.00 KiB, mapped 102.00 MiB of 512.00 MiB" in html
+
+
+def test_summary_html_of_segments_keeps_reserved_and_non_releasable():
+    heap = Heap("1GiB", policy="segments")
+    heap.malloc(1000)
+    stats = heap.stats()
+    cells = _cells(summary_html(stats, "d", format_summary(stats)))
+    assert cells[cells.index("Reserved"):cells.index("Reserved") + 2] == ["Reserved", "2.00 MiB"]
+    assert "Non-releasable" in cells and "Mapped" not in cells
 
 
 def test_memory_bar_widths_are_shares_of_the_ceiling():

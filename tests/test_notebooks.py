@@ -62,10 +62,13 @@ def test_what_if_on_the_shipped_trace(tmp_path):
     assert "The example trace that ships with vramguard" in out
     assert "<Trace 'synthetic-gpt-train': 1,892 ops, 1,238 allocations>" in out
     assert "Peak of live tensors: 13.92 GiB" in out
-    assert "         vramguard        13.99 GiB             +0.5%            14.06 GiB" in out
+    # vramguard is the arena: 1.2 MiB over the tensors' peak
+    assert "         vramguard        13.93 GiB             +0.0%            13.93 GiB" in out
+    assert "          segments        13.99 GiB             +0.5%            14.06 GiB" in out
     assert "             torch        15.01 GiB             +7.8%            15.01 GiB" in out
     assert "T4: 14.35 GiB usable of 14.74 GiB (15,828,320,256 bytes)" in out
-    assert "         vramguard: fits, peak reserved 14.04 GiB" in out
+    assert "         vramguard: fits, peak reserved 13.93 GiB, 434.00 MiB to spare" in out
+    assert "          segments: fits, peak reserved 14.04 GiB, 318.00 MiB to spare" in out
     assert "             torch: does not fit; first OOM at op 1,200: an allocation of 2.40 GiB" in out
     assert "  Would it fit on a T4? yes with vramguard" in out and "; no with torch." in out
     assert "L4: 21.57 GiB usable" in out and "A100-40GB: 39.00 GiB usable" in out

@@ -19,6 +19,7 @@ import json, warnings
 import vramguard
 from vramguard import _core
 MiB = 1 << 20
+ARENA
 _core.simulate_devices(1 << 30)
 _core.configure_devices(256 * MiB, 0.0, 0.0)
 h = _core.device_heap(0)
@@ -44,8 +45,10 @@ def report():
 """
 
 
-def run(code):
-    script = PRELUDE + textwrap.dedent(code) + "\nprint('@@' + json.dumps(out))\n"
+def run(code, arena=None):
+    """`arena` False: the device heap uses segments (a test of their pieces)."""
+    prelude = PRELUDE.replace("ARENA", "" if arena is None else f"_core.use_arena({arena})")
+    script = prelude + textwrap.dedent(code) + "\nprint('@@' + json.dumps(out))\n"
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     line = [l for l in proc.stdout.splitlines() if l.startswith("@@")][-1]
@@ -94,7 +97,7 @@ def test_free_memory_in_pieces():
             x = h.malloc(8 * MiB)
             oom(100 * MiB)
         report()
-    """)
+    """, arena=False)
     assert (out["live"], out["reserved"], out["cached"]) == (128 * MiB, 248 * MiB, 120 * MiB)
     assert (out["free_bytes"], out["free_blocks"], out["largest_free_block"]) == (120 * MiB, 240, 512 << 10)
     assert (out["room"], out["short_by"]) == (8 * MiB, 92 * MiB)

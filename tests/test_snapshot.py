@@ -22,7 +22,7 @@ def actions(snap, device=0):
 def small_run():
     """1000 B and 3 MiB allocated, the 1000 B freed, then empty_cache():
     the small segment goes back, the 6 MiB large one stays."""
-    heap = Heap("1GiB")
+    heap = Heap("1GiB", policy="segments")
     with record(heap) as rec:
         a = heap.malloc(1000)
         heap.malloc(3 * MiB)
@@ -73,7 +73,7 @@ def test_round_trip_through_load_trace(tmp_path):
 
 
 def test_pending_free_block_and_segment_sums():
-    heap = Heap("1GiB")
+    heap = Heap("1GiB", policy="segments")
     a = heap.malloc(1000)
     heap.malloc(5000)
     heap.record_stream(a, 7)
@@ -87,7 +87,7 @@ def test_pending_free_block_and_segment_sums():
 
 
 def test_oom_event_carries_device_free_instead_of_addr():
-    heap = Heap("1GiB", budget="8MiB")
+    heap = Heap("1GiB", budget="8MiB", policy="segments")
     with record(heap) as rec:
         heap.malloc(3 * MiB)  # a 6 MiB segment
         with pytest.raises(MemoryError):
@@ -99,7 +99,7 @@ def test_oom_event_carries_device_free_instead_of_addr():
 
 
 def test_running_recording_is_dumped_and_stop_still_gets_every_event(tmp_path):
-    heap = Heap("1GiB")
+    heap = Heap("1GiB", policy="segments")
     vramguard.start_recording(heap)
     a = heap.malloc(1000)
     dump_snapshot(tmp_path / "mid.pickle", heap=heap)
@@ -116,7 +116,7 @@ def test_running_recording_is_dumped_and_stop_still_gets_every_event(tmp_path):
 
 
 def test_no_recording_gives_segments_and_empty_traces():
-    heap = Heap("1GiB")
+    heap = Heap("1GiB", policy="segments")
     heap.malloc(1000)
     snap = snapshot(heap=heap, device=2)
     assert snap["device_traces"] == [[], [], []]
@@ -193,7 +193,7 @@ def test_unwritable_place_leaves_nothing(tmp_path):
 
 
 def test_bad_arguments():
-    heap = Heap("1GiB")
+    heap = Heap("1GiB", policy="segments")
     with pytest.raises(ValueError, match="not both"):
         snapshot(heap=heap, trace=vramguard.example_trace())
     with pytest.raises(ValueError, match="device index"):
@@ -223,7 +223,7 @@ def test_frames_plug_in_per_event_and_reach_the_blocks():
     from vramguard import _snapshot
     from vramguard._record import EV_ALLOC
 
-    heap = Heap("1GiB")
+    heap = Heap("1GiB", policy="segments")
     with record(heap) as rec:
         heap.malloc(1000)
         heap.free(heap.malloc(5000))
@@ -322,7 +322,7 @@ def test_a_recording_of_another_heap_is_refused():
 
 
 def test_a_running_with_record_counts_as_the_heaps_recording(tmp_path):
-    heap = Heap("1GiB")
+    heap = Heap("1GiB", policy="segments")  # a segment_alloc, as PyTorch's default writes
     with record(heap) as rec:
         a = heap.malloc(1000)
         assert actions(snapshot(heap=heap)) == ["segment_alloc", "alloc"]
@@ -368,3 +368,62 @@ def test_a_bad_dropped_count_is_one_clear_error(tmp_path, value, said):
     (tmp_path / "bad.pickle").write_bytes(pickle.dumps(snap))
     with pytest.raises(vramguard.TraceFormatError, match=said):
         load_trace(tmp_path / "bad.pickle")
+
+
+# ---------------------------------------------------------------- the arena
+
+
+def test_arena_range_is_one_expandable_segment_per_mapped_run():
+    """As PyTorch reports an expandable segment: one segment per contiguous
+    mapped run of pages, total_size that run's bytes, free blocks cut to it."""
+    heap = Heap("1GiB")  # the default: the arena
+    a = heap.malloc(3 * MiB)           # pages 0, 1
+    c = heap.malloc(5 * MiB)           # pages 1 to 3
+    d = heap.malloc(4 * MiB)           # pages 4, 5
+    heap.free(c)
+    heap.empty_cache()                 # unmaps pages 2, 3 (page 1 is shared with a)
+    (large,) = [s for s in heap.segments() if s["pool"] == "large"]
+    assert large["mapped_runs"] == [(0, 4 * MiB), (8 * MiB, 4 * MiB)]
+    segs = [s for s in snapshot(heap=heap)["segments"] if s["segment_type"] == "large"]
+    base = large["address"]
+    assert [(s["address"] - base, s["total_size"], s["is_expandable"]) for s in segs] == [
+        (0, 4 * MiB, True), (8 * MiB, 4 * MiB, True)]
+    assert [(b["address"] - base, b["size"], b["state"]) for b in segs[0]["blocks"]] == [
+        (0, 3 * MiB, "active_allocated"), (3 * MiB, MiB, "inactive")]
+    assert [(b["address"] - base, b["size"], b["state"]) for b in segs[1]["blocks"]] == [
+        (8 * MiB, 4 * MiB, "active_allocated")]
+    assert [(s["allocated_size"], s["requested_size"]) for s in segs] == [(3 * MiB, 3 * MiB), (4 * MiB, 4 * MiB)]
+    heap.free(a)
+    heap.free(d)
+
+
+def test_segments_have_no_mapped_runs():
+    heap = Heap("1GiB", policy="segments")
+    heap.malloc(1000)
+    (seg,) = heap.segments()
+    assert seg["mapped_runs"] is None
+    (entry,) = snapshot(heap=heap)["segments"]
+    assert entry["is_expandable"] is False and entry["total_size"] == 2 * MiB
+
+
+def test_arena_recording_has_its_maps_and_unmaps():
+    """The arena's pages mapped and unmapped are recorded: the recording's
+    reserved curve, and PyTorch's segment_map / segment_unmap actions."""
+    heap = Heap("1GiB")
+    with record(heap) as rec:
+        a = heap.malloc(3 * MiB)       # maps pages 0, 1
+        b = heap.malloc(5 * MiB)       # maps pages 2, 3 (page 1 is a's)
+        heap.free(b)
+        heap.empty_cache()             # unmaps pages 2, 3
+        heap.free(a)
+    assert rec.trace.meta["recorded_peak_reserved_bytes"] == 8 * MiB
+    assert rec.trace.meta["recorded_reserved_start_bytes"] == 0
+    snap = snapshot(heap=heap, recording=rec)
+    events = [(e["action"], e.get("size")) for e in snap["device_traces"][0]]
+    assert events == [("segment_map", 4 * MiB), ("alloc", 3 * MiB), ("segment_map", 4 * MiB),
+                      ("alloc", 5 * MiB), ("free_requested", 5 * MiB), ("free_completed", 5 * MiB),
+                      ("segment_unmap", 4 * MiB), ("free_requested", 3 * MiB), ("free_completed", 3 * MiB)]
+    (large,) = [s for s in heap.segments() if s["pool"] == "large"]
+    maps = [e["addr"] - large["address"] for e in snap["device_traces"][0] if e["action"].startswith("segment_")]
+    assert maps == [0, 4 * MiB, 4 * MiB]
+    assert rec.trace.counts()["alloc"] == 2

@@ -218,10 +218,16 @@ def test_replay_exact_numbers():
     r = replay(small_trace())
     assert r.fits and r.ooms == 0 and r.first_oom == -1
     assert r.peak_requested_bytes == 103 * MiB
+    # the arena (the default): one 2 MiB page for 1000 bytes, two for 3 MiB
+    # on stream 1's own range, fifty for 100 MiB; ranges are not counted as
+    # device allocations
+    assert r.peak_reserved_bytes == 2 * MiB + 4 * MiB + 100 * MiB
+    assert r.device_alloc == 0 and r.device_free == 0
+    s = replay(small_trace(), policy="segments")
     # small segment 2 MiB + packed 6 MiB (for 3 MiB) + 100 MiB; empty_cache
     # then releases the idle small segment before the big one is freed.
-    assert r.peak_reserved_bytes == 2 * MiB + 6 * MiB + 100 * MiB
-    assert r.device_alloc == 3 and r.device_free == 1
+    assert s.peak_reserved_bytes == 2 * MiB + 6 * MiB + 100 * MiB
+    assert s.device_alloc == 3 and s.device_free == 1
     assert r.curve and r.curve[-1][0] == len(small_trace()) - 1
     assert max(c[3] for c in r.curve) == r.peak_reserved_bytes
 
@@ -282,7 +288,7 @@ def test_recording_replays_to_the_same_peak():
     t = rec.trace
     assert t.meta["seeded_allocations"] == 1 and t.meta["recorded_ooms"] == 1
     assert t.counts()["alloc"] == 6 and t.counts()["empty_cache"] == 1
-    assert t.meta["recorded_reserved_start_bytes"] == 10 * MiB  # 5 MiB packs two to a segment
+    assert t.meta["recorded_reserved_start_bytes"] == 6 * MiB  # 5 MiB: three 2 MiB pages
     r = replay(t)
     assert r.peak_reserved_bytes == heap.stats()["reserved_bytes.all.peak"]
 

@@ -160,6 +160,7 @@ static int map_pages(vg_heap *h, vg_segment *seg, size_t first, size_t end)
         vg__stat_add2(h->stats.reserved_bytes, seg->pool, (int64_t)bytes);
         h->stats.num_maps++;
         h->stats.num_mapped_pages += run - i;
+        VG_HISTORY(h, VG_EV_MAP, seg->addr + (i << h->page_shift), bytes, 0, seg->stream->key);
         i = run;
     }
     return VG_OK;
@@ -184,7 +185,14 @@ static size_t unmap_pages(vg_heap *h, vg_segment *seg, size_t first, size_t end,
         if (cap < i) cap = end; /* no limit worth the name */
         while (run < end && run < cap && page_mapped(r, run)) run++;
         size_t bytes = (run - i) << h->page_shift;
-        if (h->dev->ops->unmap(h->dev, seg->addr + (i << h->page_shift), bytes) != VG_OK) {
+        int rc = h->dev->ops->unmap(h->dev, seg->addr + (i << h->page_shift), bytes);
+        if (rc == VG_ERR_BUSY) {
+            /* A capture began after the synchronize: the provider unmapped
+             * nothing, and no more unmapping is asked for until it ends. */
+            h->unmap_refused = true;
+            return done;
+        }
+        if (rc != VG_OK) {
             vg__device_error(h);
             return done;
         }
@@ -193,6 +201,7 @@ static size_t unmap_pages(vg_heap *h, vg_segment *seg, size_t first, size_t end,
         vg__stat_sub2(h->stats.reserved_bytes, seg->pool, (int64_t)bytes);
         h->stats.num_unmaps++;
         h->stats.num_unmapped_pages += run - i;
+        VG_HISTORY(h, VG_EV_UNMAP, seg->addr + (i << h->page_shift), bytes, 0, seg->stream->key);
         if (counter) (*counter)++;
         done += bytes;
         i = run;
@@ -340,7 +349,7 @@ static size_t unmap_free_pages(vg_heap *h, vg_segment *seg, unmap_scope *sc, siz
         done += unmap_pages(h, seg, first, cut_first, target - done, counter);
         if (cut_end < end && done < target)
             done += unmap_pages(h, seg, cut_end, end, target - done, counter);
-        if (h->device_failed) break;
+        if (h->device_failed || h->unmap_refused) break;
     }
     return done;
 }
@@ -349,7 +358,8 @@ static size_t unmap_in_scope(vg_heap *h, unmap_scope *sc, size_t target, uint64_
                              bool dry)
 {
     size_t done = 0;
-    for (vg_segment *seg = h->segments; seg && done < target && !h->device_failed; seg = seg->next)
+    for (vg_segment *seg = h->segments; seg && done < target && !h->device_failed && !h->unmap_refused;
+         seg = seg->next)
         if (!sc->only || seg->stream == sc->only)
             done += unmap_free_pages(h, seg, sc, target - done, counter, dry);
     return done;
@@ -419,8 +429,15 @@ static size_t unmap_for(vg_heap *h, vg_request *r, const vg_stream_state *only, 
         return 0;
     }
     if (r) spare_for(h, r, &keep);
+    h->unmap_refused = false;
     size_t done = unmap_in_scope(h, &sc, target, counter, false);
     if (sc.skipped) h->stats.num_unmap_skips++;
+    if (h->unmap_refused) {
+        /* Capturing: leave the ranges too, and let the caller go on as
+         * if there had been nothing to unmap. */
+        h->stats.num_unmaps_refused++;
+        return done;
+    }
     release_empty_ranges(h, only, keep.seg ? keep.seg->head : NULL);
     return done;
 }

@@ -475,7 +475,7 @@ vg_heap *vg_heap_create(vg_device *dev, const vg_heap_config *cfg)
     vg_lock_init(&h->lock);
     pthread_mutex_init(&h->device_wait, NULL);
     h->dev = dev;
-    h->policy = cfg && cfg->policy ? cfg->policy : &vg_policy_default;
+    h->policy = cfg && cfg->policy ? cfg->policy : vg_policy_named("vramguard");
     h->arena = h->policy->arena && vg__arena_usable(dev);
     for (int pool = 0; pool < VG_POOL_COUNT; pool++)
         h->split_min[pool] = h->arena ? VG_ALIGN : h->policy->split_min[pool];
@@ -867,7 +867,12 @@ int vg_heap_visit(vg_heap *h, vg_segment_visitor on_segment, vg_block_visitor on
     vg_lock_acquire(&h->lock);
     for (vg_segment *seg = h->segments; seg && !rc; seg = seg->next) {
         vg_segment_info si = {seg->addr, seg->size, seg->stream->key, seg->pool, 0, 0,
-                              seg->range ? seg->range->mapped : seg->size};
+                              seg->range ? seg->range->mapped : seg->size, NULL, 0, 0};
+        if (seg->range) {
+            si.pages = seg->range->pages;
+            si.page_words = seg->range->words;
+            si.page_size = (size_t)1 << h->page_shift;
+        }
         for (vg_block *blk = seg->head; blk; blk = blk->next) {
             si.blocks++;
             if (blk->state == VG_BLOCK_LIVE) si.allocated += blk->size;

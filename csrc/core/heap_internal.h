@@ -317,6 +317,9 @@ struct vg_heap {
      * current allocation began: the ladder stops at once, since nothing it
      * could release would help, and the error is reported as itself. */
     bool device_failed;
+    /* The provider answered an unmap VG_ERR_BUSY (a capture began after
+     * the synchronize) in the batch underway: it stops there. */
+    bool unmap_refused;
     vg_device_error device_error; /* the last one, for the report */
 };
 

@@ -164,7 +164,7 @@ const vg_policy vg_policy_arena = {
 
 /* What "vramguard" means: the policy the measurements favour (docs/design.md,
  * the arena section). The one place to change it. */
-#define VG_RECOMMENDED_POLICY vg_policy_default
+#define VG_RECOMMENDED_POLICY vg_policy_arena
 
 const vg_policy *vg_policy_named(const char *name)
 {

@@ -115,12 +115,12 @@ static const vg_policy *choose_policy(const vg_device *dev, char *words, size_t 
 {
     if (!settings.arena) {
         snprintf(words, n, "segments (the arena is turned off)");
-        return NULL;
+        return &vg_policy_default;
     }
     const char *why = no_arena_reason(dev);
     if (why) {
         snprintf(words, n, "segments (virtual memory not supported: %s)", why);
-        return NULL;
+        return &vg_policy_default;
     }
     size_t page = dev->page_size;
     if (page % ((size_t)1 << 20) == 0)

@@ -70,7 +70,9 @@ static private_pool *create(int device, uint64_t id0, uint64_t id1)
     /* 256 TiB apart, above the device heaps' simulated addresses (1 TiB on) */
     uintptr_t sim_base = (uintptr_t)(created++ % 0xfffe + 1) << 48;
     p->dev = vg__devices_provider(device, sim_base);
-    vg_heap_config cfg = {NULL, 0, 0.0}; /* no budget, no gc: nothing is released */
+    /* Segments, as before the arena was the default: no budget, no gc,
+     * nothing is released while a graph may use it. */
+    vg_heap_config cfg = {&vg_policy_default, 0, 0.0};
     p->heap = p->dev ? vg_heap_create(p->dev, &cfg) : NULL;
     if (!p->heap) {
         if (p->dev) {

@@ -73,6 +73,7 @@ typedef struct vg_sim {
     bool fail_events;        /* event_record says VG_ERR_NOMEM */
     uint64_t event_queries;
     int synchronize_answer;  /* VG_OK: wait; else return it, waiting for nothing */
+    int unmap_answer;        /* VG_OK: unmap; else return it, unmapping nothing */
 
     /* A test may hold synchronize at its start, to see what other threads
      * can do meanwhile: its own mutex, since the sim's must stay free. */
@@ -231,6 +232,7 @@ static int sim_map(vg_device *dev, uintptr_t addr, size_t size)
 static int sim_unmap(vg_device *dev, uintptr_t addr, size_t size)
 {
     vg_sim *sim = as_sim(dev);
+    if (sim->unmap_answer != VG_OK) return sim->unmap_answer;
     if (!pages_ok(sim, addr, size) || size > sim->used) return invalid_value(sim, "cuMemUnmap");
     sim->used -= size;
     sim->unmaps++;
@@ -484,6 +486,13 @@ void vg_sim_synchronize_answer(vg_device *dev, int rc)
     vg_sim *sim = sim_of(dev);
     if (!sim) return;
     LOCKED(sim, sim->synchronize_answer = rc);
+}
+
+void vg_sim_unmap_answer(vg_device *dev, int rc)
+{
+    vg_sim *sim = sim_of(dev);
+    if (!sim) return;
+    LOCKED(sim, sim->unmap_answer = rc);
 }
 
 void vg_sim_hold_synchronize(vg_device *dev, int hold)

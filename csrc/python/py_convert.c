@@ -165,7 +165,7 @@ static const counter_name counters[] = {
     COUNTER(num_deferred_frees), COUNTER(num_zero_allocs), COUNTER(num_device_errors),
     COUNTER(num_maps), COUNTER(num_mapped_pages), COUNTER(num_unmaps),
     COUNTER(num_unmapped_pages), COUNTER(num_unmap_syncs), COUNTER(num_unmap_skips), COUNTER(num_range_reserves),
-    COUNTER(num_range_releases),
+    COUNTER(num_range_releases), COUNTER(num_unmaps_refused),
 };
 
 static int set_fragmentation(PyObject *d, vg_heap *h)
@@ -219,10 +219,18 @@ PyObject *vgpy_stats_dict(vg_heap *h)
  * into this heap, or one that lets another thread take the GIL and then
  * wait for this heap). Nothing here runs Python with the lock held. */
 
+/* A mapped run of an arena range: offset from its start and bytes. */
+typedef struct mapped_run {
+    size_t offset, size;
+} mapped_run;
+
 typedef struct segments_copy {
     vg_segment_info *segs;
     vg_block_info *blocks;
     size_t nsegs, nblocks, segs_cap, blocks_cap;
+    mapped_run *runs;
+    size_t *seg_runs; /* per segment: its number of runs (segs_cap entries) */
+    size_t nruns, runs_cap, seg_runs_cap;
 } segments_copy;
 
 /* Host memory only (no Python allocator): this runs with the heap locked. */
@@ -237,11 +245,46 @@ static int grow(void **items, size_t *cap, size_t used, size_t item_size)
     return 0;
 }
 
+static inline int page_bit(const vg_segment_info *si, size_t i)
+{
+    return (int)(si->pages[i / 64] >> (i % 64) & 1u);
+}
+
+/* The range's mapped runs, from its bitmap (a zero word at a time). */
+static int copy_runs(segments_copy *c, const vg_segment_info *si, size_t *count)
+{
+    size_t end = si->page_words * 64, i = 0;
+    *count = 0;
+    while (i < end) {
+        if (i % 64 == 0 && si->pages[i / 64] == 0) {
+            i += 64;
+            continue;
+        }
+        if (!page_bit(si, i)) {
+            i++;
+            continue;
+        }
+        size_t run = i;
+        while (run < end && page_bit(si, run)) run++;
+        if (grow((void **)&c->runs, &c->runs_cap, c->nruns, sizeof *c->runs) < 0) return -1;
+        c->runs[c->nruns++] = (mapped_run){i * si->page_size, (run - i) * si->page_size};
+        ++*count;
+        i = run;
+    }
+    return 0;
+}
+
 static int copy_segment(void *arg, const vg_segment_info *si)
 {
     segments_copy *c = arg;
     if (grow((void **)&c->segs, &c->segs_cap, c->nsegs, sizeof *c->segs) < 0) return -1;
-    c->segs[c->nsegs++] = *si;
+    if (grow((void **)&c->seg_runs, &c->seg_runs_cap, c->nsegs, sizeof *c->seg_runs) < 0) return -1;
+    size_t count = 0;
+    if (si->pages && copy_runs(c, si, &count) < 0) return -1;
+    c->seg_runs[c->nsegs] = count;
+    c->segs[c->nsegs] = *si;
+    c->segs[c->nsegs].pages = NULL; /* not valid past the walk */
+    c->nsegs++;
     return 0;
 }
 
@@ -271,37 +314,60 @@ static PyObject *block_dict(const vg_block_info *bi)
 
 /* A segment's dict, with the list of its blocks (its si->blocks entries of
  * `blocks`, in address order). */
-static PyObject *segment_dict(const vg_segment_info *si, const vg_block_info *blocks)
+static PyObject *runs_list(const vg_segment_info *si, const mapped_run *runs, size_t n)
 {
+    if (!si->page_size) Py_RETURN_NONE;
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        PyObject *pair = Py_BuildValue("(KK)", (unsigned long long)runs[i].offset,
+                                       (unsigned long long)runs[i].size);
+        if (!pair) Py_CLEAR(list);
+        else if (PyList_SetItem(list, (Py_ssize_t)i, pair) < 0) Py_CLEAR(list);
+    }
+    return list;
+}
+
+static PyObject *segment_dict(const vg_segment_info *si, const vg_block_info *blocks,
+                              const mapped_run *runs, size_t nruns)
+{
+    PyObject *mapped_runs = runs_list(si, runs, nruns);
+    if (!mapped_runs) return NULL;
     PyObject *list = PyList_New((Py_ssize_t)si->blocks);
     for (size_t i = 0; list && i < si->blocks; i++) {
         PyObject *blk = block_dict(&blocks[i]);
         if (!blk) Py_CLEAR(list);
         else if (PyList_SetItem(list, (Py_ssize_t)i, blk) < 0) Py_CLEAR(list);
     }
-    if (!list) return NULL;
-    return Py_BuildValue("{s:K,s:K,s:K,s:s,s:K,s:K,s:N}", "address", (unsigned long long)si->addr,
+    if (!list) {
+        Py_DECREF(mapped_runs);
+        return NULL;
+    }
+    return Py_BuildValue("{s:K,s:K,s:K,s:s,s:K,s:K,s:N,s:N}", "address", (unsigned long long)si->addr,
                          "size", (unsigned long long)si->size, "stream",
                          (unsigned long long)si->stream, "pool",
                          si->pool == VG_POOL_SMALL ? "small" : "large", "allocated",
                          (unsigned long long)si->allocated, "mapped",
-                         (unsigned long long)si->mapped, "blocks", list);
+                         (unsigned long long)si->mapped, "mapped_runs", mapped_runs, "blocks", list);
 }
 
 PyObject *vgpy_segments_list(vg_heap *h)
 {
-    segments_copy c = {NULL, NULL, 0, 0, 0, 0};
+    segments_copy c = {0};
     int rc = vg_heap_visit(h, copy_segment, copy_block, &c);
     PyObject *list = rc ? PyErr_NoMemory() : PyList_New((Py_ssize_t)c.nsegs);
     const vg_block_info *blocks = c.blocks;
+    const mapped_run *runs = c.runs;
     for (size_t i = 0; list && i < c.nsegs; i++) {
-        PyObject *seg = segment_dict(&c.segs[i], blocks);
+        PyObject *seg = segment_dict(&c.segs[i], blocks, runs, c.seg_runs[i]);
         blocks += c.segs[i].blocks;
+        runs += c.seg_runs[i];
         if (!seg) Py_CLEAR(list);
         else if (PyList_SetItem(list, (Py_ssize_t)i, seg) < 0) Py_CLEAR(list);
     }
     free(c.segs);
     free(c.blocks);
+    free(c.runs);
+    free(c.seg_runs);
     return list;
 }
 

@@ -145,6 +145,9 @@ void vg_sim_fail_events(vg_device *dev, int fail);
 /* Make synchronize return `rc` at once, waiting for nothing (VG_ERR_BUSY:
  * as the CUDA provider during a capture); VG_OK puts it back. */
 void vg_sim_synchronize_answer(vg_device *dev, int rc);
+/* Make unmap return `rc` with nothing unmapped (VG_ERR_BUSY: as the CUDA
+ * provider when a capture began after the synchronize); VG_OK puts it back. */
+void vg_sim_unmap_answer(vg_device *dev, int rc);
 /* With `hold`, every synchronize stops at its start until the hold is
  * lifted (0); vg_sim_wait_for_held returns once `n` are stopped there. */
 void vg_sim_hold_synchronize(vg_device *dev, int hold);

@@ -125,6 +125,9 @@ typedef struct vg_stats {
     uint64_t num_unmap_skips;
     uint64_t num_range_reserves;
     uint64_t num_range_releases;
+    /* Unmap batches stopped because the provider answered VG_ERR_BUSY (a
+     * capture began after the synchronize): the pages stay mapped. */
+    uint64_t num_unmaps_refused;
 } vg_stats;
 
 typedef struct vg_fragmentation {
@@ -151,7 +154,10 @@ typedef struct vg_fragmentation {
 typedef struct vg_heap vg_heap;
 
 typedef struct vg_heap_config {
-    const vg_policy *policy; /* NULL = vg_policy_default */
+    /* NULL = the recommended policy ("vramguard", vg_policy_recommended):
+     * a heap made without a choice gets what the measurements favour, as
+     * Heap(), replay() and install() do. */
+    const vg_policy *policy;
     size_t budget;           /* 0 = the device's capacity */
     double gc_threshold;     /* fraction of the budget; 0 = off (vg_valid_fraction) */
 } vg_heap_config;
@@ -260,6 +266,12 @@ typedef struct vg_segment_info {
     size_t allocated;  /* bytes in live blocks */
     size_t blocks;
     size_t mapped;     /* bytes with memory behind them: size, or a range's mapped bytes */
+    /* An arena range's page bitmap (bit i: page i from addr is mapped,
+     * `page_words` words, pages past them unmapped) and its page size;
+     * NULL and 0 for a segment. Valid only during the callback: copy it. */
+    const uint64_t *pages;
+    size_t page_words;
+    size_t page_size;
 } vg_segment_info;
 
 enum vg_block_state { VG_BLOCK_FREE = 0, VG_BLOCK_LIVE = 1, VG_BLOCK_PENDING = 2 };

@@ -18,6 +18,10 @@ enum vg_event_kind {
     VG_EV_RECORD_STREAM = 5, /* addr, size = block, stream = the recorded one */
     VG_EV_EMPTY_CACHE = 6,   /* size = bytes released */
     VG_EV_OOM = 7,           /* size = rounded, requested */
+    /* The arena: pages given memory or taken it back (a range reserved or
+     * released is address space only, and not recorded). */
+    VG_EV_MAP = 8,           /* addr, size = the run's bytes, stream = the range's */
+    VG_EV_UNMAP = 9,         /* addr, size = the run's bytes, stream = the range's */
 };
 
 typedef struct vg_history_event {

@@ -40,7 +40,7 @@ typedef struct vg_heap_state {
     vg_fragmentation frag;
     uint64_t segments;
     uint64_t idle_segments;        /* wholly free: what empty_cache releases */
-    uint64_t idle_segment_bytes;
+    uint64_t idle_segment_bytes;   /* an arena range's: its mapped bytes */
     uint64_t live_blocks[VG_LIVE_CLASSES];
     uint64_t live_bytes[VG_LIVE_CLASSES];
 } vg_heap_state;

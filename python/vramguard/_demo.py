@@ -109,7 +109,9 @@ EXAMPLE_FILE = "synthetic_gpt_train.vgtrace.gz"
 def record_example(path):
     """Record the example loop on a simulated device and save its trace to
     `path` (deterministic: the same bytes every time)."""
-    rec = _record_loop(Heap(UNLIMITED), name="synthetic-gpt-train", **EXAMPLE)
+    # Recorded under segments, as the shipped file was: the recording's
+    # reserved curve and its metadata follow the heap's policy.
+    rec = _record_loop(Heap(UNLIMITED, policy="segments"), name="synthetic-gpt-train", **EXAMPLE)
     trace = rec.trace
     trace.meta["recipe"] = "vramguard._demo.EXAMPLE: " + ", ".join(f"{k}={v}" for k, v in EXAMPLE.items())
     save_trace(trace, path, compress=True)

@@ -71,13 +71,22 @@ def summary_html(stats, title, text):
     """The summary's table: one row per quantity (all pools) with current,
     peak and totals, a bar of allocated and reserved against the budget,
     then the fragmentation lines and the counters as the text says them."""
+    # In arena mode, the text's words: reserved memory is mapped pages, and
+    # no free block is stranded, so there is no non-releasable row.
+    arena = stats.get("arena", False)
     rows = []
     for label, key in _SUMMARY_ROWS:
+        if arena and key == "inactive_split_bytes":
+            continue
+        if arena and key == "reserved_bytes":
+            label = "Mapped"
         values = [stats.get(f"{key}.all.{part}", 0) for part in ("current", "peak", "allocated", "freed")]
         rows.append([label] + [format_size(max(v, 0)) for v in values])
     ceiling = stats.get("budget_bytes") or stats.get("device_total_bytes") or 0
-    bar = memory_bar(stats.get("allocated_bytes.all.current", 0), stats.get("reserved_bytes.all.current", 0),
-                     ceiling)
+    allocated, reserved = stats.get("allocated_bytes.all.current", 0), stats.get("reserved_bytes.all.current", 0)
+    bar = memory_bar(allocated, reserved, ceiling,
+                     f"allocated {format_size(allocated)}, mapped {format_size(reserved)} of {format_size(ceiling)}"
+                     if arena else None)
     # The fragmentation and counter lines are the text's own, so the two
     # forms never disagree.
     tail = [line.strip("| ").rstrip() for line in text.splitlines()

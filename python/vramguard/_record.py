@@ -27,7 +27,7 @@ from ._trace import MAX_NAME_CHARS, TraceAssembler
 __all__ = ["record", "start_recording", "stop_recording", "trace_from_events"]
 
 _EVENT = struct.Struct("<QQQQQII")  # time_ns, addr, size, requested, stream, kind, stack
-EV_ALLOC, EV_FREE, EV_RESERVE, EV_RELEASE, EV_RECORD_STREAM, EV_EMPTY_CACHE, EV_OOM = range(1, 8)
+EV_ALLOC, EV_FREE, EV_RESERVE, EV_RELEASE, EV_RECORD_STREAM, EV_EMPTY_CACHE, EV_OOM, EV_MAP, EV_UNMAP = range(1, 10)
 DEFAULT_CAPACITY = 1 << 20  # events: 48 MiB of host memory at most
 
 
@@ -81,10 +81,10 @@ def trace_from_events(data, dropped=0, reserved_start=0, name="recording", stack
             ops.alloc(addr, requested, stream, stack=trace_stack(stack) if stack else None)
         elif kind == EV_FREE:
             ops.free(addr, requested, stream)
-        elif kind == EV_RESERVE:
+        elif kind in (EV_RESERVE, EV_MAP):  # the arena's reserved memory is its mapped pages
             reserved += size
             peak = max(peak, reserved)
-        elif kind == EV_RELEASE:
+        elif kind in (EV_RELEASE, EV_UNMAP):
             reserved -= size
         elif kind == EV_EMPTY_CACHE:
             ops.empty_cache()

@@ -24,7 +24,7 @@ import secrets
 import stat
 
 from . import _core, _torch
-from ._record import _EVENT, running_recording, record, EV_ALLOC, EV_FREE, EV_OOM, EV_RELEASE, EV_RESERVE
+from ._record import _EVENT, running_recording, record, EV_ALLOC, EV_FREE, EV_MAP, EV_OOM, EV_RELEASE, EV_RESERVE, EV_UNMAP
 from ._import import DROPPED_KEY
 from ._stacks import capture_table
 from ._trace import ALLOC, EMPTY_CACHE, FREE, SYNCHRONIZE, Trace
@@ -52,6 +52,8 @@ def trace_entries(data, reserved_start=0, budget=0, frames_of=_no_frames):
       alloc        -> alloc (size: the requested bytes, as PyTorch's)
       free         -> free_requested, free_completed
       reserve      -> segment_alloc        release -> segment_free
+      map          -> segment_map          unmap   -> segment_unmap (the arena's
+                      pages, as PyTorch writes an expandable segment's)
       oom          -> oom (size: the rounded request; device_free)
     An empty_cache() shows as the segment_free events it caused, as in
     PyTorch's traces; record_stream has no action of its own."""
@@ -70,6 +72,12 @@ def trace_entries(data, reserved_start=0, budget=0, frames_of=_no_frames):
         elif kind == EV_RELEASE:
             reserved -= size
             entries.append(_entry("segment_free", addr, size, stream, time_ns, frames))
+        elif kind == EV_MAP:
+            reserved += size
+            entries.append(_entry("segment_map", addr, size, stream, time_ns, frames))
+        elif kind == EV_UNMAP:
+            reserved -= size
+            entries.append(_entry("segment_unmap", addr, size, stream, time_ns, frames))
         elif kind == EV_OOM:
             entry = _entry("oom", 0, size, stream, time_ns, frames)
             del entry["addr"]  # PyTorch's oom carries device_free in its place
@@ -93,21 +101,46 @@ def _block(block, frames):
 
 def segment_entries(segments, device, alloc_frames=None):
     """PyTorch's `segments` list from Heap.segments(); `alloc_frames` maps a
-    block's address to the stack of the allocation recorded there."""
+    block's address to the stack of the allocation recorded there. An arena
+    range is written as PyTorch writes an expandable segment: one segment
+    per contiguous mapped run of pages (is_expandable True, total_size the
+    run's bytes), with the blocks of that run, free ones cut to it."""
     alloc_frames = alloc_frames or {}
     out = []
     for seg in sorted(segments, key=lambda s: s["address"]):
-        blocks = [_block(b, alloc_frames.get(b["address"], []) if b["state"] != "free" else [])
-                  for b in seg["blocks"]]
-        out.append({
-            "device": device, "address": seg["address"], "total_size": seg["size"],
-            "allocated_size": _sum(blocks, "size", ("active_allocated",)),
-            "active_size": _sum(blocks, "size", ("active_allocated", "active_pending_free")),
-            "requested_size": _sum(blocks, "requested_size", ("active_allocated",)),
-            "stream": seg["stream"], "segment_type": seg["pool"], "segment_pool_id": DEFAULT_POOL,
-            "is_expandable": False, "frames": [], "blocks": blocks,
-        })
+        runs = seg.get("mapped_runs")
+        if runs is None:
+            out.append(_segment(seg, device, seg["address"], seg["size"], seg["blocks"], False, alloc_frames))
+            continue
+        for offset, size in runs:
+            start = seg["address"] + offset
+            out.append(_segment(seg, device, start, size, _blocks_in(seg["blocks"], start, start + size), True,
+                                alloc_frames))
     return out
+
+
+def _blocks_in(blocks, start, end):
+    """The blocks of [start, end), each cut to it (only free blocks reach
+    unmapped pages: a live or pending one's pages are all mapped)."""
+    out = []
+    for b in blocks:
+        lo, hi = max(b["address"], start), min(b["address"] + b["size"], end)
+        if lo < hi:
+            out.append(dict(b, address=lo, size=hi - lo))
+    return out
+
+
+def _segment(seg, device, address, total_size, raw_blocks, expandable, alloc_frames):
+    blocks = [_block(b, alloc_frames.get(b["address"], []) if b["state"] != "free" else [])
+              for b in raw_blocks]
+    return {
+        "device": device, "address": address, "total_size": total_size,
+        "allocated_size": _sum(blocks, "size", ("active_allocated",)),
+        "active_size": _sum(blocks, "size", ("active_allocated", "active_pending_free")),
+        "requested_size": _sum(blocks, "requested_size", ("active_allocated",)),
+        "stream": seg["stream"], "segment_type": seg["pool"], "segment_pool_id": DEFAULT_POOL,
+        "is_expandable": expandable, "frames": [], "blocks": blocks,
+    }
 
 
 def _sum(blocks, key, states):
@@ -210,8 +243,11 @@ def _index_of(heap, device):
 def _trace_state(trace):
     """A Trace run on a fresh simulated device, recorded as it goes: its ops
     at the addresses that device gives them, and what is live at its end
-    still live in the segments (Heap.replay would free it)."""
-    heap = _core.Heap(_TRACE_DEVICE)
+    still live in the segments (Heap.replay would free it). Run under
+    segments, not the default arena: their segment_alloc/segment_free
+    events are what a PyTorch trace holds (an empty_cache reads back from
+    its segment_free), and what the arena does is not recorded as such."""
+    heap = _core.Heap(_TRACE_DEVICE, policy="segments")
     heap.history_start(2 * len(trace) + 16)  # an op makes at most a block's and a segment's event
     try:
         _run(heap, trace)

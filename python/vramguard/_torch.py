@@ -182,7 +182,10 @@ def install(budget=None, gc_threshold=None, patch_torch=None, oom_error=None, ar
     arena: True: one virtual address range per device with 2 MiB pages
         mapped as blocks need them (the CUDA driver's virtual memory
         calls), so that free neighbours always merge; False: segments
-        from cudaMalloc; None: the default (the arena). Where the device
+        from cudaMalloc; None: the default, the arena, since it needs
+        the least memory on the real traces measured (minimum budget
+        0.17-0.67% over the tensors' peak, against 1.4-1.6% for segments
+        and 3.0-4.8% for PyTorch's policy). Where the device
         or the driver lacks virtual memory, segments, and summary() says
         why. Fixed once the first tensor is allocated.
 

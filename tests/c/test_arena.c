@@ -5,6 +5,7 @@
 #include "harness.h"
 #include "vramguard/device.h"
 #include "vramguard/heap.h"
+#include "vramguard/history.h"
 #include "vramguard/report.h"
 
 #include <pthread.h>
@@ -308,6 +309,79 @@ static void test_pressure_unmaps_whole_free_pages_after_one_synchronize(void)
     vg_heap_free(f.h, c);
     done(&f);
 }
+/* A capture begins between the synchronize and the unmap: the provider
+ * answers VG_ERR_BUSY, nothing is unmapped, no device error is counted,
+ * and the allocation is refused as any over the budget is. */
+static void test_unmap_refused_while_capturing_stops_the_batch(void)
+{
+    fixture f = make(GiB, 8 * MiB, 0);
+    void *a = vg_heap_alloc(f.h, 2 * MiB, 0, NULL);
+    void *b = vg_heap_alloc(f.h, 2 * MiB, 5, NULL);
+    void *keep = vg_heap_alloc(f.h, 2 * MiB, 7, NULL);
+    vg_heap_free(f.h, a);
+    vg_heap_free(f.h, b); /* two free pages, on two ranges */
+    CHECK_MAPPED(f, 6 * MiB);
+    vg_sim_unmap_answer(f.dev, VG_ERR_BUSY);
+    CHECK(vg_heap_alloc(f.h, 4 * MiB, 9, NULL) == NULL);
+    CHECK_MAPPED(f, 6 * MiB);
+    vg_stats st = stats_of(f.h);
+    CHECK_EQ(st.num_unmaps, 0);
+    CHECK_EQ(st.num_unmapped_pages, 0);
+    CHECK_EQ(st.num_device_errors, 0);
+    CHECK_EQ(st.num_unmaps_refused, 1); /* the batch stopped at its first call */
+    CHECK_EQ(st.num_range_releases, 0);
+    CHECK_EQ(st.num_ooms, 1);
+    uint64_t maps, unmaps;
+    vg_sim_vm_calls(f.dev, &maps, &unmaps);
+    CHECK_EQ(unmaps, 0);
+    /* The capture over, the same request unmaps both pages and fits. */
+    vg_sim_unmap_answer(f.dev, VG_OK);
+    void *c = vg_heap_alloc(f.h, 4 * MiB, 9, NULL);
+    CHECK(c != NULL);
+    CHECK_MAPPED(f, 6 * MiB);
+    st = stats_of(f.h);
+    CHECK_EQ(st.num_unmapped_pages, 2);
+    CHECK_EQ(st.num_device_errors, 0);
+    vg_heap_free(f.h, keep);
+    vg_heap_free(f.h, c);
+    done(&f);
+}
+
+/* Maps and unmaps are recorded, with each run's address and bytes: the
+ * recording's reserved curve. */
+static void test_history_records_maps_and_unmaps(void)
+{
+    fixture f = make(GiB, 0, 0);
+    CHECK_EQ(vg_heap_history_start(f.h, 16), VG_OK);
+    void *a = vg_heap_alloc(f.h, 3 * MiB, 0, NULL);  /* pages 0, 1 */
+    void *b = vg_heap_alloc(f.h, 5 * MiB, 0, NULL);  /* pages 2, 3 */
+    vg_heap_free(f.h, b);
+    vg_heap_empty_cache(f.h);                        /* pages 2, 3 */
+    vg_history_event ev[16];
+    uint64_t dropped = 1;
+    size_t n = vg_heap_history_take(f.h, ev, 16, &dropped);
+    CHECK_EQ(dropped, 0);
+    CHECK_EQ(n, 7); /* map, alloc, map, alloc, free, unmap, empty_cache */
+    uintptr_t base = (uintptr_t)a;
+    CHECK_EQ(ev[0].kind, VG_EV_MAP);
+    CHECK_EQ(ev[0].addr, base);
+    CHECK_EQ(ev[0].size, 4 * MiB);
+    CHECK_EQ(ev[1].kind, VG_EV_ALLOC);
+    CHECK_EQ(ev[2].kind, VG_EV_MAP);
+    CHECK_EQ(ev[2].addr, base + 4 * MiB);
+    CHECK_EQ(ev[2].size, 4 * MiB);
+    CHECK_EQ(ev[3].kind, VG_EV_ALLOC);
+    CHECK_EQ(ev[4].kind, VG_EV_FREE);
+    CHECK_EQ(ev[5].kind, VG_EV_UNMAP);
+    CHECK_EQ(ev[5].addr, base + 4 * MiB);
+    CHECK_EQ(ev[5].size, 4 * MiB);
+    CHECK_EQ(ev[6].kind, VG_EV_EMPTY_CACHE);
+    CHECK_EQ(ev[6].size, 4 * MiB);
+    vg_heap_history_stop(f.h);
+    vg_heap_free(f.h, a);
+    done(&f);
+}
+
 
 /* Another thread's work while the heap's lock is released for the
  * synchronize before unmapping: a device whose every synchronize sees a
@@ -759,6 +833,8 @@ static void test_two_threads(void)
 #define T(fn) {#fn, fn}
 static const harness_test tests[] = {
     T(test_policies_by_name),
+    T(test_unmap_refused_while_capturing_stops_the_batch),
+    T(test_history_records_maps_and_unmaps),
     T(test_device_without_pages_falls_back_to_segments),
     T(test_page_size_knob_refuses_odd_sizes),
     T(test_sim_pages_count_against_capacity),

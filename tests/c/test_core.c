@@ -117,7 +117,7 @@ static void test_addr_map(void)
 
 static void test_small_alloc_split_coalesce(void)
 {
-    fixture f = make(GiB, 0, 0, NULL);
+    fixture f = make(GiB, 0, 0, &vg_policy_default);
     void *a = vg_heap_alloc(f.heap, 1000, 0, NULL);
     CHECK(a != NULL);
     vg_stats st = stats_of(f.heap);
@@ -173,7 +173,7 @@ static void test_small_alloc_split_coalesce(void)
 
 static void test_large_segments(void)
 {
-    fixture f = make(GiB, 0, 0, NULL);
+    fixture f = make(GiB, 0, 0, &vg_policy_default);
     /* 3 MiB: a segment packed for two of its size (6 MiB, no rounding waste). */
     void *a = vg_heap_alloc(f.heap, 3 * MiB, 0, NULL);
     vg_stats st = stats_of(f.heap);
@@ -219,7 +219,7 @@ static void test_keep_big_idle_segment_whole_under_budget(void)
 {
     /* A 148 MiB idle segment and an 8 MiB request near the budget: reserve
      * 8 MiB beside it rather than strand 140 MiB in a split. */
-    fixture f = make(GiB, 300 * MiB, 0, NULL);
+    fixture f = make(GiB, 300 * MiB, 0, &vg_policy_default);
     void *big = vg_heap_alloc(f.heap, 147 * MiB, 0, NULL);
     void *pin = vg_heap_alloc(f.heap, 100 * MiB, 0, NULL);
     vg_heap_free(f.heap, big);
@@ -248,7 +248,7 @@ static void test_keep_big_idle_segment_whole_under_budget(void)
 static void test_far_from_the_ceiling(void)
 {
     /* Without pressure an idle segment less than 4x too big is split... */
-    fixture f = make(GiB, 0, 0, NULL);
+    fixture f = make(GiB, 0, 0, &vg_policy_default);
     void *mid = vg_heap_alloc(f.heap, 40 * MiB, 0, NULL);
     vg_heap_free(f.heap, mid);
     CHECK(vg_heap_alloc(f.heap, 20 * MiB, 0, NULL) == mid);
@@ -256,7 +256,7 @@ static void test_far_from_the_ceiling(void)
     CHECK_EQ(stats_of(f.heap).num_device_alloc, 1);
     destroy(f);
     /* ...one 4x too big or more is kept whole all the same. */
-    f = make(GiB, 0, 0, NULL);
+    f = make(GiB, 0, 0, &vg_policy_default);
     void *big = vg_heap_alloc(f.heap, 147 * MiB, 0, NULL);
     vg_heap_free(f.heap, big);
     void *small = vg_heap_alloc(f.heap, 8 * MiB, 0, NULL);
@@ -290,7 +290,7 @@ static void test_large_split_rule(void)
 
 static void test_reuse_only_on_same_stream(void)
 {
-    fixture f = make(GiB, 0, 0, NULL);
+    fixture f = make(GiB, 0, 0, &vg_policy_default);
     void *a = vg_heap_alloc(f.heap, 64 * MiB, 1, NULL);
     vg_heap_free(f.heap, a);
     void *b = vg_heap_alloc(f.heap, 64 * MiB, 2, NULL);
@@ -307,7 +307,7 @@ static void test_reuse_only_on_same_stream(void)
 
 static void test_record_stream_defers_reuse(void)
 {
-    fixture f = make(GiB, 0, 0, NULL);
+    fixture f = make(GiB, 0, 0, &vg_policy_default);
     void *a = vg_heap_alloc(f.heap, 64 * MiB, 1, NULL);
     CHECK_EQ(vg_heap_record_stream(f.heap, a, 7), VG_OK);
     CHECK_EQ(vg_heap_record_stream(f.heap, a, 7), VG_OK); /* once is enough */
@@ -342,7 +342,7 @@ static void test_record_stream_defers_reuse(void)
 
 static void test_empty_cache_waits_for_deferred_frees(void)
 {
-    fixture f = make(GiB, 0, 0, NULL);
+    fixture f = make(GiB, 0, 0, &vg_policy_default);
     void *a = vg_heap_alloc(f.heap, 32 * MiB, 1, NULL);
     vg_heap_record_stream(f.heap, a, 2);
     vg_heap_free(f.heap, a);
@@ -358,7 +358,7 @@ static void test_empty_cache_waits_for_deferred_frees(void)
 
 static void test_budget_shrinks_then_refuses(void)
 {
-    fixture f = make(GiB, 4 * MiB, 0, NULL);
+    fixture f = make(GiB, 4 * MiB, 0, &vg_policy_default);
     vg_oom_info oom;
     void *a = vg_heap_alloc(f.heap, 3 * MiB, 0, &oom);
     CHECK(a != NULL);
@@ -390,7 +390,7 @@ static void test_budget_shrinks_then_refuses(void)
 
 static void test_release_same_stream_then_retry(void)
 {
-    fixture f = make(GiB, 40 * MiB, 0, NULL);
+    fixture f = make(GiB, 40 * MiB, 0, &vg_policy_default);
     void *a = vg_heap_alloc(f.heap, 12 * MiB, 1, NULL); /* own 12 MiB segment */
     vg_heap_free(f.heap, a);
     void *b = vg_heap_alloc(f.heap, 30 * MiB, 1, NULL); /* 12 + 30 > 40 */
@@ -406,7 +406,7 @@ static void test_release_same_stream_then_retry(void)
 
 static void test_sync_release_all_then_retry(void)
 {
-    fixture f = make(GiB, 40 * MiB, 0, NULL);
+    fixture f = make(GiB, 40 * MiB, 0, &vg_policy_default);
     void *a = vg_heap_alloc(f.heap, 30 * MiB, 1, NULL);
     vg_heap_free(f.heap, a);
     /* Another stream: its own idle segments are none, so step 3 acts. */
@@ -425,7 +425,7 @@ static void test_sync_release_all_then_retry(void)
 
 static void test_sync_finishes_deferred_free_and_reuses_it(void)
 {
-    fixture f = make(GiB, 40 * MiB, 0, NULL);
+    fixture f = make(GiB, 40 * MiB, 0, &vg_policy_default);
     void *a = vg_heap_alloc(f.heap, 30 * MiB, 1, NULL);
     vg_heap_record_stream(f.heap, a, 9);
     vg_heap_free(f.heap, a);
@@ -464,7 +464,7 @@ static void test_torch_policy_releases_before_refit(void)
 
 static void test_gc_threshold_releases_oldest(void)
 {
-    fixture f = make(GiB, 100 * MiB, 0.5, NULL);
+    fixture f = make(GiB, 100 * MiB, 0.5, &vg_policy_default);
     void *a = vg_heap_alloc(f.heap, 20 * MiB, 1, NULL);
     void *b = vg_heap_alloc(f.heap, 20 * MiB, 2, NULL);
     vg_heap_free(f.heap, a); /* idle first: the oldest */
@@ -482,7 +482,7 @@ static void test_gc_threshold_releases_oldest(void)
 
 static void test_device_refusal_and_fault_injection(void)
 {
-    fixture f = make(64 * MiB, 0, 0, NULL);
+    fixture f = make(64 * MiB, 0, 0, &vg_policy_default);
     void *a = vg_heap_alloc(f.heap, 40 * MiB, 0, NULL);
     vg_heap_free(f.heap, a);
     vg_oom_info oom;
@@ -509,7 +509,7 @@ static void test_device_refusal_and_fault_injection(void)
 
 static void test_lowering_budget_releases_idle(void)
 {
-    fixture f = make(GiB, 0, 0, NULL);
+    fixture f = make(GiB, 0, 0, &vg_policy_default);
     void *a = vg_heap_alloc(f.heap, 30 * MiB, 0, NULL);
     void *b = vg_heap_alloc(f.heap, 30 * MiB, 0, NULL);
     vg_heap_free(f.heap, a);
@@ -529,9 +529,28 @@ static void test_lowering_budget_releases_idle(void)
 /* Bad input                                                           */
 /* ------------------------------------------------------------------ */
 
+/* A heap made without a policy gets the recommended one, the arena; on a
+ * device without virtual memory it falls back to segments. */
+static void test_no_policy_means_the_recommended_one(void)
+{
+    CHECK(strcmp(vg_policy_recommended(), "arena") == 0);
+    CHECK(vg_policy_named("vramguard") == &vg_policy_arena);
+    vg_device *dev = vg_sim_create(GiB);
+    vg_heap *h = vg_heap_create(dev, NULL);
+    CHECK(strcmp(vg_heap_policy_name(h), "arena") == 0);
+    CHECK_EQ(vg_heap_uses_arena(h), 1);
+    void *p = vg_heap_alloc(h, 1000, 0, NULL);
+    vg_stats st;
+    vg_heap_stats(h, &st);
+    CHECK_EQ(st.reserved_bytes[VG_STAT_ALL].current, (int64_t)(2 * MiB)); /* one page mapped, not a 2 MiB segment's rounding */
+    vg_heap_free(h, p);
+    vg_heap_destroy(h);
+    dev->ops->destroy(dev);
+}
+
 static void test_bad_input(void)
 {
-    fixture f = make(GiB, 0, 0, NULL);
+    fixture f = make(GiB, 0, 0, &vg_policy_default);
     void *a = vg_heap_alloc(f.heap, 4096, 0, NULL);
     CHECK_EQ(vg_heap_free(f.heap, NULL), VG_OK);
     CHECK_EQ(vg_heap_free(f.heap, (char *)a + 512), VG_ERR_INVALID); /* interior */
@@ -592,7 +611,7 @@ static int on_block(void *arg, const vg_block_info *blk)
 
 static void test_visit_and_histogram(void)
 {
-    fixture f = make(GiB, 0, 0, NULL);
+    fixture f = make(GiB, 0, 0, &vg_policy_default);
     void *p[5];
     for (int i = 0; i < 4; i++) p[i] = vg_heap_alloc(f.heap, 1000, 0, NULL);
     p[4] = vg_heap_alloc(f.heap, 30 * MiB, 0, NULL);
@@ -617,7 +636,7 @@ static void test_visit_and_histogram(void)
  * the second call writes what fits and says so, never what exists. */
 static void test_histogram_class_appearing_between_calls(void)
 {
-    fixture f = make(GiB, 0, 0, NULL);
+    fixture f = make(GiB, 0, 0, &vg_policy_default);
     void *a = vg_heap_alloc(f.heap, 1000, 0, NULL);
     void *b = vg_heap_alloc(f.heap, 30 * MiB, 0, NULL);
     uint64_t lo[VG_SIZE_CLASSES + 1], n[VG_SIZE_CLASSES + 1];
@@ -640,7 +659,7 @@ static void test_histogram_class_appearing_between_calls(void)
 
 static void test_history_ring(void)
 {
-    fixture f = make(GiB, 0, 0, NULL);
+    fixture f = make(GiB, 0, 0, &vg_policy_default);
     CHECK_EQ(vg_heap_history_start(f.heap, 0), VG_ERR_ARG);
     CHECK_EQ(vg_heap_history_start(f.heap, 4), VG_OK);
     void *a = vg_heap_alloc(f.heap, 1000, 5, NULL);
@@ -678,7 +697,7 @@ static uint32_t counting_stack_source(void)
  * nothing); other events carry none, and a stop stops the calls. */
 static void test_history_stacks(void)
 {
-    fixture f = make(GiB, 0, 0, NULL);
+    fixture f = make(GiB, 0, 0, &vg_policy_default);
     stack_calls = 0;
     CHECK_EQ(vg_heap_history_start_stacks(f.heap, 16, counting_stack_source), VG_OK);
     void *a = vg_heap_alloc(f.heap, 1000, 0, NULL);
@@ -770,7 +789,7 @@ static void test_random_torch(void) { run_random(&vg_policy_torch, 2 * GiB, 0, 4
 
 static void test_random_fault_injection(void)
 {
-    fixture f = make(4 * GiB, 0, 0, NULL);
+    fixture f = make(4 * GiB, 0, 0, &vg_policy_default);
     vg_sim_fail_random(f.dev, 0.3, 99);
     void *live[256] = {0};
     uint64_t rng = 7;
@@ -867,7 +886,7 @@ static void test_best_fit_bounded_in_any_order(void)
      * class of 20,000 blocks reads O(log n) nodes, the tree stays balanced
      * (vg_heap_check verifies the red-black rules), and each allocation
      * still gets the lowest free address. */
-    fixture f = make(GiB, 0, 0, NULL);
+    fixture f = make(GiB, 0, 0, &vg_policy_default);
     enum { N = 20000 };
     void **p = calloc(2 * N, sizeof *p);
     for (size_t i = 0; i < 2 * N; i++) p[i] = vg_heap_alloc(f.heap, VG_ALIGN, 0, NULL);
@@ -920,7 +939,7 @@ static void test_best_fit_smallest_then_lowest_per_stream(void)
     /* One class (128-132 KiB), several sizes on two streams: the smallest
      * block that fits, the lowest address among equals, and never another
      * stream's block, however well it would fit. */
-    fixture f = make(GiB, 0, 0, NULL);
+    fixture f = make(GiB, 0, 0, &vg_policy_default);
     CHECK_EQ(vg__bin_of_size(128 * KiB), vg__bin_of_size(131 * KiB + 512));
     size_t mine_sizes[6] = {130 * KiB + 512, 129 * KiB, 129 * KiB + 512, 129 * KiB, 130 * KiB, 129 * KiB};
     size_t their_sizes[3] = {128 * KiB + 512, 129 * KiB + 512, 129 * KiB};
@@ -942,7 +961,7 @@ static void test_best_fit_smallest_then_lowest_per_stream(void)
 static void test_check_names_broken_invariants(void)
 {
     /* vg_heap_check names the equation that fails; put back, it passes. */
-    fixture f = make(GiB, 0, 0, NULL);
+    fixture f = make(GiB, 0, 0, &vg_policy_default);
     size_t sizes[4] = {129 * KiB, 130 * KiB, 129 * KiB + 512, 131 * KiB};
     void *blk[4];
     free_blocks_of(f.heap, 1, sizes, 4, blk);
@@ -1000,7 +1019,7 @@ static void test_many_streams_bounded_state(void)
      * ladder releases the idle segments of streams gone by, and their
      * records go with them. At most one record per segment the budget
      * holds, plus the one allocating, ever lives. */
-    fixture f = make(GiB, 64 * MiB, 0, NULL);
+    fixture f = make(GiB, 64 * MiB, 0, &vg_policy_default);
     enum { STREAMS = 100000 };
     size_t most = 0;
     for (vg_stream_t s = 1; s <= STREAMS; s++) {
@@ -1020,7 +1039,7 @@ static void test_many_streams_bounded_state(void)
 
 static void test_stream_state_freed_with_its_last_segment(void)
 {
-    fixture f = make(64 * MiB, 0, 0, NULL);
+    fixture f = make(64 * MiB, 0, 0, &vg_policy_default);
     void *a = vg_heap_alloc(f.heap, 1000, 7, NULL);
     void *b = vg_heap_alloc(f.heap, 30 * MiB, 7, NULL);
     CHECK_EQ(f.heap->streams.count, 1);
@@ -1072,7 +1091,7 @@ static void test_replay_of_many_streams(void)
         streams[2 * i] = streams[2 * i + 1] = 0x7f0000000000ull + 0x1000 * i;
     }
     vg_trace_ops t = {kinds, ids, sizes, streams, OPS, 4};
-    fixture f = make((size_t)1 << 40, 32 * MiB, 0, NULL);
+    fixture f = make((size_t)1 << 40, 32 * MiB, 0, &vg_policy_default);
     vg_replay_result r;
     CHECK_EQ(vg_replay(f.heap, &t, NULL, 0, 0, &r), VG_OK);
     CHECK_EQ(r.ooms, 0);
@@ -1119,7 +1138,7 @@ static void *thread_main(void *arg)
 static void test_threads(void)
 {
     enum { THREADS = 4 };
-    fixture f = make(64 * GiB, 0, 0, NULL);
+    fixture f = make(64 * GiB, 0, 0, &vg_policy_default);
     pthread_t tid[THREADS];
     thread_job jobs[THREADS];
     for (int i = 0; i < THREADS; i++) {
@@ -1141,7 +1160,7 @@ static void test_threads(void)
 static void test_unrecorded_use_waits_for_a_synchronize_that_worked(void)
 {
     vg_device *dev = vg_sim_create(1 * GiB);
-    vg_heap_config cfg = {NULL, 0, 0};
+    vg_heap_config cfg = {&vg_policy_default, 0, 0};
     vg_heap *h = vg_heap_create(dev, &cfg);
     void *p = vg_heap_alloc(h, 1000, 0, NULL);
     CHECK_EQ(vg_heap_record_stream(h, p, 7), VG_OK);
@@ -1239,7 +1258,7 @@ static void test_hits_and_misses_count_each_allocation_once(void)
  * kept whole with a segment beside it. */
 static void test_hits_and_misses_on_each_ladder_path(void)
 {
-    fixture f = make(8 * MiB, 0, 0, NULL);
+    fixture f = make(8 * MiB, 0, 0, &vg_policy_default);
     void *a = vg_heap_alloc(f.heap, 6 * MiB, 0, NULL);
     CHECK_EQ(vg_heap_record_stream(f.heap, a, 7), VG_OK);
     vg_heap_free(f.heap, a);
@@ -1253,7 +1272,7 @@ static void test_hits_and_misses_on_each_ladder_path(void)
     vg_heap_free(f.heap, b);
     destroy(f);
 
-    f = make(GiB, 0, 0, NULL);
+    f = make(GiB, 0, 0, &vg_policy_default);
     void *big = vg_heap_alloc(f.heap, 200 * MiB, 0, NULL);
     vg_heap_free(f.heap, big);
     void *small = vg_heap_alloc(f.heap, 20 * MiB, 0, NULL); /* kept whole: a fresh segment */
@@ -1271,7 +1290,7 @@ static void test_hits_and_misses_on_each_ladder_path(void)
  * stream once: its later events cannot have finished before it. */
 static void test_pending_frees_query_each_busy_stream_once(void)
 {
-    fixture f = make(GiB, 0, 0, NULL);
+    fixture f = make(GiB, 0, 0, &vg_policy_default);
     void *p[8];
     for (int i = 0; i < 8; i++) {
         p[i] = vg_heap_alloc(f.heap, 1000, 0, NULL);
@@ -1321,6 +1340,7 @@ static const harness_test tests[] = {
     T(test_gc_threshold_releases_oldest),
     T(test_device_refusal_and_fault_injection),
     T(test_lowering_budget_releases_idle),
+    T(test_no_policy_means_the_recommended_one),
     T(test_bad_input),
     T(test_visit_and_histogram),
     T(test_histogram_class_appearing_between_calls),

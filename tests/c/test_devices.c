@@ -96,7 +96,7 @@ static void test_device_error_when_the_ladder_retries(void)
 {
     /* The device refuses for memory first, then fails otherwise on the
      * retry: the ladder stops there, and the report is the device error. */
-    fixture fx = setup(64 * MiB, NULL);
+    fixture fx = setup(64 * MiB, &vg_policy_default);
     fill_cache(fx);
     vg_sim_fail_nth(fx.dev, 1);
     vg_sim_fail_device(fx.dev, 2, 0);
@@ -116,7 +116,7 @@ static void test_device_error_when_the_ladder_retries(void)
 
 static void test_sticky_device_error_in_synchronize(void)
 {
-    fixture fx = setup(64 * MiB, NULL);
+    fixture fx = setup(64 * MiB, &vg_policy_default);
     void *p = vg_heap_alloc(fx.heap, 1000, 0, NULL);
     vg_sim_fail_device(fx.dev, 1, 1);
     vg_oom_info info;
@@ -143,7 +143,7 @@ static void test_sticky_device_error_in_synchronize(void)
 
 static void test_device_error_message(void)
 {
-    fixture fx = setup(64 * MiB, NULL);
+    fixture fx = setup(64 * MiB, &vg_policy_default);
     vg_sim_fail_device(fx.dev, 1, 0);
     vg_oom_info info;
     CHECK(vg_heap_alloc(fx.heap, 3 * MiB, 0, &info) == NULL);
@@ -169,7 +169,7 @@ static void test_device_error_message(void)
 
 static void test_other_devices_default_stream_is_not_the_blocks_own(void)
 {
-    fixture fx = setup(64 * MiB, NULL); /* device 0 */
+    fixture fx = setup(64 * MiB, &vg_policy_default); /* device 0 */
     void *p = vg_heap_alloc(fx.heap, 1000, 0, NULL);
     CHECK_EQ(vg_heap_record_device_stream(fx.heap, p, 0, 0), VG_OK); /* its own: nothing */
     CHECK_EQ(stats_of(fx.heap).num_record_stream, 0);
@@ -195,7 +195,7 @@ static void test_other_devices_default_stream_is_not_the_blocks_own(void)
 
 static void test_same_handle_on_two_devices_is_two_streams(void)
 {
-    fixture fx = setup(64 * MiB, NULL);
+    fixture fx = setup(64 * MiB, &vg_policy_default);
     void *p = vg_heap_alloc(fx.heap, 1000, 0, NULL);
     CHECK_EQ(vg_heap_record_device_stream(fx.heap, p, 0, 5), VG_OK);
     CHECK_EQ(vg_heap_record_device_stream(fx.heap, p, 1, 5), VG_OK);
@@ -229,7 +229,7 @@ static void test_second_device_heap_keeps_its_streams(void)
 {
     /* A heap on device 1: its blocks' own stream is device 1's; device
      * 0's default stream, handle 0 too, must be waited for. */
-    fixture fx = setup(64 * MiB, NULL);
+    fixture fx = setup(64 * MiB, &vg_policy_default);
     fx.dev->index = 1;
     void *p = vg_heap_alloc(fx.heap, 1000, 0, NULL);
     CHECK_EQ(vg_heap_record_stream(fx.heap, p, 0), VG_OK); /* device 1's own default */

@@ -130,7 +130,7 @@ static void test_a_second_recording_is_refused_and_loses_nothing(void)
     vg_device *dev = vg_sim_create(GiB);
     vg_heap *h = vg_heap_create(dev, NULL);
     CHECK_EQ(vg_heap_history_start(h, 16), VG_OK);
-    vg_heap_free(h, vg_heap_alloc(h, 1000, 0, NULL)); /* reserve, alloc, free */
+    vg_heap_free(h, vg_heap_alloc(h, 1000, 0, NULL)); /* map (the arena's first page), alloc, free */
     CHECK_EQ(vg_heap_history_start(h, 16), VG_ERR_BUSY);
     vg_heap_free(h, vg_heap_alloc(h, 1000, 0, NULL)); /* alloc, free */
     vg_heap_history_stop(h);
@@ -140,7 +140,8 @@ static void test_a_second_recording_is_refused_and_loses_nothing(void)
     uint64_t dropped = 9;
     CHECK_EQ(vg_heap_history_take(h, ev, 16, &dropped), 5);
     CHECK_EQ(dropped, 0);
-    CHECK_EQ(ev[0].kind, VG_EV_RESERVE);
+    CHECK_EQ(ev[0].kind, VG_EV_MAP);
+    CHECK_EQ(ev[0].size, 2 * MiB);
     CHECK_EQ(ev[4].kind, VG_EV_FREE);
     CHECK_EQ(vg_heap_history_start(h, 16), VG_OK);
     CHECK(vg_heap_history_active(h));
@@ -214,7 +215,9 @@ static void test_sim_addresses_never_wrap(void)
 static void test_heap_on_a_spent_address_space_reports_oom(void)
 {
     vg_device *dev = vg_sim_create((size_t)1 << 56);
-    vg_heap *h = vg_heap_create(dev, NULL);
+    /* Segments' address space spent (the arena's ranges are another test). */
+    vg_heap_config cfg = {&vg_policy_default, 0, 0};
+    vg_heap *h = vg_heap_create(dev, &cfg);
     void *keep = vg_heap_alloc(h, MiB, 0, NULL);
     CHECK(keep != NULL);
     vg_oom_info oom;

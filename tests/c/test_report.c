@@ -13,7 +13,7 @@ static const size_t MiB = (size_t)1 << 20;
 static vg_heap *sim_heap(size_t capacity, vg_device **dev)
 {
     *dev = vg_sim_create(capacity);
-    vg_heap_config cfg = {NULL, 0, 0.0};
+    vg_heap_config cfg = {&vg_policy_default, 0, 0.0}; /* segments: the state copy counts idle segments */
     return vg_heap_create(*dev, &cfg);
 }
 

@@ -442,7 +442,7 @@ static void *device_waiter_main(void *arg)
 static void check_heap_usable_during_wait(enum waiting_call call)
 {
     vg_device *dev = vg_sim_create(8 * MiB);
-    vg_heap_config cfg = {NULL, 0, 0};
+    vg_heap_config cfg = {&vg_policy_default, 0, 0}; /* segments: the release below needs no wait */
     vg_heap *heap = vg_heap_create(dev, &cfg);
     void *big = vg_heap_alloc(heap, 6 * MiB, 0, NULL);
     void *small = vg_heap_alloc(heap, 1000, 0, NULL);
@@ -500,7 +500,7 @@ static void test_ladder_leaves_the_heap_usable_while_it_waits(void)
 static void test_stream_record_outlives_a_waiting_allocation(void)
 {
     vg_device *dev = vg_sim_create(8 * MiB);
-    vg_heap_config cfg = {NULL, 0, 0};
+    vg_heap_config cfg = {&vg_policy_default, 0, 0}; /* segments: stream 5 has a segment of its own */
     vg_heap *heap = vg_heap_create(dev, &cfg);
     void *big = vg_heap_alloc(heap, 6 * MiB, 0, NULL);
     CHECK(big);

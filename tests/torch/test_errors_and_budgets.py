@@ -49,7 +49,8 @@ def test_oom_under_a_budget_through_a_torch_op():
     assert oom["head"] == ("CUDA out of memory. Tried to allocate 100.00 MiB. GPU 0 has a total capacity of "
                            "1.00 GiB of which 1008.00 MiB is free. Of the allocated memory 16.00 MiB is "
                            "allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. "
-                           "vramguard's budget is 64.00 MiB.")
+                           "vramguard's budget is 64.00 MiB. vramguard's arena: 16.00 MiB mapped in 1 range, "
+                           "0 bytes unmapped so far, largest free range 3.98 GiB.")  # 4 GiB less 16 MiB
     assert oom["is_oom"] and oom["accelerate"] and oom["lightning"] and oom["lightning_cuda"]
     assert "\nvramguard: " in out["text"]
     assert out["device_calls_for_it"] == 0
