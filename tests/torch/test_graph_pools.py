@@ -149,6 +149,7 @@ def test_graphs_sharing_a_pool_count_its_uses():
         "vramguard: cannot allocate to private pool (0, 0) on device 0: begin of the default pool")
 
 
+@pytest.mark.segments
 def test_nothing_during_a_begin_breaks_a_capture():
     """While a begin is active on a device, vramguard makes none of the
     calls that end a capture with an error: no cudaEventQuery or

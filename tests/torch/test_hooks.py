@@ -112,6 +112,7 @@ def test_record_stream_fn_defers_the_free():
     assert v["event_records"] == 1
 
 
+@pytest.mark.segments
 def test_base_alloc_fn_gives_the_segment():
     v, _ = run("""
         vramguard.install(patch_torch=False)
