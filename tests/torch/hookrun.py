@@ -50,9 +50,9 @@ def run(code, cache=None, expect_rc=0, **env):
     full_env = dict(os.environ, LD_PRELOAD=preload(), VG_FAKECUDA_DEVICES="2",
                     VG_FAKECUDA_MEM="1GiB,512MiB", PYTHONUNBUFFERED="1",
                     XDG_CACHE_HOME=str(cache or SHARED_CACHE))
-    for name in ("PYTORCH_CUDA_ALLOC_CONF", "CXX", "VRAMGUARD_OOM_ERROR", "VRAMGUARD_BUDGET",
-                 "VRAMGUARD_PATCH_TORCH", "VRAMGUARD_GC_THRESHOLD"):
-        full_env.pop(name, None)
+    for name in list(full_env):   # the caller's settings are not the test's
+        if name in ("PYTORCH_CUDA_ALLOC_CONF", "CXX") or name.startswith("VRAMGUARD_"):
+            full_env.pop(name)
     full_env.update(env)
     proc = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
                           capture_output=True, text=True, env=full_env, timeout=300)

@@ -149,7 +149,6 @@ def test_graphs_sharing_a_pool_count_its_uses():
         "vramguard: cannot allocate to private pool (0, 0) on device 0: begin of the default pool")
 
 
-@pytest.mark.segments
 def test_nothing_during_a_begin_breaks_a_capture():
     """While a begin is active on a device, vramguard makes none of the
     calls that end a capture with an error: no cudaEventQuery or
@@ -157,7 +156,7 @@ def test_nothing_during_a_begin_breaks_a_capture():
     cudaFree (deferred), and its cudaMalloc runs in the relaxed capture
     mode. Afterwards the deferred work is done."""
     v, _ = run("""
-        vramguard.install(patch_torch=False)
+        vramguard.install(patch_torch=False, arena=False)
         side = torch.cuda.Stream()
         x = torch.empty(1000, device="cuda")
         x.record_stream(side)

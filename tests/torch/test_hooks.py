@@ -112,10 +112,9 @@ def test_record_stream_fn_defers_the_free():
     assert v["event_records"] == 1
 
 
-@pytest.mark.segments
 def test_base_alloc_fn_gives_the_segment():
     v, _ = run("""
-        vramguard.install(patch_torch=False)
+        vramguard.install(patch_torch=False, arena=False)
         lib = ctypes.CDLL(_core.__file__)
         base_alloc = lib.vramguard_torch_base_alloc    # the function torch was given
         base_alloc.restype = ctypes.c_void_p
