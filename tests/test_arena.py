@@ -73,6 +73,33 @@ def test_empty_cache_unmaps_whole_free_pages_only():
     h.check()
 
 
+
+def test_free_pieces_are_the_mapped_stretches_of_free_blocks():
+    """fragmentation.free_blocks counts the pieces cached free memory is
+    in: an unmapped stretch of a free block holds none, and a free block
+    with a hole unmapped in its middle is two pieces."""
+    h = Heap(GiB, policy="arena")
+    kept = [h.malloc(2 * MiB) for _ in range(3)]  # pages 0-2, the rest of the range unmapped
+    frag = {k: v for k, v in h.stats().items() if k.startswith("fragmentation.free")}
+    assert frag == {"fragmentation.free_bytes": 0, "fragmentation.free_blocks": 0}
+    h.free(kept.pop())
+    assert h.empty_cache() == 2 * MiB  # the free tail is wholly unmapped again
+    assert h.stats()["fragmentation.free_blocks"] == 0
+
+    h = Heap(GiB, policy="arena")
+    a, b, c = (h.malloc(3 * MiB) for _ in range(3))  # 0-9 MiB
+    d = h.malloc(3 * MiB // 2)  # 9-10.5 MiB: pages 0-5 mapped
+    h.free(b)
+    h.free(c)  # one free block, 3-9 MiB
+    assert h.empty_cache() == 4 * MiB  # pages 2 and 3 (4-8 MiB): the block keeps 3-4 and 8-9
+    s = h.stats()
+    assert s["fragmentation.free_bytes"] == 2 * MiB + 3 * MiB // 2
+    assert s["fragmentation.free_blocks"] == 3  # 3-4, 8-9 and the tail's 10.5-12 MiB
+    assert s["fragmentation.largest_free_block"] == 3 * MiB // 2
+    for p in (a, d):
+        h.free(p)
+    h.check()
+
 def test_budget_pressure_unmaps_and_synchronizes_once():
     h = Heap(GiB, budget=8 * MiB, policy="arena")
     a = h.malloc(3 * MiB)

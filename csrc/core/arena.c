@@ -548,33 +548,38 @@ static size_t next_page(const vg_range *r, size_t i, size_t end, bool mapped)
     return mapped || i >= end ? end : i;
 }
 
-/* The longest stretch of a free block whose pages are all mapped. */
-static uint64_t mapped_stretch(const vg_heap *h, const vg_segment *seg, const vg_block *blk)
+/* The stretches of a free block whose pages are all mapped: each is one
+ * piece of cached memory. Returns how many; *longest, the longest. */
+static uint64_t mapped_pieces(const vg_heap *h, const vg_segment *seg, const vg_block *blk,
+                              uint64_t *longest)
 {
     size_t first, end;
     touched_pages(h, seg, blk->addr, blk->size, &first, &end);
-    uint64_t best = 0;
+    uint64_t pieces = 0;
+    *longest = 0;
     for (size_t i = next_page(seg->range, first, end, true); i < end;) {
         size_t run = next_page(seg->range, i, end, false);
         uintptr_t lo = seg->addr + (i << h->page_shift), hi = seg->addr + (run << h->page_shift);
         if (lo < blk->addr) lo = blk->addr;
         if (hi > blk->addr + blk->size) hi = blk->addr + blk->size;
-        if (hi - lo > best) best = hi - lo;
+        if (hi - lo > *longest) *longest = hi - lo;
+        pieces++;
         i = next_page(seg->range, run, end, true);
     }
-    return best;
+    return pieces;
 }
 
-void vg__arena_largest_free(const vg_heap *h, uint64_t *stretch, uint64_t *range)
+void vg__arena_free_pieces(const vg_heap *h, uint64_t *pieces, uint64_t *stretch, uint64_t *range)
 {
-    *stretch = *range = 0;
+    *pieces = *stretch = *range = 0;
     for (const vg_segment *seg = h->segments; seg; seg = seg->next) {
         if (!seg->range) continue;
         for (const vg_block *blk = seg->head; blk; blk = blk->next) {
             if (blk->state != VG_BLOCK_FREE) continue;
             if (blk->size > *range) *range = blk->size;
-            uint64_t m = mapped_stretch(h, seg, blk);
-            if (m > *stretch) *stretch = m;
+            uint64_t longest;
+            *pieces += mapped_pieces(h, seg, blk, &longest);
+            if (longest > *stretch) *stretch = longest;
         }
     }
 }

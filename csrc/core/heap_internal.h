@@ -403,8 +403,11 @@ size_t vg__arena_trim(vg_heap *h, size_t target, uint64_t *counter);
 void vg__arena_release_range(vg_heap *h, vg_segment *seg);
 /* At heap destruction: unmap every page and give the range back. */
 void vg__arena_destroy_range(vg_heap *h, vg_segment *seg);
-/* Largest free mapped stretch and largest free block (arena.c). */
-void vg__arena_largest_free(const vg_heap *h, uint64_t *mapped_stretch, uint64_t *range);
+/* Free memory as it can serve requests without a map: the mapped pieces
+ * of free blocks (their count and the longest), and the largest free block
+ * mapped or not (arena.c). */
+void vg__arena_free_pieces(const vg_heap *h, uint64_t *pieces, uint64_t *mapped_stretch,
+                           uint64_t *range);
 /* Whether every page [addr, addr+size) touches is mapped (check.c). */
 bool vg__arena_pages_mapped(const vg_heap *h, const vg_segment *seg, uintptr_t addr, size_t size);
 size_t vg__arena_count_mapped(const vg_heap *h, const vg_segment *seg);

@@ -80,9 +80,11 @@ void vg__fragmentation_locked(vg_heap *h, vg_fragmentation *out)
     out->pending_blocks = (uint64_t)(st->active[VG_STAT_ALL].current -
                                      st->allocation[VG_STAT_ALL].current);
     if (h->arena) {
-        /* Free blocks span unmapped pages too: what serves a request
-         * without a map is their largest mapped stretch. */
-        vg__arena_largest_free(h, &out->largest_free_block, &out->largest_free_range);
+        /* Free blocks span unmapped pages too: cached free memory is
+         * their mapped stretches, each a piece, the largest what serves
+         * a request without a map. */
+        vg__arena_free_pieces(h, &out->free_blocks, &out->largest_free_block,
+                              &out->largest_free_range);
     } else {
         for (int pool = 0; pool < VG_POOL_COUNT; pool++) {
             const vg_block *blk = vg__bins_largest(h->bins[pool]);

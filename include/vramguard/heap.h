@@ -138,6 +138,8 @@ typedef struct vg_fragmentation {
      * segment or a map: the largest free block, and with the arena, its
      * largest mapped stretch. */
     uint64_t largest_free_block;
+    /* The pieces free_bytes is in: free blocks, and with the arena, the
+     * mapped stretches of free blocks (an unmapped stretch holds none). */
     uint64_t free_blocks;
     uint64_t pending_blocks;      /* freed, waiting for streams */
     double external;              /* 1 - largest_free / free_bytes */
