@@ -14,6 +14,7 @@ on no line, as a program killed by SIGPIPE is.
 import argparse
 import json
 import os
+import stat
 import sys
 
 from ._report import POLICIES
@@ -51,6 +52,7 @@ def _replay(args):
 
     check_policy(args.policy)  # one not in this build is said before the trace is read
     budget = parse_budget(args.budget) if args.budget is not None else None
+    _check_trace_file(args.trace)
     trace = load_trace(args.trace)
     if not trace.counts()["alloc"]:
         raise BadInput(f"{args.trace}: the trace holds no allocations; there is nothing to replay")
@@ -61,6 +63,22 @@ def _replay(args):
     else:
         print(format_replay_report(report))
     return 0 if report["fits"] else EXIT_DOES_NOT_FIT
+
+
+def _check_trace_file(path):
+    """A trace is a regular file with something in it. Asked of the file's
+    status, which never blocks: opening a FIFO with no writer would wait
+    forever, and a device (/dev/zero) reads without end."""
+    try:
+        status = os.stat(path)
+    except OSError as exc:
+        raise BadInput(f"{path}: {exc.strerror}") from None
+    if stat.S_ISDIR(status.st_mode):
+        raise BadInput(f"{path}: is a directory, not a trace file")
+    if not stat.S_ISREG(status.st_mode):
+        raise BadInput(f"{path}: not a regular file (a pipe or a device): give a trace file")
+    if status.st_size == 0:
+        raise BadInput(f"{path}: the file is empty")
 
 
 def _positive_int(text):

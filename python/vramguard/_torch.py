@@ -72,7 +72,7 @@ def _parse_budget(budget):
     if budget is None or budget == "":
         return 0, 0.0
     if isinstance(budget, float) or (isinstance(budget, str) and budget.strip().endswith("%")):
-        fraction = float(budget.strip().rstrip("%")) / 100 if isinstance(budget, str) else budget
+        fraction = _percent(budget) if isinstance(budget, str) else budget
         if not 0.0 < fraction <= 1.0:
             raise ValueError(f"a budget given as a fraction of the device must be in (0, 1], got {budget!r}")
         return 0, fraction
@@ -86,9 +86,21 @@ def _parse_budget(budget):
     return parse_budget(budget), 0.0
 
 
+def _percent(text):
+    """The fraction "80%" writes; a ValueError naming the budget for what is
+    not a number before the sign ("%", "lots%")."""
+    try:
+        return float(text.strip()[:-1]) / 100
+    except ValueError:
+        raise ValueError(f"a budget given as a percentage must be a number followed by %, e.g. '80%', "
+                         f"got {text!r}") from None
+
+
 def _parse_gc(gc_threshold):
     if gc_threshold is None or gc_threshold == "":
         return 0.0
+    if isinstance(gc_threshold, bool):  # float(True) is 1.0: a flag passed where a fraction goes
+        raise ValueError(f"gc_threshold must be a fraction in (0, 1], got {gc_threshold!r}")
     try:
         value = float(gc_threshold)
     except (TypeError, ValueError):
@@ -193,19 +205,16 @@ def install(budget=None, gc_threshold=None, patch_torch=None, oom_error=None, ar
     VRAMGUARD_GC_THRESHOLD, VRAMGUARD_PATCH_TORCH ("0" to turn off),
     VRAMGUARD_OOM_ERROR and VRAMGUARD_ARENA ("1" or "0"), for
     scripts launched by others. Calling install() again changes the budget
-    and the threshold of every device heap."""
-    if budget is None:
-        budget = os.environ.get(ENV_BUDGET) or None
-    if gc_threshold is None:
-        gc_threshold = os.environ.get(ENV_GC_THRESHOLD) or None
+    and the threshold of every device heap; a setting it leaves None (and
+    whose variable is unset) keeps what the earlier call set."""
     if patch_torch is None:
-        patch_torch = os.environ.get(ENV_PATCH_TORCH, "1") != "0"
+        patch_torch = _patch_torch_from_env()
     if oom_error is None:
         oom_error = os.environ.get(_oom_shim.ENV_MODE) or "auto"
     if oom_error not in _oom_shim.MODES:
         raise ValueError(f"oom_error (or {_oom_shim.ENV_MODE}) must be 'auto' or 'runtime', got {oom_error!r}")
-    nbytes, fraction = _parse_budget(budget)
-    gc = _parse_gc(gc_threshold)
+    nbytes, fraction = _setting(budget, ENV_BUDGET, _parse_budget, ("budget_bytes", "budget_fraction"))
+    gc = _setting(gc_threshold, ENV_GC_THRESHOLD, _parse_gc, ("gc_threshold",))
     arena = _parse_arena(arena)
     torch = _import_torch()
     with _lock:
@@ -221,6 +230,34 @@ def install(budget=None, gc_threshold=None, patch_torch=None, oom_error=None, ar
             _state["patched"] = True
         _cudnn.keep_benchmark_off(torch)
     _register_in_ipython()
+
+
+def _setting(value, env_name, parse, keys):
+    """A setting of install(): the argument, else its environment variable
+    (an error then names the variable, since the user did not type the
+    value in this call), else, on a later install(), what the earlier one
+    set: install(gc_threshold=0.9) after install(budget="T4") keeps the
+    budget, as a later install() keeps the arena. Nothing set: off."""
+    if value is None:
+        text = os.environ.get(env_name) or None
+        if text is not None:
+            try:
+                return parse(text)
+            except ValueError as exc:
+                raise ValueError(f"{env_name}={text!r}: {exc}") from None
+        settings = _state["settings"]
+        if settings is not None:
+            kept = tuple(settings[key] or 0 for key in keys)
+            return kept if len(kept) > 1 else kept[0]
+    return parse(value)
+
+
+def _patch_torch_from_env():
+    text = os.environ.get(ENV_PATCH_TORCH, "")
+    if text not in ("", "1", "0"):
+        raise ValueError(f"{ENV_PATCH_TORCH} must be 1 (patch torch.cuda's statistics) or 0 (leave them), "
+                         f"got {text!r}")
+    return text != "0"
 
 
 def _register_in_ipython():
