@@ -168,7 +168,18 @@ def _check_cuda(torch):
 # ------------------------------------------------------------------ install
 
 
-def install(budget=None, gc_threshold=None, patch_torch=None, oom_error=None, arena=None):
+class _Kept:
+    """install()'s default for the budget and the threshold: left out, a
+    later install() keeps what the earlier one set, where None turns it off."""
+
+    def __repr__(self):
+        return "<as before>"
+
+
+_KEPT = _Kept()
+
+
+def install(budget=_KEPT, gc_threshold=_KEPT, patch_torch=None, oom_error=None, arena=None):
     """Make vramguard PyTorch's CUDA allocator. Call it before anything
     touches the GPU.
 
@@ -205,8 +216,9 @@ def install(budget=None, gc_threshold=None, patch_torch=None, oom_error=None, ar
     VRAMGUARD_GC_THRESHOLD, VRAMGUARD_PATCH_TORCH ("0" to turn off),
     VRAMGUARD_OOM_ERROR and VRAMGUARD_ARENA ("1" or "0"), for
     scripts launched by others. Calling install() again changes the budget
-    and the threshold of every device heap; a setting it leaves None (and
-    whose variable is unset) keeps what the earlier call set."""
+    and the threshold of every device heap; one it leaves out (and whose
+    variable is unset) keeps what the earlier call set, where None turns
+    it off."""
     if patch_torch is None:
         patch_torch = _patch_torch_from_env()
     if oom_error is None:
@@ -233,12 +245,13 @@ def install(budget=None, gc_threshold=None, patch_torch=None, oom_error=None, ar
 
 
 def _setting(value, env_name, parse, keys):
-    """A setting of install(): the argument, else its environment variable
-    (an error then names the variable, since the user did not type the
-    value in this call), else, on a later install(), what the earlier one
-    set: install(gc_threshold=0.9) after install(budget="T4") keeps the
-    budget, as a later install() keeps the arena. Nothing set: off."""
-    if value is None:
+    """A setting of install(): the argument, else (None or left out) its
+    environment variable (an error then names the variable, since the user
+    did not type the value in this call), else, when left out of a later
+    install(), what the earlier one set: install(gc_threshold=0.9) after
+    install(budget="T4") keeps the budget, as a later install() keeps the
+    arena. Nothing set: off."""
+    if value is None or value is _KEPT:
         text = os.environ.get(env_name) or None
         if text is not None:
             try:
@@ -246,9 +259,10 @@ def _setting(value, env_name, parse, keys):
             except ValueError as exc:
                 raise ValueError(f"{env_name}={text!r}: {exc}") from None
         settings = _state["settings"]
-        if settings is not None:
+        if value is _KEPT and settings is not None:
             kept = tuple(settings[key] or 0 for key in keys)
             return kept if len(kept) > 1 else kept[0]
+        value = None
     return parse(value)
 
 

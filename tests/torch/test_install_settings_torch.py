@@ -1,6 +1,7 @@
 """install() called again: a setting left out keeps what the earlier call
 set (a notebook re-runs its cells; install(gc_threshold=...) must not drop
-the budget a first install(budget=...) set), a setting given replaces it."""
+the budget a first install(budget=...) set), a setting given replaces it,
+and None turns it off."""
 import pytest
 
 from fakegpu import GiB, MiB, run
@@ -21,12 +22,15 @@ def test_a_later_install_keeps_what_it_leaves_out():
         out["after_fraction"] = [heap(0)["budget_bytes"], heap(0)["gc_threshold"]]
         vramguard.install(gc_threshold=0.25)
         out["fraction_kept"] = [heap(0)["budget_bytes"], heap(0)["gc_threshold"], heap(1)["budget_bytes"]]
+        vramguard.install(budget=None)
+        out["none_turns_off"] = [heap(0)["budget_bytes"], heap(0)["gc_threshold"]]
     """)
     assert out["after_gc"] == [64 * MiB, 0.9]
     assert out["after_bare"] == [64 * MiB, 0.9]
     assert out["refused"] == "OutOfMemoryError"
     assert out["after_fraction"] == [GiB // 2, 0.9]
     assert out["fraction_kept"] == [GiB // 2, 0.25, 256 * MiB]
+    assert out["none_turns_off"] == [0, 0.25]
 
 
 def test_the_environment_still_wins_over_what_was_kept():
