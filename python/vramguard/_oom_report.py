@@ -126,6 +126,17 @@ class Advice:
         return f"Advice({self.key!r}, saving={saving}, cause={self.cause})"
 
 
+#: The budget the memory-fraction hook sets for a fraction of 0: a budget
+#: of 0 is "none", and no budget install() takes is this small.
+FRACTION_ZERO_BUDGET = 1
+
+
+def _budget_text(budget):
+    if budget == FRACTION_ZERO_BUDGET:
+        return "a budget of 0 bytes (torch.cuda.set_per_process_memory_fraction(0))"
+    return f"{format_size(budget)} budget"
+
+
 def _blocks(n):
     return f"{n} block" if n == 1 else f"{n} blocks"
 
@@ -296,7 +307,7 @@ class OOMReport:
 
     def _sections(self):
         """[(title, [lines])], shared by the text and the HTML."""
-        limit = (f"{format_size(self.budget)} budget on a {format_size(self.device_total)} device" if self.budget
+        limit = (f"{_budget_text(self.budget)} on a {format_size(self.device_total)} device" if self.budget
                  else f"no budget: the {format_size(self.device_total)} device")
         facts = [
             f"Short by: {format_size(self.short_by)} (the most one request could have had: "

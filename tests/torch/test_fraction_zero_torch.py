@@ -1,0 +1,22 @@
+"""torch.cuda.set_per_process_memory_fraction(0): the out-of-memory report
+says a fraction of 0, not the 1-byte budget the hook keeps it as."""
+import pytest
+
+from fakegpu import run
+
+pytestmark = pytest.mark.torch
+
+
+def test_the_report_of_a_fraction_of_zero_says_so():
+    out = run("""
+        vramguard.install()
+        x = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+        torch.cuda.set_per_process_memory_fraction(0.0)
+        out["refused"] = error(torch.empty, 3 * MiB, dtype=torch.uint8, device="cuda")[0]
+        out["budget_line"] = [line for line in str(vramguard.last_oom()).splitlines()
+                              if line.startswith("Budget:")]
+    """)
+    assert out["refused"] == "OutOfMemoryError"
+    assert out["budget_line"] == [
+        "Budget: a budget of 0 bytes (torch.cuda.set_per_process_memory_fraction(0)) on a 1.00 GiB device; "
+        "room to reserve more: 0 bytes; 1022.00 MiB free on the device"]
