@@ -88,6 +88,15 @@ def _bare_number(value):
     return bool(match) and not match.group(2)
 
 
+def _positive(value):
+    """True for a size above zero that rounds down to 0 bytes ("0.5", 1e-30):
+    positive as typed, so "must be positive" would puzzle; too small is the error."""
+    if isinstance(value, str):
+        match = _PATTERN.match(value)
+        return bool(match) and Decimal(match.group(1)) != 0
+    return value > 0
+
+
 def _bytes(n):
     return f"{n} byte" if n == 1 else f"{n} bytes"
 
@@ -98,13 +107,14 @@ def parse_budget(value, what="budget"):
     nearly always a size whose unit was left out ("15" meant 15 GiB), so it
     is refused with the unit it likely needs."""
     nbytes = parse_size(value, what)
-    if nbytes == 0:
+    if nbytes == 0 and not _positive(value):
         raise ValueError(f"a {what} must be positive, got {value!r} (None means no budget)")
     if nbytes < SEGMENT_GRANULE:
         if _bare_number(value):
             shown = value.strip() if isinstance(value, str) else value
+            typed = _bytes(nbytes) if nbytes else f"{shown} bytes"
             raise ValueError(
-                f"a {what} of {_bytes(nbytes)} is smaller than one 2 MiB segment: give a unit, e.g. '{shown}GiB'"
+                f"a {what} of {typed} is smaller than one 2 MiB segment: give a unit, e.g. '{shown}GiB'"
             )
         raise ValueError(
             f"a {what} of {value!r} ({_bytes(nbytes)}) is smaller than one 2 MiB segment, "
