@@ -91,3 +91,30 @@ def test_bad_budget_is_refused_before_any_try():
     """, devices=1, mem="1GiB")
     assert out["error"][0] == "ValueError" and "15" in out["error"][1]
     assert out["calls"] == []
+
+
+def test_garbage_is_collected_only_after_a_try_that_left_memory_allocated():
+    """A full collection costs about half a second with PyTorch loaded:
+    tries whose tensors went with their step collect nothing; a step that
+    leaves its tensors in a reference cycle is collected after, and every
+    try still starts from the same allocated bytes."""
+    out = run(STEP, """
+        import gc
+        collections = []
+        real_collect = gc.collect
+        gc.collect = lambda *a: collections.append(1) or real_collect(*a)
+        vramguard.install()
+        r = vramguard.find_max_batch(step, limit=8, progress=False)
+        out["clean"] = [len(collections), r.largest, tries(r)]
+        del collections[:]
+
+        def cyclic_step(batch):
+            holder = {"t": torch.empty(PER_SAMPLE * batch, dtype=torch.uint8, device="cuda")}
+            holder["self"] = holder                 # freed only by the collector
+        gc.disable()                                # no collection but the recovery's
+        r = vramguard.find_max_batch(cyclic_step, limit=4, progress=False)
+        out["cyclic"] = [len(collections), tries(r), torch.cuda.memory_allocated()]
+    """, devices=1, mem="1GiB")
+    fits = lambda b: [b, True, (16 + 4 * b) * MiB]  # noqa: E731
+    assert out["clean"] == [0, 8, [fits(1), fits(2), fits(4), fits(8)]]
+    assert out["cyclic"] == [3, [[1, True, 4 * MiB], [2, True, 8 * MiB], [4, True, 16 * MiB]], 0]
