@@ -21,11 +21,11 @@
 #include "vramguard/expandable.h"
 
 #include "debug.h"
+#include "replay_loop.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* kMinBlockSize and kSmallSize of CUDACachingAllocator.cpp are vramguard's
  * own rounding and small-pool limit (common.h); pages are whole granules. */
@@ -701,35 +701,6 @@ static void emu_free(emu *e, xblock *b)
 /* The replay                                                          */
 /* ------------------------------------------------------------------ */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-typedef struct window {
-    vg_replay_sample *samples;
-    size_t capacity, count, width, filled;
-    vg_replay_sample current;
-} window;
-
-/* One op into the current window of the memory curve (maxima). */
-static void window_note(window *w, uint64_t op, const emu *e)
-{
-    if (!w->samples || w->count >= w->capacity) return;
-    vg_replay_sample *c = &w->current;
-    if (e->requested > c->requested) c->requested = e->requested;
-    if (e->allocated > c->allocated) c->allocated = e->allocated;
-    if (e->mapped > c->reserved) c->reserved = e->mapped;
-    c->op = op;
-    if (++w->filled == w->width) {
-        w->samples[w->count++] = *c;
-        memset(c, 0, sizeof *c);
-        w->filled = 0;
-    }
-}
-
 static bool valid_page(uint64_t page)
 {
     return page && page % PAGE_GRANULE == 0 && page <= MAX_DEVICE_TOTAL;
@@ -770,11 +741,9 @@ static void teardown(emu *e)
     free(e->scratch);
 }
 
-static void finish(const emu *e, const vg_trace_ops *t, const window *w, vg_expandable_result *out)
+static void finish(const emu *e, vg_expandable_result *out)
 {
     vg_replay_result *r = &out->replay;
-    r->ops = t->n;
-    r->samples = w->count;
     r->peak_requested = e->peak_requested;
     r->peak_allocated = e->peak_allocated;
     r->peak_reserved = e->peak_mapped;
@@ -782,33 +751,43 @@ static void finish(const emu *e, const vg_trace_ops *t, const window *w, vg_expa
     r->device_free = out->unmap_calls;
 }
 
-/* One op; false when the host ran out of memory. */
-static bool run_op(emu *e, const vg_trace_ops *t, size_t i, xblock **live)
+/* The emulation as the replay loop drives it. */
+static void *engine_alloc(void *e, uint64_t size, uint64_t stream)
 {
-    vg_replay_result *r = &e->out->replay;
-    uint32_t id = t->ids ? t->ids[i] : 0;
-    switch (t->kinds[i]) {
-    case VG_OP_ALLOC:
-        live[id] = emu_malloc(e, t->sizes[i], t->streams ? t->streams[i] : 0);
-        r->allocs++;
-        if (!live[id] && !e->nomem) {
-            if (r->first_oom < 0) r->first_oom = (int64_t)i;
-            r->ooms++;
-        }
-        break;
-    case VG_OP_FREE:
-        if (live[id]) emu_free(e, live[id]); /* a refused allocation frees nothing */
-        live[id] = NULL;
-        r->frees++;
-        break;
-    case VG_OP_EMPTY_CACHE: /* emptyCache */
-        release_cached_blocks(e);
-        break;
-    default: /* VG_OP_SYNCHRONIZE: the allocator is not involved */
-        break;
-    }
-    return !e->nomem;
+    return emu_malloc(e, size, stream);
 }
+
+static void engine_free(void *e, void *b)
+{
+    emu_free(e, b);
+}
+
+static void engine_empty_cache(void *e) /* emptyCache */
+{
+    release_cached_blocks(e);
+}
+
+static void engine_levels(const void *self, vg_replay_sample *now)
+{
+    const emu *e = self;
+    now->requested = e->requested;
+    now->allocated = e->allocated;
+    now->reserved = e->mapped;
+}
+
+static bool engine_host_failed(const void *e)
+{
+    return ((const emu *)e)->nomem;
+}
+
+static const vg_replay_engine emu_engine = {
+    .alloc = engine_alloc,
+    .free = engine_free,
+    .empty_cache = engine_empty_cache,
+    .synchronize = NULL, /* the allocator is not involved */
+    .levels = engine_levels,
+    .host_failed = engine_host_failed,
+};
 
 int vg_expandable_replay(const vg_trace_ops *t, const vg_expandable_config *config,
                          vg_replay_sample *samples, size_t nsamples, size_t window_ops,
@@ -819,18 +798,11 @@ int vg_expandable_replay(const vg_trace_ops *t, const vg_expandable_config *conf
     emu e;
     memset(&e, 0, sizeof e);
     if (!setup(&e, config)) return VG_ERR_ARG;
-    xblock **live = calloc(t->nids ? t->nids : 1, sizeof *live);
+    void **live = calloc(t->nids ? t->nids : 1, sizeof *live);
     if (!live) return VG_ERR_NOMEM;
     e.out = out;
-    window w = {samples, nsamples, 0, window_ops ? window_ops : 1, 0, {0, 0, 0, 0}};
-    double t0 = now_s();
-    bool ok = true;
-    for (size_t i = 0; ok && i < t->n; i++) {
-        ok = run_op(&e, t, i, live);
-        if (samples) window_note(&w, i, &e);
-    }
-    out->replay.seconds = now_s() - t0;
-    if (samples && w.filled && w.count < w.capacity) samples[w.count++] = w.current;
+    bool ok = vg__replay_loop(t, &emu_engine, &e, live, samples, nsamples, window_ops,
+                              &out->replay);
     free(live);
     teardown(&e);
     if (!ok) {
@@ -838,6 +810,6 @@ int vg_expandable_replay(const vg_trace_ops *t, const vg_expandable_config *conf
         out->replay.first_oom = -1;
         return VG_ERR_NOMEM;
     }
-    finish(&e, t, &w, out);
+    finish(&e, out);
     return VG_OK;
 }
