@@ -66,6 +66,8 @@ SRC_test_hook = test_torch_hook
 EXTRA_test_hook = $(HOOK_SRC:csrc/%.cc=%.o)
 DEPS_test_cuda = $(FAKE_CUDART)
 LINK_test_cuda = $(FAKE_LINK)
+# The emulation's test refuses host allocations midway (its own malloc).
+LINK_test_expandable = -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc
 
 # $(1) test, $(2) build. Linked by the C++ driver: test_hook is C++, and
 # the rest link the same way.

@@ -128,33 +128,34 @@ static size_t default_stream_release(const vg_heap *h, int pool, size_t rounded,
     return reserved + need > h->budget ? reserved + need - h->budget : 0;
 }
 
+/* The segments policy's decisions, which the arena shares: where the
+ * device has no virtual memory the arena falls back to segments and must
+ * decide there exactly as the segments policy does, so the two tables
+ * differ only in their name and the arena flag.
+ *
+ * A large block keeps a remainder of 1 MiB or less: no large request could
+ * use it, and not splitting saves a split and a merge per use (the replays
+ * of real traces need the same memory either way). */
+#define VG_SEGMENT_DECISIONS                                     \
+    .split_min = {VG_ALIGN, VG_SMALL_REQUEST + VG_ALIGN},        \
+    .segment_size = default_segment_size,                        \
+    .fallback_segment_size = minimal_segment,                    \
+    .keep_whole_from = VG_OVERSIZE_REMAINDER,                    \
+    .keep_whole = default_keep_whole,                            \
+    .swap_kept_whole = default_swap_kept_whole,                  \
+    .stream_release = default_stream_release,                    \
+    .refit_after_sync = true
+
 const vg_policy vg_policy_default = {
     .name = "segments",
-    /* A large block keeps a remainder of 1 MiB or less: no large request
-     * could use it, and not splitting saves a split and a merge per use
-     * (the replays of real traces need the same memory either way). */
-    .split_min = {VG_ALIGN, VG_SMALL_REQUEST + VG_ALIGN},
-    .segment_size = default_segment_size,
-    .fallback_segment_size = minimal_segment,
-    .keep_whole_from = VG_OVERSIZE_REMAINDER,
-    .keep_whole = default_keep_whole,
-    .swap_kept_whole = default_swap_kept_whole,
-    .stream_release = default_stream_release,
-    .refit_after_sync = true,
+    VG_SEGMENT_DECISIONS,
 };
 
 /* The arena (arena.c) where the device has virtual memory; where it has
  * not, the segments policy's decisions, as they are. */
 const vg_policy vg_policy_arena = {
     .name = "arena",
-    .split_min = {VG_ALIGN, VG_SMALL_REQUEST + VG_ALIGN},
-    .segment_size = default_segment_size,
-    .fallback_segment_size = minimal_segment,
-    .keep_whole_from = VG_OVERSIZE_REMAINDER,
-    .keep_whole = default_keep_whole,
-    .swap_kept_whole = default_swap_kept_whole,
-    .stream_release = default_stream_release,
-    .refit_after_sync = true,
+    VG_SEGMENT_DECISIONS,
     .arena = true,
 };
 

@@ -2,17 +2,10 @@
  * "would this fit in 15 GiB?" and behind the policy comparisons. It runs
  * in C so that a bisection over budgets replays millions of ops a second. */
 #include "heap_internal.h"
+#include "replay_loop.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 const char vg_trace_out_of_memory[] = "out of host memory";
 
@@ -82,29 +75,44 @@ int vg_trace_peak_live(const vg_trace_ops *t, uint64_t *peak_out)
     return rc;
 }
 
-typedef struct window {
-    vg_replay_sample *samples;
-    size_t capacity, count, width, filled;
-    vg_replay_sample current;
-} window;
-
-static void window_note(window *w, uint64_t op, const vg_stats *st)
+/* The heap as the replay loop drives it. */
+static void *heap_alloc(void *h, uint64_t size, uint64_t stream)
 {
-    if (!w->samples || w->count >= w->capacity) return;
-    vg_replay_sample *c = &w->current;
-    uint64_t req = (uint64_t)st->requested_bytes[VG_STAT_ALL].current;
-    uint64_t alloc = (uint64_t)st->allocated_bytes[VG_STAT_ALL].current;
-    uint64_t res = (uint64_t)st->reserved_bytes[VG_STAT_ALL].current;
-    if (req > c->requested) c->requested = req;
-    if (alloc > c->allocated) c->allocated = alloc;
-    if (res > c->reserved) c->reserved = res;
-    c->op = op;
-    if (++w->filled == w->width) {
-        w->samples[w->count++] = *c;
-        memset(c, 0, sizeof *c);
-        w->filled = 0;
-    }
+    return vg_heap_alloc(h, size, stream, NULL);
 }
+
+static void heap_free(void *h, void *p)
+{
+    vg_heap_free(h, p);
+}
+
+static void heap_empty_cache(void *h)
+{
+    vg_heap_empty_cache(h);
+}
+
+static void heap_synchronize(void *h)
+{
+    vg_heap_synchronize(h);
+}
+
+/* The replay owns the heap: its counters can be read without the lock. */
+static void heap_levels(const void *h, vg_replay_sample *now)
+{
+    const vg_stats *st = &((const vg_heap *)h)->stats;
+    now->requested = (uint64_t)st->requested_bytes[VG_STAT_ALL].current;
+    now->allocated = (uint64_t)st->allocated_bytes[VG_STAT_ALL].current;
+    now->reserved = (uint64_t)st->reserved_bytes[VG_STAT_ALL].current;
+}
+
+static const vg_replay_engine heap_engine = {
+    .alloc = heap_alloc,
+    .free = heap_free,
+    .empty_cache = heap_empty_cache,
+    .synchronize = heap_synchronize,
+    .levels = heap_levels,
+    .host_failed = NULL, /* a heap that cannot get host memory refuses: an OOM */
+};
 
 int vg_replay(vg_heap *h, const vg_trace_ops *t, vg_replay_sample *samples, size_t nsamples,
               size_t window_ops, vg_replay_result *out)
@@ -113,39 +121,8 @@ int vg_replay(vg_heap *h, const vg_trace_ops *t, vg_replay_sample *samples, size
     if (!ptr) return VG_ERR_NOMEM;
     memset(out, 0, sizeof *out);
     out->first_oom = -1;
-    window w = {samples, nsamples, 0, window_ops ? window_ops : 1, 0, {0, 0, 0, 0}};
-    /* The replay owns the heap: its counters can be read without the lock. */
+    vg__replay_loop(t, &heap_engine, h, ptr, samples, nsamples, window_ops, out);
     const vg_stats *st = &h->stats;
-    double t0 = now_s();
-    for (size_t i = 0; i < t->n; i++) {
-        switch (t->kinds[i]) {
-        case VG_OP_ALLOC:
-            ptr[t->ids[i]] = vg_heap_alloc(h, t->sizes[i], t->streams[i], NULL);
-            out->allocs++;
-            if (!ptr[t->ids[i]]) {
-                if (out->first_oom < 0) out->first_oom = (int64_t)i;
-                out->ooms++;
-            }
-            break;
-        case VG_OP_FREE:
-            /* An allocation that failed has nothing to free. */
-            if (ptr[t->ids[i]]) vg_heap_free(h, ptr[t->ids[i]]);
-            ptr[t->ids[i]] = NULL;
-            out->frees++;
-            break;
-        case VG_OP_EMPTY_CACHE:
-            vg_heap_empty_cache(h);
-            break;
-        case VG_OP_SYNCHRONIZE:
-            vg_heap_synchronize(h);
-            break;
-        }
-        if (samples) window_note(&w, i, st);
-    }
-    out->seconds = now_s() - t0;
-    if (samples && w.filled && w.count < w.capacity) samples[w.count++] = w.current;
-    out->ops = t->n;
-    out->samples = w.count;
     out->peak_requested = (uint64_t)st->requested_bytes[VG_STAT_ALL].peak;
     out->peak_allocated = (uint64_t)st->allocated_bytes[VG_STAT_ALL].peak;
     out->peak_reserved = (uint64_t)st->reserved_bytes[VG_STAT_ALL].peak;

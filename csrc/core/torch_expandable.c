@@ -21,11 +21,11 @@
 #include "vramguard/expandable.h"
 
 #include "debug.h"
+#include "replay_loop.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* kMinBlockSize and kSmallSize of CUDACachingAllocator.cpp are vramguard's
  * own rounding and small-pool limit (common.h); pages are whole granules. */
@@ -135,6 +135,42 @@ static void drop_block(emu *e, xblock *b)
     b->next = e->free_blocks;
     e->free_blocks = b;
 }
+
+/* A new block beside b, in its stream and segment: [off, off + size),
+ * mapped or not, in no set yet; NULL when the host runs out. */
+static xblock *new_piece(emu *e, const xblock *b, uint64_t off, uint64_t size, bool mapped)
+{
+    xblock *x = new_block(e);
+    if (!x) return NULL;
+    x->stream = b->stream;
+    x->segment = b->segment;
+    x->off = off;
+    x->size = size;
+    x->mapped = mapped;
+    return x;
+}
+
+#if VG_DEBUG_CHECKS
+static size_t set_size(const xblock *t)
+{
+    return t ? 1 + set_size(t->left) + set_size(t->right) : 0;
+}
+
+/* Every record taken from the chunks is free for reuse, in one of the
+ * pools' sets, or live (allocated): none is lost, on any path, the host's
+ * refusals midway included. */
+static bool records_accounted(const emu *e, void *const *live, size_t nids)
+{
+    size_t taken = 0, held = 0;
+    for (const chunk *c = e->chunks; c; c = c->next)
+        taken += c == e->chunks ? e->chunk_used : CHUNK_BLOCKS;
+    for (const xblock *b = e->free_blocks; b; b = b->next) held++;
+    for (int i = 0; i < 2; i++)
+        held += set_size(e->pools[i].blocks) + set_size(e->pools[i].unmapped);
+    for (size_t i = 0; i < nids; i++) held += live[i] != NULL;
+    return taken == held;
+}
+#endif
 
 /* ------------------------------------------------------------------ */
 /* The ordered sets: treaps keyed as PyTorch's std::set comparators     */
@@ -396,14 +432,11 @@ static bool map_block(emu *e, pool *p, xblock *b, uint64_t size)
     uint64_t bytes = (last - first) * page;
     if (bytes > e->capacity - e->mapped) return false; /* CUDA_ERROR_OUT_OF_MEMORY */
     xblock *rest = NULL;
-    if (bytes < b->size && !(rest = new_block(e))) return false;
+    if (bytes < b->size && !(rest = new_piece(e, b, b->off + bytes, b->size - bytes, false)))
+        return false;
     set_erase(&p->unmapped, b, false);
     b->mapped = true;
     if (rest) {
-        rest->stream = b->stream;
-        rest->segment = b->segment;
-        rest->off = b->off + bytes;
-        rest->size = b->size - bytes;
         splice(rest, b, b->next);
         set_insert(&p->unmapped, rest, false);
         b->size = bytes;
@@ -429,24 +462,20 @@ static bool unmap_block(emu *e, pool *p, xblock *b)
     uint64_t last = (b->off + b->size) / page;   /* segmentLeft */
     if (first >= last) return true;
     uint64_t before = first * page - b->off, after = b->off + b->size - last * page;
-    xblock *head = before ? new_block(e) : NULL, *tail = after ? new_block(e) : NULL;
-    if ((before && !head) || (after && !tail)) return false;
+    /* Both pieces or neither: a head taken when the tail is refused goes
+     * back, else its record would be lost to the replay. */
+    xblock *head = NULL, *tail = NULL;
+    if (before && !(head = new_piece(e, b, b->off, before, true))) return false;
+    if (after && !(tail = new_piece(e, b, last * page, after, true))) {
+        if (head) drop_block(e, head);
+        return false;
+    }
     pool_remove_free(p, b);
     if (head) {
-        head->stream = b->stream;
-        head->segment = b->segment;
-        head->off = b->off;
-        head->size = before;
-        head->mapped = true;
         splice(head, b->prev, b);
         pool_add_free(p, head);
     }
     if (tail) {
-        tail->stream = b->stream;
-        tail->segment = b->segment;
-        tail->off = last * page;
-        tail->size = after;
-        tail->mapped = true;
         splice(tail, b, b->next);
         pool_add_free(p, tail);
     }
@@ -468,6 +497,22 @@ static bool unmap_block(emu *e, pool *p, xblock *b)
 /* Segments                                                            */
 /* ------------------------------------------------------------------ */
 
+/* The live segments' list, which teardown frees. */
+static void link_segment(emu *e, seg *s)
+{
+    s->prev_live = NULL;
+    s->next_live = e->segments;
+    if (e->segments) e->segments->prev_live = s;
+    e->segments = s;
+}
+
+static void unlink_segment(emu *e, seg *s)
+{
+    if (s->prev_live) s->prev_live->next_live = s->next_live;
+    else e->segments = s->next_live;
+    if (s->next_live) s->next_live->prev_live = s->prev_live;
+}
+
 /* The ExpandableSegment constructor (called from find_expandable_block):
  * reserves 9/8 of the device's memory, in whole pages, maps nothing. Its
  * one block is unmapped. */
@@ -484,10 +529,7 @@ static xblock *new_segment(emu *e, pool *p, uint64_t stream, int which)
     s->page = p->page;
     s->va = e->va_bytes[which];
     s->which = which;
-    s->prev_live = NULL;
-    s->next_live = e->segments;
-    if (e->segments) e->segments->prev_live = s;
-    e->segments = s;
+    link_segment(e, s);
     b->stream = stream;
     b->segment = s;
     b->size = s->va;
@@ -503,9 +545,7 @@ static void release_segment(emu *e, pool *p, xblock *b)
 {
     seg *s = b->segment;
     set_erase(&p->unmapped, b, false);
-    if (s->prev_live) s->prev_live->next_live = s->next_live;
-    else e->segments = s->next_live;
-    if (s->next_live) s->next_live->prev_live = s->prev_live;
+    unlink_segment(e, s);
     free(s);
     drop_block(e, b);
     e->live_segments--;
@@ -637,13 +677,8 @@ static uint64_t round_size(uint64_t size)
 static xblock *alloc_found_block(emu *e, pool *p, xblock *b, uint64_t size, uint64_t requested)
 {
     if (b->size - size >= MIN_BLOCK) {
-        xblock *front = new_block(e);
+        xblock *front = new_piece(e, b, b->off, size, true);
         if (!front) return NULL;
-        front->stream = b->stream;
-        front->segment = b->segment;
-        front->off = b->off;
-        front->size = size;
-        front->mapped = true;
         splice(front, b->prev, b);
         b->off += size;
         b->size -= size;
@@ -701,35 +736,6 @@ static void emu_free(emu *e, xblock *b)
 /* The replay                                                          */
 /* ------------------------------------------------------------------ */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-typedef struct window {
-    vg_replay_sample *samples;
-    size_t capacity, count, width, filled;
-    vg_replay_sample current;
-} window;
-
-/* One op into the current window of the memory curve (maxima). */
-static void window_note(window *w, uint64_t op, const emu *e)
-{
-    if (!w->samples || w->count >= w->capacity) return;
-    vg_replay_sample *c = &w->current;
-    if (e->requested > c->requested) c->requested = e->requested;
-    if (e->allocated > c->allocated) c->allocated = e->allocated;
-    if (e->mapped > c->reserved) c->reserved = e->mapped;
-    c->op = op;
-    if (++w->filled == w->width) {
-        w->samples[w->count++] = *c;
-        memset(c, 0, sizeof *c);
-        w->filled = 0;
-    }
-}
-
 static bool valid_page(uint64_t page)
 {
     return page && page % PAGE_GRANULE == 0 && page <= MAX_DEVICE_TOTAL;
@@ -770,11 +776,9 @@ static void teardown(emu *e)
     free(e->scratch);
 }
 
-static void finish(const emu *e, const vg_trace_ops *t, const window *w, vg_expandable_result *out)
+static void finish(const emu *e, vg_expandable_result *out)
 {
     vg_replay_result *r = &out->replay;
-    r->ops = t->n;
-    r->samples = w->count;
     r->peak_requested = e->peak_requested;
     r->peak_allocated = e->peak_allocated;
     r->peak_reserved = e->peak_mapped;
@@ -782,33 +786,43 @@ static void finish(const emu *e, const vg_trace_ops *t, const window *w, vg_expa
     r->device_free = out->unmap_calls;
 }
 
-/* One op; false when the host ran out of memory. */
-static bool run_op(emu *e, const vg_trace_ops *t, size_t i, xblock **live)
+/* The emulation as the replay loop drives it. */
+static void *engine_alloc(void *e, uint64_t size, uint64_t stream)
 {
-    vg_replay_result *r = &e->out->replay;
-    uint32_t id = t->ids ? t->ids[i] : 0;
-    switch (t->kinds[i]) {
-    case VG_OP_ALLOC:
-        live[id] = emu_malloc(e, t->sizes[i], t->streams ? t->streams[i] : 0);
-        r->allocs++;
-        if (!live[id] && !e->nomem) {
-            if (r->first_oom < 0) r->first_oom = (int64_t)i;
-            r->ooms++;
-        }
-        break;
-    case VG_OP_FREE:
-        if (live[id]) emu_free(e, live[id]); /* a refused allocation frees nothing */
-        live[id] = NULL;
-        r->frees++;
-        break;
-    case VG_OP_EMPTY_CACHE: /* emptyCache */
-        release_cached_blocks(e);
-        break;
-    default: /* VG_OP_SYNCHRONIZE: the allocator is not involved */
-        break;
-    }
-    return !e->nomem;
+    return emu_malloc(e, size, stream);
 }
+
+static void engine_free(void *e, void *b)
+{
+    emu_free(e, b);
+}
+
+static void engine_empty_cache(void *e) /* emptyCache */
+{
+    release_cached_blocks(e);
+}
+
+static void engine_levels(const void *self, vg_replay_sample *now)
+{
+    const emu *e = self;
+    now->requested = e->requested;
+    now->allocated = e->allocated;
+    now->reserved = e->mapped;
+}
+
+static bool engine_host_failed(const void *e)
+{
+    return ((const emu *)e)->nomem;
+}
+
+static const vg_replay_engine emu_engine = {
+    .alloc = engine_alloc,
+    .free = engine_free,
+    .empty_cache = engine_empty_cache,
+    .synchronize = NULL, /* the allocator is not involved */
+    .levels = engine_levels,
+    .host_failed = engine_host_failed,
+};
 
 int vg_expandable_replay(const vg_trace_ops *t, const vg_expandable_config *config,
                          vg_replay_sample *samples, size_t nsamples, size_t window_ops,
@@ -819,18 +833,12 @@ int vg_expandable_replay(const vg_trace_ops *t, const vg_expandable_config *conf
     emu e;
     memset(&e, 0, sizeof e);
     if (!setup(&e, config)) return VG_ERR_ARG;
-    xblock **live = calloc(t->nids ? t->nids : 1, sizeof *live);
+    void **live = calloc(t->nids ? t->nids : 1, sizeof *live);
     if (!live) return VG_ERR_NOMEM;
     e.out = out;
-    window w = {samples, nsamples, 0, window_ops ? window_ops : 1, 0, {0, 0, 0, 0}};
-    double t0 = now_s();
-    bool ok = true;
-    for (size_t i = 0; ok && i < t->n; i++) {
-        ok = run_op(&e, t, i, live);
-        if (samples) window_note(&w, i, &e);
-    }
-    out->replay.seconds = now_s() - t0;
-    if (samples && w.filled && w.count < w.capacity) samples[w.count++] = w.current;
+    bool ok = vg__replay_loop(t, &emu_engine, &e, live, samples, nsamples, window_ops,
+                              &out->replay);
+    vg_assert_internal(records_accounted(&e, live, t->nids));
     free(live);
     teardown(&e);
     if (!ok) {
@@ -838,6 +846,6 @@ int vg_expandable_replay(const vg_trace_ops *t, const vg_expandable_config *conf
         out->replay.first_oom = -1;
         return VG_ERR_NOMEM;
     }
-    finish(&e, t, &w, out);
+    finish(&e, out);
     return VG_OK;
 }

@@ -107,15 +107,23 @@ static bool injected_fault(vg_sim *sim)
     return false;
 }
 
+/* A device error as CUDA would report it; VG_ERR_DEVICE. */
+static int report_error(vg_sim *sim, int code, const char *call, const char *name,
+                        const char *text)
+{
+    vg_device_error *e = &sim->base.error;
+    e->code = code;
+    snprintf(e->call, sizeof e->call, "%s", call);
+    snprintf(e->name, sizeof e->name, "%s", name);
+    snprintf(e->text, sizeof e->text, "%s", text);
+    return VG_ERR_DEVICE;
+}
+
 /* What CUDA reports after a kernel's illegal memory access. */
 static int device_error(vg_sim *sim, const char *call)
 {
-    vg_device_error *e = &sim->base.error;
-    e->code = 700;
-    snprintf(e->call, sizeof e->call, "%s", call);
-    snprintf(e->name, sizeof e->name, "cudaErrorIllegalAddress");
-    snprintf(e->text, sizeof e->text, "an illegal memory access was encountered");
-    return VG_ERR_DEVICE;
+    return report_error(sim, 700, call, "cudaErrorIllegalAddress",
+                        "an illegal memory access was encountered");
 }
 
 /* Is the device failing now? `reserves` counts the current reserve. */
@@ -131,13 +139,22 @@ static uintptr_t segments_end(const vg_sim *sim)
     return sim->base.page_size ? SIM_RANGE_BASE : SIM_END;
 }
 
+/* What a reserve and a map have in common: one more call in the sequence
+ * fault injection counts, which may fail the device or be refused, and
+ * `size` more bytes against the capacity. VG_OK: the call may go on. */
+static int take_memory(vg_sim *sim, size_t size, const char *call)
+{
+    sim->reserves++;
+    if (device_failing(sim)) return device_error(sim, call);
+    if (injected_fault(sim)) return VG_ERR_NOMEM;
+    return size > sim->capacity - sim->used ? VG_ERR_NOMEM : VG_OK;
+}
+
 static int sim_reserve(vg_device *dev, size_t size, uintptr_t *addr)
 {
     vg_sim *sim = as_sim(dev);
-    sim->reserves++;
-    if (device_failing(sim)) return device_error(sim, "cudaMalloc");
-    if (injected_fault(sim)) return VG_ERR_NOMEM;
-    if (size > sim->capacity - sim->used) return VG_ERR_NOMEM;
+    int rc = take_memory(sim, size, "cudaMalloc");
+    if (rc != VG_OK) return rc;
     /* next_addr and the end are granule-aligned, so a size that fits fits
      * rounded up too, and the rounding cannot overflow. */
     uintptr_t end = segments_end(sim);
@@ -188,12 +205,7 @@ static bool pages_ok(const vg_sim *sim, uintptr_t addr, size_t size)
 
 static int invalid_value(vg_sim *sim, const char *call)
 {
-    vg_device_error *e = &sim->base.error;
-    e->code = 1;
-    snprintf(e->call, sizeof e->call, "%s", call);
-    snprintf(e->name, sizeof e->name, "CUDA_ERROR_INVALID_VALUE");
-    snprintf(e->text, sizeof e->text, "invalid argument");
-    return VG_ERR_DEVICE;
+    return report_error(sim, 1, call, "CUDA_ERROR_INVALID_VALUE", "invalid argument");
 }
 
 static int sim_range_reserve(vg_device *dev, size_t size, uintptr_t *addr)
@@ -220,10 +232,8 @@ static int sim_map(vg_device *dev, uintptr_t addr, size_t size)
 {
     vg_sim *sim = as_sim(dev);
     if (!pages_ok(sim, addr, size)) return invalid_value(sim, "cuMemMap");
-    sim->reserves++;
-    if (device_failing(sim)) return device_error(sim, "cuMemMap");
-    if (injected_fault(sim)) return VG_ERR_NOMEM;
-    if (size > sim->capacity - sim->used) return VG_ERR_NOMEM;
+    int rc = take_memory(sim, size, "cuMemMap");
+    if (rc != VG_OK) return rc;
     sim->used += size;
     sim->maps++;
     return VG_OK;
@@ -300,26 +310,27 @@ static void sim_destroy(vg_device *dev)
         pthread_mutex_unlock(&(sim)->lock);  \
     } while (0)
 
-static int locked_reserve(vg_device *dev, size_t size, uintptr_t *addr)
-{
-    int rc;
-    LOCKED(as_sim(dev), rc = sim_reserve(dev, size, addr));
-    return rc;
-}
+/* locked_OP: sim_OP under the mutex; synchronize, which waits at the
+ * test's hold first, is written out below. */
+#define LOCKED_OP(op, params, args)              \
+    static int locked_##op params                \
+    {                                            \
+        int rc;                                  \
+        LOCKED(as_sim(dev), rc = sim_##op args); \
+        return rc;                               \
+    }
 
-static int locked_release(vg_device *dev, uintptr_t addr, size_t size)
-{
-    int rc;
-    LOCKED(as_sim(dev), rc = sim_release(dev, addr, size));
-    return rc;
-}
-
-static int locked_mem_info(vg_device *dev, size_t *free_bytes, size_t *total_bytes)
-{
-    int rc;
-    LOCKED(as_sim(dev), rc = sim_mem_info(dev, free_bytes, total_bytes));
-    return rc;
-}
+LOCKED_OP(reserve, (vg_device *dev, size_t size, uintptr_t *addr), (dev, size, addr))
+LOCKED_OP(release, (vg_device *dev, uintptr_t addr, size_t size), (dev, addr, size))
+LOCKED_OP(mem_info, (vg_device *dev, size_t *free_bytes, size_t *total_bytes),
+          (dev, free_bytes, total_bytes))
+LOCKED_OP(event_record, (vg_device *dev, int device, vg_stream_t stream, vg_event_t *ev),
+          (dev, device, stream, ev))
+LOCKED_OP(event_query, (vg_device *dev, vg_event_t ev), (dev, ev))
+LOCKED_OP(range_reserve, (vg_device *dev, size_t size, uintptr_t *addr), (dev, size, addr))
+LOCKED_OP(range_release, (vg_device *dev, uintptr_t addr, size_t size), (dev, addr, size))
+LOCKED_OP(map, (vg_device *dev, uintptr_t addr, size_t size), (dev, addr, size))
+LOCKED_OP(unmap, (vg_device *dev, uintptr_t addr, size_t size), (dev, addr, size))
 
 static void wait_at_hold(vg_sim *sim)
 {
@@ -336,48 +347,6 @@ static int locked_synchronize(vg_device *dev)
     wait_at_hold(as_sim(dev));
     int rc;
     LOCKED(as_sim(dev), rc = sim_synchronize(dev));
-    return rc;
-}
-
-static int locked_event_record(vg_device *dev, int device, vg_stream_t stream, vg_event_t *ev)
-{
-    int rc;
-    LOCKED(as_sim(dev), rc = sim_event_record(dev, device, stream, ev));
-    return rc;
-}
-
-static int locked_event_query(vg_device *dev, vg_event_t ev)
-{
-    int rc;
-    LOCKED(as_sim(dev), rc = sim_event_query(dev, ev));
-    return rc;
-}
-
-static int locked_range_reserve(vg_device *dev, size_t size, uintptr_t *addr)
-{
-    int rc;
-    LOCKED(as_sim(dev), rc = sim_range_reserve(dev, size, addr));
-    return rc;
-}
-
-static int locked_range_release(vg_device *dev, uintptr_t addr, size_t size)
-{
-    int rc;
-    LOCKED(as_sim(dev), rc = sim_range_release(dev, addr, size));
-    return rc;
-}
-
-static int locked_map(vg_device *dev, uintptr_t addr, size_t size)
-{
-    int rc;
-    LOCKED(as_sim(dev), rc = sim_map(dev, addr, size));
-    return rc;
-}
-
-static int locked_unmap(vg_device *dev, uintptr_t addr, size_t size)
-{
-    int rc;
-    LOCKED(as_sim(dev), rc = sim_unmap(dev, addr, size));
     return rc;
 }
 

@@ -38,8 +38,30 @@ DEFAULT_POOL = (0, 0)
 _TRACE_DEVICE = 1 << 50
 
 
+#: The events that change the reserved bytes: PyTorch's action for each,
+#: and whether it adds its size (+1) or takes it away (-1).
+_SEGMENT_ACTIONS = {
+    EV_RESERVE: ("segment_alloc", 1), EV_RELEASE: ("segment_free", -1),
+    EV_MAP: ("segment_map", 1), EV_UNMAP: ("segment_unmap", -1),
+}
+
+
 def _no_frames(_event):
     return []
+
+
+def _frames_made_once(frames_of_stack):
+    """stack -> PyTorch's frame dicts from `frames_of_stack(stack)`'s
+    (file, line, name) tuples, each stack's made once: an allocation site
+    recurs thousands of times in a recording."""
+    made = {}
+
+    def frames(stack):
+        if stack not in made:
+            made[stack] = [{"filename": f, "line": line, "name": name} for f, line, name in frames_of_stack(stack)]
+        return made[stack]
+
+    return frames
 
 
 def trace_entries(data, reserved_start=0, budget=0, frames_of=_no_frames):
@@ -66,18 +88,10 @@ def trace_entries(data, reserved_start=0, budget=0, frames_of=_no_frames):
         elif kind == EV_FREE:
             entries.append(_entry("free_requested", addr, requested, stream, time_ns, frames))
             entries.append(_entry("free_completed", addr, requested, stream, time_ns, frames))
-        elif kind == EV_RESERVE:
-            reserved += size
-            entries.append(_entry("segment_alloc", addr, size, stream, time_ns, frames))
-        elif kind == EV_RELEASE:
-            reserved -= size
-            entries.append(_entry("segment_free", addr, size, stream, time_ns, frames))
-        elif kind == EV_MAP:
-            reserved += size
-            entries.append(_entry("segment_map", addr, size, stream, time_ns, frames))
-        elif kind == EV_UNMAP:
-            reserved -= size
-            entries.append(_entry("segment_unmap", addr, size, stream, time_ns, frames))
+        elif kind in _SEGMENT_ACTIONS:
+            action, sign = _SEGMENT_ACTIONS[kind]
+            reserved += sign * size
+            entries.append(_entry(action, addr, size, stream, time_ns, frames))
         elif kind == EV_OOM:
             entry = _entry("oom", 0, size, stream, time_ns, frames)
             del entry["addr"]  # PyTorch's oom carries device_free in its place
@@ -191,16 +205,11 @@ def _frames_source(rec):
     if not getattr(rec, "stacks", False):
         return _no_frames
     table, _ = capture_table()
-    made = {}
+    frames = _frames_made_once(lambda stack: table.frames_of(stack - 1))
 
     def frames_of(event):
         stack = event[-1]
-        if not 0 < stack <= len(table):
-            return []
-        if stack not in made:
-            made[stack] = [{"filename": f, "line": line, "name": name}
-                           for f, line, name in table.frames_of(stack - 1)]
-        return made[stack]
+        return frames(stack) if 0 < stack <= len(table) else []
 
     return frames_of
 
@@ -266,18 +275,13 @@ def _trace_frames_source(trace):
     if not trace.has_stacks:
         return _no_frames
     alloc_ops = iter([op for op, kind in enumerate(trace.kinds) if kind == ALLOC])
-    made = {}
+    frames = _frames_made_once(trace.stacks.frames_of)
 
     def frames_of(event):
         if event[5] != EV_ALLOC:
             return []
         stack = trace.stack_of(next(alloc_ops, -1))
-        if stack is None:
-            return []
-        if stack not in made:
-            made[stack] = [{"filename": f, "line": line, "name": name}
-                           for f, line, name in trace.stacks.frames_of(stack)]
-        return made[stack]
+        return [] if stack is None else frames(stack)
 
     return frames_of
 

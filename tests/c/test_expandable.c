@@ -3,12 +3,49 @@
  * in the comments; then a seeded random trace against its invariants. */
 #include "vramguard/expandable.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "harness.h"
 
 #define MiB ((uint64_t)1 << 20)
 #define MAX_OPS 4096
+
+/* The host running out: this test is linked with malloc, calloc and
+ * realloc wrapped (the Makefile's --wrap), so that once host_allows is set
+ * to n >= 0 the first n host allocations succeed and every later one is
+ * refused, as on a host out of memory. -1: no limit. */
+void *__real_malloc(size_t size);
+void *__real_calloc(size_t n, size_t size);
+void *__real_realloc(void *p, size_t size);
+void *__wrap_malloc(size_t size);
+void *__wrap_calloc(size_t n, size_t size);
+void *__wrap_realloc(void *p, size_t size);
+
+static long host_allows = -1;
+
+static int host_refuses(void)
+{
+    if (host_allows < 0) return 0;
+    if (host_allows == 0) return 1;
+    host_allows--;
+    return 0;
+}
+
+void *__wrap_malloc(size_t size)
+{
+    return host_refuses() ? NULL : __real_malloc(size);
+}
+
+void *__wrap_calloc(size_t n, size_t size)
+{
+    return host_refuses() ? NULL : __real_calloc(n, size);
+}
+
+void *__wrap_realloc(void *p, size_t size)
+{
+    return host_refuses() ? NULL : __real_realloc(p, size);
+}
 
 /* A trace under construction; one stream per op, ids named by the test. */
 typedef struct builder {
@@ -346,6 +383,64 @@ static void test_random_traces_keep_the_invariants(void)
     }
 }
 
+/* k small allocations (512 bytes each, one 2 MiB small page), then in
+ * the large pool, with 2 MiB pages: A 0-1.5 MiB and B 1.5-5.5 MiB, C
+ * 5.5-7 MiB; B freed, and empty_cache unmaps B's one whole page (2-4 MiB),
+ * leaving a head (1.5-2) and a tail (4-5.5) mapped. */
+static void build_head_and_tail_unmap(uint32_t k)
+{
+    reset();
+    for (uint32_t i = 0; i < k; i++) alloc(i, 512);
+    alloc(k, 3 * MiB / 2);
+    alloc(k + 1, 4 * MiB);
+    alloc(k + 2, 3 * MiB / 2);
+    release(k + 1);
+    empty_cache();
+}
+
+/* The host refusing an allocation midway: the replay says VG_ERR_NOMEM
+ * with its figures zeroed, and (as debug builds assert when a replay
+ * ends) no block record is lost. The case that lost one: with k = 4,088,
+ * the small allocations take k + 2 records and the large pool 5, all from
+ * the first chunk of 4,096 and none free, so the unmap's head takes the
+ * chunk's last record and its tail needs a new chunk: host allocation
+ * number 6 (after the ids' array, the first chunk, the two segments and
+ * release_blocks' list), which the host refuses. The head used to be kept
+ * from the replay then. Around it: every refusal point, a few chunk
+ * offsets either side. */
+static void test_the_host_running_out_midway_loses_no_record(void)
+{
+    vg_expandable_config config = {0, 0, 2 * MiB, 0};
+    for (uint32_t k = 4080; k <= 4090; k++) {
+        build_head_and_tail_unmap(k);
+        vg_trace_ops t = trace();
+        CHECK(vg_trace_validate(&t, NULL) == NULL);
+        vg_expandable_result whole, r;
+        CHECK_EQ(vg_expandable_replay(&t, &config, NULL, 0, 1, &whole), VG_OK);
+        CHECK_EQ(whole.unmap_calls, 1);
+        CHECK_EQ(whole.unmap_pages, 1);
+        CHECK_EQ(whole.replay.ooms, 0);
+        /* k + 9 records in all: from k = 4,088 on, a second chunk. */
+        long needs = k < 4088 ? 5 : 6;
+        for (long allows = 0; allows <= 6; allows++) {
+            host_allows = allows;
+            int rc = vg_expandable_replay(&t, &config, NULL, 0, 1, &r);
+            host_allows = -1;
+            if (allows >= needs) {
+                CHECK_EQ(rc, VG_OK);
+                CHECK(!memcmp(&r.map_calls, &whole.map_calls,
+                              sizeof r - offsetof(vg_expandable_result, map_calls)));
+                CHECK_EQ(r.replay.peak_reserved, whole.replay.peak_reserved);
+                continue;
+            }
+            CHECK_EQ(rc, VG_ERR_NOMEM);
+            CHECK_EQ(r.replay.ops, 0);
+            CHECK_EQ(r.unmap_calls, 0);
+            CHECK_EQ(r.replay.first_oom, -1);
+        }
+    }
+}
+
 #define T(fn) {#fn, fn}
 static const harness_test tests[] = {
     T(test_a_request_over_1_mib_maps_a_20_mib_page),
@@ -360,6 +455,7 @@ static const harness_test tests[] = {
     T(test_requests_larger_than_the_device_are_ooms),
     T(test_many_holes_none_of_which_fit),
     T(test_random_traces_keep_the_invariants),
+    T(test_the_host_running_out_midway_loses_no_record),
 };
 
 int main(int argc, char **argv)
