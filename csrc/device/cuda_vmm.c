@@ -1,6 +1,7 @@
 /* The CUDA provider's virtual memory calls, for the arena: address space
  * from cuMemAddressReserve, memory put behind it page by page with
- * cuMemCreate + cuMemMap + cuMemSetAccess, and taken back with cuMemUnmap.
+ * cuMemCreate + cuMemMap, made accessible with cuMemSetAccess, and taken
+ * back with cuMemUnmap.
  *
  * The driver is the one PyTorch's runtime uses: its functions are asked of
  * that runtime (cudaGetDriverEntryPointByVersion, else
@@ -12,6 +13,12 @@
  * unmapped later. Its handle is released as soon as it is mapped: the
  * mapping keeps the memory alive, and unmapping it gives the memory back,
  * so there is no handle to keep per page.
+ *
+ * Driver calls, each tens of microseconds on a GPU and made with the
+ * heap's lock held, so as few as the driver allows: a run of N pages is
+ * mapped with N cuMemCreate + N cuMemMap (the driver maps one allocation
+ * per call) + N cuMemRelease + one cuMemSetAccess over the whole run, and
+ * unmapped with one cuMemUnmap however many pages it spans.
  *
  * Errors: CUDA_ERROR_OUT_OF_MEMORY is VG_ERR_NOMEM (nothing stays mapped);
  * every other failure is VG_ERR_DEVICE with the driver's name and text.
@@ -282,27 +289,27 @@ int vg__cuda_range_release(vg_device *dev, uintptr_t addr, size_t size)
 /* Pages                                                               */
 /* ------------------------------------------------------------------ */
 
-/* Unmaps `pages` pages from addr on, each its own allocation; stops at
- * the first failure, whose index is *failed_at (pages when none). */
-static int unmap_pages(vg_device *dev, uintptr_t addr, size_t pages, size_t *failed_at)
+/* Unmaps [addr, addr+size), one page's mapping or a run of them, in one
+ * call: cuMemUnmap must cover whole mappings ("the entire contiguous
+ * address range that was mapped to": it cannot cut one), and a run of
+ * adjacent ones is such a range, as NVIDIA's own growable-vector sample
+ * unmaps all its handles with one cuMemUnmap. Pages are each their own
+ * mapping, so any run of them qualifies. A refused call is taken to have
+ * unmapped nothing (the driver checks the whole range before it changes
+ * any of it), so that "all the pages or none" holds for the heap. */
+static int unmap_range(vg_device *dev, uintptr_t addr, size_t size)
 {
-    for (size_t i = 0; i < pages; i++) {
-        cu_result err = drv.MemUnmap((cu_deviceptr)(addr + i * dev->page_size), dev->page_size);
-        if (err != CUDA_SUCCESS) {
-            *failed_at = i;
-            return failed(dev, "cuMemUnmap", err);
-        }
-    }
-    *failed_at = pages;
-    return VG_OK;
+    cu_result err = drv.MemUnmap((cu_deviceptr)addr, size);
+    return err == CUDA_SUCCESS ? VG_OK : failed(dev, "cuMemUnmap", err);
 }
 
-/* Undo of a map that failed part way: the pages it mapped go back. */
+/* Undo of a map that failed part way: the pages it mapped go back, and
+ * the error reported stays the first one. */
 static void unmap_quietly(vg_device *dev, uintptr_t addr, size_t pages)
 {
+    if (pages == 0) return;
     vg_device_error first = dev->error;
-    size_t at;
-    (void)unmap_pages(dev, addr, pages, &at);
+    (void)unmap_range(dev, addr, pages * dev->page_size);
     dev->error = first;
 }
 
@@ -357,23 +364,6 @@ int vg__cuda_map(vg_device *dev, uintptr_t addr, size_t size)
     return rc;
 }
 
-/* All the pages or none, as map: when the driver refuses one, the pages
- * before it are mapped again (fresh memory: the caller unmaps only free
- * pages, whose contents do not matter), so that the heap's books, which
- * keep them mapped, stay true. */
-static int unmap_run(vg_device *dev, uintptr_t addr, size_t size)
-{
-    size_t done;
-    int rc = unmap_pages(dev, addr, size / dev->page_size, &done);
-    if (rc == VG_OK || done == 0) return rc;
-    /* Should this fail too, the device is failing as a whole, and its next
-     * calls say so. */
-    vg_device_error first = dev->error;
-    (void)map_run(dev, addr, done * dev->page_size);
-    dev->error = first;
-    return rc;
-}
-
 int vg__cuda_unmap(vg_device *dev, uintptr_t addr, size_t size)
 {
     if (vg_capture_active(dev->index)) return VG_ERR_BUSY; /* the pages stay mapped */
@@ -381,7 +371,7 @@ int vg__cuda_unmap(vg_device *dev, uintptr_t addr, size_t size)
     int rc = vg__cuda_enter(dev, dev->index, &g);
     if (rc != VG_OK) return rc;
     vg__cuda_free_deferred(dev);
-    rc = unmap_run(dev, addr, size);
+    rc = unmap_range(dev, addr, size); /* all the pages or none */
     vg__cuda_leave(g);
     return rc;
 }
