@@ -184,10 +184,11 @@ static void describe(vg_device_error *e, const char *call, cu_result err)
     snprintf(e->text, sizeof e->text, "%s", text ? text : "unknown error");
 }
 
-static int failed(vg_device *dev, const char *call, cu_result err)
+/* The words go to the calling thread's record (vg_device_last_error). */
+static int failed(const char *call, cu_result err)
 {
     if (err == CU_ERROR_OUT_OF_MEMORY) return VG_ERR_NOMEM;
-    describe(&dev->error, call, err);
+    describe(vg_device_last_error(), call, err);
     return VG_ERR_DEVICE;
 }
 
@@ -254,7 +255,7 @@ void vg__cuda_vmm_probe(vg_device *dev, char *why, size_t n)
 int vg__cuda_range_reserve(vg_device *dev, size_t size, uintptr_t *addr)
 {
     device_guard g;
-    int rc = vg__cuda_enter(dev, dev->index, &g);
+    int rc = vg__cuda_enter(dev->index, &g);
     if (rc != VG_OK) return rc;
     vg__cuda_free_deferred(dev);
     int mode;
@@ -263,7 +264,7 @@ int vg__cuda_range_reserve(vg_device *dev, size_t size, uintptr_t *addr)
     cu_result err = drv.MemAddressReserve(&p, size, dev->page_size, 0, 0);
     vg__cuda_capture_restore(relaxed, &mode);
     vg__cuda_leave(g);
-    if (err != CUDA_SUCCESS) return failed(dev, "cuMemAddressReserve", err);
+    if (err != CUDA_SUCCESS) return failed("cuMemAddressReserve", err);
     *addr = (uintptr_t)p;
     return VG_OK;
 }
@@ -277,12 +278,12 @@ int vg__cuda_range_release(vg_device *dev, uintptr_t addr, size_t size)
 {
     if (vg_capture_active(dev->index) && vg__cuda_defer_free(dev->index, addr, size) == 0) return VG_OK;
     device_guard g;
-    int rc = vg__cuda_enter(dev, dev->index, &g);
+    int rc = vg__cuda_enter(dev->index, &g);
     if (rc != VG_OK) return rc;
     vg__cuda_free_deferred(dev);
     cu_result err = drv.MemAddressFree((cu_deviceptr)addr, size);
     vg__cuda_leave(g);
-    return err == CUDA_SUCCESS ? VG_OK : failed(dev, "cuMemAddressFree", err);
+    return err == CUDA_SUCCESS ? VG_OK : failed("cuMemAddressFree", err);
 }
 
 /* ------------------------------------------------------------------ */
@@ -297,10 +298,10 @@ int vg__cuda_range_release(vg_device *dev, uintptr_t addr, size_t size)
  * mapping, so any run of them qualifies. A refused call is taken to have
  * unmapped nothing (the driver checks the whole range before it changes
  * any of it), so that "all the pages or none" holds for the heap. */
-static int unmap_range(vg_device *dev, uintptr_t addr, size_t size)
+static int unmap_range(uintptr_t addr, size_t size)
 {
     cu_result err = drv.MemUnmap((cu_deviceptr)addr, size);
-    return err == CUDA_SUCCESS ? VG_OK : failed(dev, "cuMemUnmap", err);
+    return err == CUDA_SUCCESS ? VG_OK : failed("cuMemUnmap", err);
 }
 
 /* Undo of a map that failed part way: the pages it mapped go back, and
@@ -308,9 +309,10 @@ static int unmap_range(vg_device *dev, uintptr_t addr, size_t size)
 static void unmap_quietly(vg_device *dev, uintptr_t addr, size_t pages)
 {
     if (pages == 0) return;
-    vg_device_error first = dev->error;
-    (void)unmap_range(dev, addr, pages * dev->page_size);
-    dev->error = first;
+    vg_device_error *words = vg_device_last_error();
+    vg_device_error first = *words;
+    (void)unmap_range(addr, pages * dev->page_size);
+    *words = first;
 }
 
 /* One page's memory, mapped at `at`; its handle released at once (the
@@ -319,13 +321,13 @@ static int map_page(vg_device *dev, uintptr_t at, const cu_allocation_prop *prop
 {
     cu_handle h = 0;
     cu_result err = drv.MemCreate(&h, dev->page_size, prop, 0);
-    if (err != CUDA_SUCCESS) return failed(dev, "cuMemCreate", err);
+    if (err != CUDA_SUCCESS) return failed("cuMemCreate", err);
     err = drv.MemMap((cu_deviceptr)at, dev->page_size, 0, h, 0);
     cu_result released = drv.MemRelease(h);
-    if (err != CUDA_SUCCESS) return failed(dev, "cuMemMap", err);
+    if (err != CUDA_SUCCESS) return failed("cuMemMap", err);
     if (released != CUDA_SUCCESS) {
         (void)drv.MemUnmap((cu_deviceptr)at, dev->page_size);
-        return failed(dev, "cuMemRelease", released);
+        return failed("cuMemRelease", released);
     }
     return VG_OK;
 }
@@ -345,7 +347,7 @@ static int map_run(vg_device *dev, uintptr_t addr, size_t size)
     cu_access_desc access = {{CU_LOCATION_TYPE_DEVICE, dev->index}, CU_ACCESS_READWRITE};
     cu_result err = drv.MemSetAccess((cu_deviceptr)addr, size, &access, 1);
     if (err == CUDA_SUCCESS) return VG_OK;
-    int rc = failed(dev, "cuMemSetAccess", err);
+    int rc = failed("cuMemSetAccess", err);
     unmap_quietly(dev, addr, pages);
     return rc;
 }
@@ -353,7 +355,7 @@ static int map_run(vg_device *dev, uintptr_t addr, size_t size)
 int vg__cuda_map(vg_device *dev, uintptr_t addr, size_t size)
 {
     device_guard g;
-    int rc = vg__cuda_enter(dev, dev->index, &g);
+    int rc = vg__cuda_enter(dev->index, &g);
     if (rc != VG_OK) return rc;
     vg__cuda_free_deferred(dev);
     int mode;
@@ -368,10 +370,10 @@ int vg__cuda_unmap(vg_device *dev, uintptr_t addr, size_t size)
 {
     if (vg_capture_active(dev->index)) return VG_ERR_BUSY; /* the pages stay mapped */
     device_guard g;
-    int rc = vg__cuda_enter(dev, dev->index, &g);
+    int rc = vg__cuda_enter(dev->index, &g);
     if (rc != VG_OK) return rc;
     vg__cuda_free_deferred(dev);
-    rc = unmap_range(dev, addr, size); /* all the pages or none */
+    rc = unmap_range(addr, size); /* all the pages or none */
     vg__cuda_leave(g);
     return rc;
 }

@@ -108,9 +108,9 @@ static bool injected_fault(vg_sim *sim)
 }
 
 /* What CUDA reports after a kernel's illegal memory access. */
-static int device_error(vg_sim *sim, const char *call)
+static int device_error(const char *call)
 {
-    vg_device_error *e = &sim->base.error;
+    vg_device_error *e = vg_device_last_error();
     e->code = 700;
     snprintf(e->call, sizeof e->call, "%s", call);
     snprintf(e->name, sizeof e->name, "cudaErrorIllegalAddress");
@@ -135,7 +135,7 @@ static int sim_reserve(vg_device *dev, size_t size, uintptr_t *addr)
 {
     vg_sim *sim = as_sim(dev);
     sim->reserves++;
-    if (device_failing(sim)) return device_error(sim, "cudaMalloc");
+    if (device_failing(sim)) return device_error("cudaMalloc");
     if (injected_fault(sim)) return VG_ERR_NOMEM;
     if (size > sim->capacity - sim->used) return VG_ERR_NOMEM;
     /* next_addr and the end are granule-aligned, so a size that fits fits
@@ -172,7 +172,7 @@ static int sim_synchronize(vg_device *dev)
 {
     vg_sim *sim = as_sim(dev);
     if (sim->device_fail_sticky && device_failing(sim))
-        return device_error(sim, "cudaDeviceSynchronize");
+        return device_error("cudaDeviceSynchronize");
     if (sim->synchronize_answer != VG_OK) return sim->synchronize_answer;
     for (size_t i = 0; i < sim->nstreams; i++) sim->streams[i].completed = sim->streams[i].recorded;
     return VG_OK;
@@ -186,9 +186,9 @@ static bool pages_ok(const vg_sim *sim, uintptr_t addr, size_t size)
     return page && size && addr % page == 0 && size % page == 0 && addr >= SIM_RANGE_BASE;
 }
 
-static int invalid_value(vg_sim *sim, const char *call)
+static int invalid_value(const char *call)
 {
-    vg_device_error *e = &sim->base.error;
+    vg_device_error *e = vg_device_last_error();
     e->code = 1;
     snprintf(e->call, sizeof e->call, "%s", call);
     snprintf(e->name, sizeof e->name, "CUDA_ERROR_INVALID_VALUE");
@@ -200,7 +200,7 @@ static int sim_range_reserve(vg_device *dev, size_t size, uintptr_t *addr)
 {
     vg_sim *sim = as_sim(dev);
     size_t page = sim->base.page_size;
-    if (!page || !size || size % page) return invalid_value(sim, "cuMemAddressReserve");
+    if (!page || !size || size % page) return invalid_value("cuMemAddressReserve");
     if (sim->max_range && size > sim->max_range) return VG_ERR_NOMEM;
     /* next_range and SIM_END are page-aligned (pages are powers of two no
      * bigger than the granule), so this cannot wrap. */
@@ -213,15 +213,15 @@ static int sim_range_reserve(vg_device *dev, size_t size, uintptr_t *addr)
 static int sim_range_release(vg_device *dev, uintptr_t addr, size_t size)
 {
     vg_sim *sim = as_sim(dev);
-    return pages_ok(sim, addr, size) ? VG_OK : invalid_value(sim, "cuMemAddressFree");
+    return pages_ok(sim, addr, size) ? VG_OK : invalid_value("cuMemAddressFree");
 }
 
 static int sim_map(vg_device *dev, uintptr_t addr, size_t size)
 {
     vg_sim *sim = as_sim(dev);
-    if (!pages_ok(sim, addr, size)) return invalid_value(sim, "cuMemMap");
+    if (!pages_ok(sim, addr, size)) return invalid_value("cuMemMap");
     sim->reserves++;
-    if (device_failing(sim)) return device_error(sim, "cuMemMap");
+    if (device_failing(sim)) return device_error("cuMemMap");
     if (injected_fault(sim)) return VG_ERR_NOMEM;
     if (size > sim->capacity - sim->used) return VG_ERR_NOMEM;
     sim->used += size;
@@ -233,7 +233,7 @@ static int sim_unmap(vg_device *dev, uintptr_t addr, size_t size)
 {
     vg_sim *sim = as_sim(dev);
     if (sim->unmap_answer != VG_OK) return sim->unmap_answer;
-    if (!pages_ok(sim, addr, size) || size > sim->used) return invalid_value(sim, "cuMemUnmap");
+    if (!pages_ok(sim, addr, size) || size > sim->used) return invalid_value("cuMemUnmap");
     sim->used -= size;
     sim->unmaps++;
     return VG_OK;

@@ -193,15 +193,16 @@ static void test_other_errors_are_named(void)
     CHECK(dev);
     uintptr_t base = 0;
     CHECK_EQ(dev->ops->range_reserve(dev, 64 * MiB, &base), VG_OK);
+    vg_device_error *e = vg_device_last_error(); /* this thread's */
     for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) {
-        memset(&dev->error, 0, sizeof dev->error);
+        memset(e, 0, sizeof *e);
         CHECK_EQ(vg_fakecuda_fail_call(faults[i].api, faults[i].nth, faults[i].code), 0);
         CHECK_EQ(dev->ops->map(dev, base, 6 * MiB), VG_ERR_DEVICE);
-        if (strcmp(dev->error.call, faults[i].api) != 0) fprintf(stderr, "  call %s\n", dev->error.call);
-        CHECK(strcmp(dev->error.call, faults[i].api) == 0);
-        CHECK(strcmp(dev->error.name, faults[i].name) == 0);
-        CHECK_EQ(dev->error.code, faults[i].code);
-        CHECK(dev->error.text[0] && strcmp(dev->error.text, "unknown error") != 0);
+        if (strcmp(e->call, faults[i].api) != 0) fprintf(stderr, "  call %s\n", e->call);
+        CHECK(strcmp(e->call, faults[i].api) == 0);
+        CHECK(strcmp(e->name, faults[i].name) == 0);
+        CHECK_EQ(e->code, faults[i].code);
+        CHECK(e->text[0] && strcmp(e->text, "unknown error") != 0);
         CHECK_EQ(vg_fakecuda_bytes_in_use(0), 0); /* nothing stays mapped */
         CHECK_EQ(vg_fakecuda_live_allocations(0), 0);
         vg_fakecuda_reset();
@@ -212,8 +213,8 @@ static void test_other_errors_are_named(void)
     vg_fakecuda_reset();
     CHECK_EQ(vg_fakecuda_fail_call("cuMemUnmap", 1, 700), 0);
     CHECK_EQ(dev->ops->unmap(dev, base, 8 * MiB), VG_ERR_DEVICE);
-    CHECK(strcmp(dev->error.call, "cuMemUnmap") == 0);
-    CHECK(strcmp(dev->error.name, "CUDA_ERROR_ILLEGAL_ADDRESS") == 0);
+    CHECK(strcmp(e->call, "cuMemUnmap") == 0);
+    CHECK(strcmp(e->name, "CUDA_ERROR_ILLEGAL_ADDRESS") == 0);
     CHECK_EQ(calls("cuMemUnmap"), 1);
     CHECK_EQ(calls("cuMemCreate") + calls("cuMemMap") + calls("cuMemSetAccess"), 0);
     CHECK_EQ(vg_fakecuda_bytes_in_use(0), 8 * MiB);
