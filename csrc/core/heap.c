@@ -200,7 +200,7 @@ static void make_free(vg_heap *h, vg_block *blk)
 void vg__device_error(vg_heap *h)
 {
     h->stats.num_device_errors++;
-    h->device_error = h->dev->error;
+    h->device_error = *vg_device_last_error();
     h->device_failed = true;
 }
 
@@ -411,8 +411,8 @@ static int wait_for_device(vg_heap *h, vg_device_error *error)
     vg_lock_release(&h->lock);
     pthread_mutex_lock(&h->device_wait);
     int rc = h->dev->ops->synchronize(h->dev);
-    /* The provider's words, before the next synchronize can overwrite them. */
-    if (rc != VG_OK) *error = h->dev->error;
+    /* The provider's words, this thread's, copied before it next calls. */
+    if (rc != VG_OK) *error = *vg_device_last_error();
     pthread_mutex_unlock(&h->device_wait);
     vg_lock_acquire(&h->lock);
     h->device_waiters--;

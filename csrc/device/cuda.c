@@ -12,7 +12,9 @@
  * Errors: only cudaErrorMemoryAllocation is an out-of-memory (VG_ERR_NOMEM,
  * worth releasing cache for). Every other failure of a call on the path,
  * cudaSetDevice included, is VG_ERR_DEVICE with the runtime's own name and
- * description in vg_device.error. After a failed call the last error is
+ * description in the calling thread's record of it (vg_device_last_error:
+ * thread-local, because synchronize runs without the heap's lock while
+ * the other calls run under it). After a failed call the last error is
  * read (and so cleared, unless it is sticky), as PyTorch does, so that the
  * next kernel launch does not report our failure as its own.
  *
@@ -246,9 +248,10 @@ static void describe(vg_device_error *e, const char *call, cuda_error err)
     (void)rt.GetLastError();
 }
 
-static int failed(vg_device *dev, const char *call, cuda_error err)
+/* The words go to the calling thread's record (vg_device_last_error). */
+static int failed(const char *call, cuda_error err)
 {
-    describe(&dev->error, call, err);
+    describe(vg_device_last_error(), call, err);
     return VG_ERR_DEVICE;
 }
 
@@ -308,17 +311,17 @@ typedef struct vg_cuda {
 /* Run on a given device, then put the caller's device back: cudaMalloc
  * and friends act on the current device, which may be another. */
 
-static int enter(vg_device *dev, int device, device_guard *g)
+static int enter(int device, device_guard *g)
 {
     g->switched = 0;
     cuda_error err = rt.GetDevice(&g->previous);
-    if (err != CUDA_SUCCESS) return failed(dev, "cudaGetDevice", err);
+    if (err != CUDA_SUCCESS) return failed("cudaGetDevice", err);
     if (g->previous == device) return VG_OK;
     err = rt.SetDevice(device);
     if (err != CUDA_SUCCESS) {
         char call[32];
         snprintf(call, sizeof call, "cudaSetDevice(%d)", device);
-        return failed(dev, call, err);
+        return failed(call, err);
     }
     g->switched = 1;
     return VG_OK;
@@ -331,9 +334,9 @@ static void leave(device_guard g)
     if (g.switched && rt.SetDevice(g.previous) != CUDA_SUCCESS) (void)rt.GetLastError();
 }
 
-int vg__cuda_enter(vg_device *dev, int device, device_guard *g)
+int vg__cuda_enter(int device, device_guard *g)
 {
-    return enter(dev, device, g);
+    return enter(device, g);
 }
 
 void vg__cuda_leave(device_guard g)
@@ -439,7 +442,7 @@ static cuda_error malloc_capture_safe(int device, void **p, size_t size)
 static int cuda_reserve(vg_device *dev, size_t size, uintptr_t *addr)
 {
     device_guard g;
-    int rc = enter(dev, dev->index, &g);
+    int rc = enter(dev->index, &g);
     if (rc != VG_OK) return rc;
     vg__cuda_free_deferred(dev);
     void *p = NULL;
@@ -449,7 +452,7 @@ static int cuda_reserve(vg_device *dev, size_t size, uintptr_t *addr)
         (void)rt.GetLastError(); /* as PyTorch does for an OOM */
         return VG_ERR_NOMEM;
     }
-    if (err != CUDA_SUCCESS) return failed(dev, "cudaMalloc", err);
+    if (err != CUDA_SUCCESS) return failed("cudaMalloc", err);
     *addr = (uintptr_t)p;
     return VG_OK;
 }
@@ -459,43 +462,43 @@ static int cuda_release(vg_device *dev, uintptr_t addr, size_t size)
     (void)size;
     if (vg_capture_active(dev->index) && vg__cuda_defer_free(dev->index, addr, 0) == 0) return VG_OK;
     device_guard g;
-    int rc = enter(dev, dev->index, &g);
+    int rc = enter(dev->index, &g);
     if (rc != VG_OK) return rc;
     vg__cuda_free_deferred(dev);
     cuda_error err = rt.Free((void *)addr);
     leave(g);
-    return err == CUDA_SUCCESS ? VG_OK : failed(dev, "cudaFree", err);
+    return err == CUDA_SUCCESS ? VG_OK : failed("cudaFree", err);
 }
 
 static int cuda_mem_info(vg_device *dev, size_t *free_bytes, size_t *total_bytes)
 {
     device_guard g;
-    int rc = enter(dev, dev->index, &g);
+    int rc = enter(dev->index, &g);
     if (rc != VG_OK) return rc;
     vg__cuda_free_deferred(dev);
     cuda_error err = rt.MemGetInfo(free_bytes, total_bytes);
     leave(g);
-    return err == CUDA_SUCCESS ? VG_OK : failed(dev, "cudaMemGetInfo", err);
+    return err == CUDA_SUCCESS ? VG_OK : failed("cudaMemGetInfo", err);
 }
 
 /* ------------------------------------------------------------------ */
 /* Synchronize and events                                              */
 /* ------------------------------------------------------------------ */
 
-static int wait_for_one(vg_device *dev, int device)
+static int wait_for_one(int device)
 {
     device_guard g;
-    int rc = enter(dev, device, &g);
+    int rc = enter(device, &g);
     if (rc != VG_OK) return rc;
     cuda_error err = rt.DeviceSynchronize();
     leave(g);
-    return err == CUDA_SUCCESS ? VG_OK : failed(dev, "cudaDeviceSynchronize", err);
+    return err == CUDA_SUCCESS ? VG_OK : failed("cudaDeviceSynchronize", err);
 }
 
 static int synchronize_one(vg_cuda *c, int device)
 {
     uint64_t begun = atomic_fetch_add(&c->syncs_begun[device], 1) + 1;
-    int rc = wait_for_one(&c->base, device);
+    int rc = wait_for_one(device);
     if (rc == VG_OK) atomic_store(&c->syncs_done[device], begun);
     return rc;
 }
@@ -548,18 +551,18 @@ static void put_event(vg_cuda *c, event_slot *s)
 /* Under the stream's device: the default stream (handle 0) is the current
  * device's, and an event records only on streams of the device it was
  * created on. */
-static int record_now(vg_device *dev, event_slot *s)
+static int record_now(event_slot *s)
 {
     device_guard g;
-    int rc = enter(dev, s->device, &g);
+    int rc = enter(s->device, &g);
     if (rc != VG_OK) return rc;
     cuda_error err = CUDA_SUCCESS;
     if (!s->event) err = rt.EventCreateWithFlags(&s->event, CUDA_EVENT_DISABLE_TIMING);
     if (err != CUDA_SUCCESS) {
         s->event = NULL;
-        rc = failed(dev, "cudaEventCreateWithFlags", err);
+        rc = failed("cudaEventCreateWithFlags", err);
     } else if ((err = rt.EventRecord(s->event, (void *)s->stream)) != CUDA_SUCCESS) {
-        rc = failed(dev, "cudaEventRecord", err);
+        rc = failed("cudaEventRecord", err);
     } else {
         s->recorded = 1;
     }
@@ -586,7 +589,7 @@ static int cuda_event_record(vg_device *dev, int device, vg_stream_t stream, vg_
     s->syncs_before = atomic_load(&c->syncs_begun[device]);
     /* During a capture the record waits for the first query after it, as
      * PyTorch's allocator defers its events until no capture is underway. */
-    int rc = capturing(dev, s) ? VG_OK : record_now(dev, s);
+    int rc = capturing(dev, s) ? VG_OK : record_now(s);
     if (rc == VG_OK) *ev = (vg_event_t)s;
     else put_event(c, s);
     return rc;
@@ -604,7 +607,7 @@ static int cuda_event_query(vg_device *dev, vg_event_t ev)
          * fails, "not finished" (no device wait on the allocation path):
          * the heap's next synchronize, which covers this device, ends it. */
         if (atomic_load(&c->syncs_done[s->device]) > s->syncs_before) return 1;
-        if (record_now(dev, s) != VG_OK) return 0;
+        if (record_now(s) != VG_OK) return 0;
     }
     cuda_error err = rt.EventQuery(s->event);
     if (err == CUDA_SUCCESS) return 1;

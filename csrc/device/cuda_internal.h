@@ -23,7 +23,7 @@ typedef struct device_guard {
     int previous;
     int switched;
 } device_guard;
-int vg__cuda_enter(vg_device *dev, int device, device_guard *g);
+int vg__cuda_enter(int device, device_guard *g);
 void vg__cuda_leave(device_guard g);
 
 /* The relaxed capture mode for the calling thread while a capture is

@@ -1,6 +1,7 @@
 /* The CUDA provider's virtual memory calls, for the arena: address space
  * from cuMemAddressReserve, memory put behind it page by page with
- * cuMemCreate + cuMemMap + cuMemSetAccess, and taken back with cuMemUnmap.
+ * cuMemCreate + cuMemMap, made accessible with cuMemSetAccess, and taken
+ * back with cuMemUnmap.
  *
  * The driver is the one PyTorch's runtime uses: its functions are asked of
  * that runtime (cudaGetDriverEntryPointByVersion, else
@@ -12,6 +13,12 @@
  * unmapped later. Its handle is released as soon as it is mapped: the
  * mapping keeps the memory alive, and unmapping it gives the memory back,
  * so there is no handle to keep per page.
+ *
+ * Driver calls, each tens of microseconds on a GPU and made with the
+ * heap's lock held, so as few as the driver allows: a run of N pages is
+ * mapped with N cuMemCreate + N cuMemMap (the driver maps one allocation
+ * per call) + N cuMemRelease + one cuMemSetAccess over the whole run, and
+ * unmapped with one cuMemUnmap however many pages it spans.
  *
  * Errors: CUDA_ERROR_OUT_OF_MEMORY is VG_ERR_NOMEM (nothing stays mapped);
  * every other failure is VG_ERR_DEVICE with the driver's name and text.
@@ -177,10 +184,11 @@ static void describe(vg_device_error *e, const char *call, cu_result err)
     snprintf(e->text, sizeof e->text, "%s", text ? text : "unknown error");
 }
 
-static int failed(vg_device *dev, const char *call, cu_result err)
+/* The words go to the calling thread's record (vg_device_last_error). */
+static int failed(const char *call, cu_result err)
 {
     if (err == CU_ERROR_OUT_OF_MEMORY) return VG_ERR_NOMEM;
-    describe(&dev->error, call, err);
+    describe(vg_device_last_error(), call, err);
     return VG_ERR_DEVICE;
 }
 
@@ -247,7 +255,7 @@ void vg__cuda_vmm_probe(vg_device *dev, char *why, size_t n)
 int vg__cuda_range_reserve(vg_device *dev, size_t size, uintptr_t *addr)
 {
     device_guard g;
-    int rc = vg__cuda_enter(dev, dev->index, &g);
+    int rc = vg__cuda_enter(dev->index, &g);
     if (rc != VG_OK) return rc;
     vg__cuda_free_deferred(dev);
     int mode;
@@ -256,7 +264,7 @@ int vg__cuda_range_reserve(vg_device *dev, size_t size, uintptr_t *addr)
     cu_result err = drv.MemAddressReserve(&p, size, dev->page_size, 0, 0);
     vg__cuda_capture_restore(relaxed, &mode);
     vg__cuda_leave(g);
-    if (err != CUDA_SUCCESS) return failed(dev, "cuMemAddressReserve", err);
+    if (err != CUDA_SUCCESS) return failed("cuMemAddressReserve", err);
     *addr = (uintptr_t)p;
     return VG_OK;
 }
@@ -270,40 +278,41 @@ int vg__cuda_range_release(vg_device *dev, uintptr_t addr, size_t size)
 {
     if (vg_capture_active(dev->index) && vg__cuda_defer_free(dev->index, addr, size) == 0) return VG_OK;
     device_guard g;
-    int rc = vg__cuda_enter(dev, dev->index, &g);
+    int rc = vg__cuda_enter(dev->index, &g);
     if (rc != VG_OK) return rc;
     vg__cuda_free_deferred(dev);
     cu_result err = drv.MemAddressFree((cu_deviceptr)addr, size);
     vg__cuda_leave(g);
-    return err == CUDA_SUCCESS ? VG_OK : failed(dev, "cuMemAddressFree", err);
+    return err == CUDA_SUCCESS ? VG_OK : failed("cuMemAddressFree", err);
 }
 
 /* ------------------------------------------------------------------ */
 /* Pages                                                               */
 /* ------------------------------------------------------------------ */
 
-/* Unmaps `pages` pages from addr on, each its own allocation; stops at
- * the first failure, whose index is *failed_at (pages when none). */
-static int unmap_pages(vg_device *dev, uintptr_t addr, size_t pages, size_t *failed_at)
+/* Unmaps [addr, addr+size), one page's mapping or a run of them, in one
+ * call: cuMemUnmap must cover whole mappings ("the entire contiguous
+ * address range that was mapped to": it cannot cut one), and a run of
+ * adjacent ones is such a range, as NVIDIA's own growable-vector sample
+ * unmaps all its handles with one cuMemUnmap. Pages are each their own
+ * mapping, so any run of them qualifies. A refused call is taken to have
+ * unmapped nothing (the driver checks the whole range before it changes
+ * any of it), so that "all the pages or none" holds for the heap. */
+static int unmap_range(uintptr_t addr, size_t size)
 {
-    for (size_t i = 0; i < pages; i++) {
-        cu_result err = drv.MemUnmap((cu_deviceptr)(addr + i * dev->page_size), dev->page_size);
-        if (err != CUDA_SUCCESS) {
-            *failed_at = i;
-            return failed(dev, "cuMemUnmap", err);
-        }
-    }
-    *failed_at = pages;
-    return VG_OK;
+    cu_result err = drv.MemUnmap((cu_deviceptr)addr, size);
+    return err == CUDA_SUCCESS ? VG_OK : failed("cuMemUnmap", err);
 }
 
-/* Undo of a map that failed part way: the pages it mapped go back. */
+/* Undo of a map that failed part way: the pages it mapped go back, and
+ * the error reported stays the first one. */
 static void unmap_quietly(vg_device *dev, uintptr_t addr, size_t pages)
 {
-    vg_device_error first = dev->error;
-    size_t at;
-    (void)unmap_pages(dev, addr, pages, &at);
-    dev->error = first;
+    if (pages == 0) return;
+    vg_device_error *words = vg_device_last_error();
+    vg_device_error first = *words;
+    (void)unmap_range(addr, pages * dev->page_size);
+    *words = first;
 }
 
 /* One page's memory, mapped at `at`; its handle released at once (the
@@ -312,13 +321,13 @@ static int map_page(vg_device *dev, uintptr_t at, const cu_allocation_prop *prop
 {
     cu_handle h = 0;
     cu_result err = drv.MemCreate(&h, dev->page_size, prop, 0);
-    if (err != CUDA_SUCCESS) return failed(dev, "cuMemCreate", err);
+    if (err != CUDA_SUCCESS) return failed("cuMemCreate", err);
     err = drv.MemMap((cu_deviceptr)at, dev->page_size, 0, h, 0);
     cu_result released = drv.MemRelease(h);
-    if (err != CUDA_SUCCESS) return failed(dev, "cuMemMap", err);
+    if (err != CUDA_SUCCESS) return failed("cuMemMap", err);
     if (released != CUDA_SUCCESS) {
         (void)drv.MemUnmap((cu_deviceptr)at, dev->page_size);
-        return failed(dev, "cuMemRelease", released);
+        return failed("cuMemRelease", released);
     }
     return VG_OK;
 }
@@ -338,7 +347,7 @@ static int map_run(vg_device *dev, uintptr_t addr, size_t size)
     cu_access_desc access = {{CU_LOCATION_TYPE_DEVICE, dev->index}, CU_ACCESS_READWRITE};
     cu_result err = drv.MemSetAccess((cu_deviceptr)addr, size, &access, 1);
     if (err == CUDA_SUCCESS) return VG_OK;
-    int rc = failed(dev, "cuMemSetAccess", err);
+    int rc = failed("cuMemSetAccess", err);
     unmap_quietly(dev, addr, pages);
     return rc;
 }
@@ -346,7 +355,7 @@ static int map_run(vg_device *dev, uintptr_t addr, size_t size)
 int vg__cuda_map(vg_device *dev, uintptr_t addr, size_t size)
 {
     device_guard g;
-    int rc = vg__cuda_enter(dev, dev->index, &g);
+    int rc = vg__cuda_enter(dev->index, &g);
     if (rc != VG_OK) return rc;
     vg__cuda_free_deferred(dev);
     int mode;
@@ -357,31 +366,14 @@ int vg__cuda_map(vg_device *dev, uintptr_t addr, size_t size)
     return rc;
 }
 
-/* All the pages or none, as map: when the driver refuses one, the pages
- * before it are mapped again (fresh memory: the caller unmaps only free
- * pages, whose contents do not matter), so that the heap's books, which
- * keep them mapped, stay true. */
-static int unmap_run(vg_device *dev, uintptr_t addr, size_t size)
-{
-    size_t done;
-    int rc = unmap_pages(dev, addr, size / dev->page_size, &done);
-    if (rc == VG_OK || done == 0) return rc;
-    /* Should this fail too, the device is failing as a whole, and its next
-     * calls say so. */
-    vg_device_error first = dev->error;
-    (void)map_run(dev, addr, done * dev->page_size);
-    dev->error = first;
-    return rc;
-}
-
 int vg__cuda_unmap(vg_device *dev, uintptr_t addr, size_t size)
 {
     if (vg_capture_active(dev->index)) return VG_ERR_BUSY; /* the pages stay mapped */
     device_guard g;
-    int rc = vg__cuda_enter(dev, dev->index, &g);
+    int rc = vg__cuda_enter(dev->index, &g);
     if (rc != VG_OK) return rc;
     vg__cuda_free_deferred(dev);
-    rc = unmap_run(dev, addr, size);
+    rc = unmap_range(addr, size); /* all the pages or none */
     vg__cuda_leave(g);
     return rc;
 }

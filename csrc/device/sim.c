@@ -108,10 +108,9 @@ static bool injected_fault(vg_sim *sim)
 }
 
 /* A device error as CUDA would report it; VG_ERR_DEVICE. */
-static int report_error(vg_sim *sim, int code, const char *call, const char *name,
-                        const char *text)
+static int report_error(int code, const char *call, const char *name, const char *text)
 {
-    vg_device_error *e = &sim->base.error;
+    vg_device_error *e = vg_device_last_error();
     e->code = code;
     snprintf(e->call, sizeof e->call, "%s", call);
     snprintf(e->name, sizeof e->name, "%s", name);
@@ -120,9 +119,9 @@ static int report_error(vg_sim *sim, int code, const char *call, const char *nam
 }
 
 /* What CUDA reports after a kernel's illegal memory access. */
-static int device_error(vg_sim *sim, const char *call)
+static int device_error(const char *call)
 {
-    return report_error(sim, 700, call, "cudaErrorIllegalAddress",
+    return report_error(700, call, "cudaErrorIllegalAddress",
                         "an illegal memory access was encountered");
 }
 
@@ -145,7 +144,7 @@ static uintptr_t segments_end(const vg_sim *sim)
 static int take_memory(vg_sim *sim, size_t size, const char *call)
 {
     sim->reserves++;
-    if (device_failing(sim)) return device_error(sim, call);
+    if (device_failing(sim)) return device_error(call);
     if (injected_fault(sim)) return VG_ERR_NOMEM;
     return size > sim->capacity - sim->used ? VG_ERR_NOMEM : VG_OK;
 }
@@ -189,7 +188,7 @@ static int sim_synchronize(vg_device *dev)
 {
     vg_sim *sim = as_sim(dev);
     if (sim->device_fail_sticky && device_failing(sim))
-        return device_error(sim, "cudaDeviceSynchronize");
+        return device_error("cudaDeviceSynchronize");
     if (sim->synchronize_answer != VG_OK) return sim->synchronize_answer;
     for (size_t i = 0; i < sim->nstreams; i++) sim->streams[i].completed = sim->streams[i].recorded;
     return VG_OK;
@@ -203,16 +202,16 @@ static bool pages_ok(const vg_sim *sim, uintptr_t addr, size_t size)
     return page && size && addr % page == 0 && size % page == 0 && addr >= SIM_RANGE_BASE;
 }
 
-static int invalid_value(vg_sim *sim, const char *call)
+static int invalid_value(const char *call)
 {
-    return report_error(sim, 1, call, "CUDA_ERROR_INVALID_VALUE", "invalid argument");
+    return report_error(1, call, "CUDA_ERROR_INVALID_VALUE", "invalid argument");
 }
 
 static int sim_range_reserve(vg_device *dev, size_t size, uintptr_t *addr)
 {
     vg_sim *sim = as_sim(dev);
     size_t page = sim->base.page_size;
-    if (!page || !size || size % page) return invalid_value(sim, "cuMemAddressReserve");
+    if (!page || !size || size % page) return invalid_value("cuMemAddressReserve");
     if (sim->max_range && size > sim->max_range) return VG_ERR_NOMEM;
     /* next_range and SIM_END are page-aligned (pages are powers of two no
      * bigger than the granule), so this cannot wrap. */
@@ -225,13 +224,13 @@ static int sim_range_reserve(vg_device *dev, size_t size, uintptr_t *addr)
 static int sim_range_release(vg_device *dev, uintptr_t addr, size_t size)
 {
     vg_sim *sim = as_sim(dev);
-    return pages_ok(sim, addr, size) ? VG_OK : invalid_value(sim, "cuMemAddressFree");
+    return pages_ok(sim, addr, size) ? VG_OK : invalid_value("cuMemAddressFree");
 }
 
 static int sim_map(vg_device *dev, uintptr_t addr, size_t size)
 {
     vg_sim *sim = as_sim(dev);
-    if (!pages_ok(sim, addr, size)) return invalid_value(sim, "cuMemMap");
+    if (!pages_ok(sim, addr, size)) return invalid_value("cuMemMap");
     int rc = take_memory(sim, size, "cuMemMap");
     if (rc != VG_OK) return rc;
     sim->used += size;
@@ -243,7 +242,7 @@ static int sim_unmap(vg_device *dev, uintptr_t addr, size_t size)
 {
     vg_sim *sim = as_sim(dev);
     if (sim->unmap_answer != VG_OK) return sim->unmap_answer;
-    if (!pages_ok(sim, addr, size) || size > sim->used) return invalid_value(sim, "cuMemUnmap");
+    if (!pages_ok(sim, addr, size) || size > sim->used) return invalid_value("cuMemUnmap");
     sim->used -= size;
     sim->unmaps++;
     return VG_OK;

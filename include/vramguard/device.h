@@ -32,7 +32,8 @@ typedef struct vg_device_error {
  *
  * Status codes: VG_OK; VG_ERR_NOMEM only when the device is out of memory
  * (cudaErrorMemoryAllocation; a refusal worth releasing cache for);
- * VG_ERR_DEVICE for every other failure, with vg_device.error filled. */
+ * VG_ERR_DEVICE for every other failure, with vg_device_last_error()
+ * filled. */
 typedef struct vg_device_ops {
     /* Reserve `size` bytes (a multiple of VG_SEGMENT_GRANULE) and set *addr. */
     int (*reserve)(vg_device *dev, size_t size, uintptr_t *addr);
@@ -79,10 +80,15 @@ struct vg_device {
     /* The granularity of map and unmap (2 MiB on current GPUs); 0 when the
      * provider has no virtual memory calls. */
     size_t page_size;
-    /* Why the last call that returned VG_ERR_DEVICE failed. Written by the
-     * provider and read by its heap, both under the heap's lock. */
-    vg_device_error error;
 };
+
+/* Why the calling thread's last device call that returned VG_ERR_DEVICE
+ * failed: the provider writes it before it returns, the caller reads it
+ * right after, on the same thread. Per thread rather than per provider:
+ * synchronize runs without the heap's lock while other threads make the
+ * provider's other calls under it, so no lock covers every writer, and the
+ * words of a failure belong to the thread whose call failed. Never NULL. */
+vg_device_error *vg_device_last_error(void);
 
 /* Allocation into a private pool underway on a device (CUDA graph capture:
  * PyTorch's begin_allocate_to_pool until its end_allocate_to_pool). While

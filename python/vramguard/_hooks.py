@@ -10,7 +10,8 @@ made current, so that C++ inside PyTorch reaches vramguard too:
     set_reset_fn                 torch.cuda.empty_cache(), torch._C._cuda_emptyCache,
                                  torch.cuda.graph's entry, cuDNN after benchmarking
     set_memory_fraction_fn       torch.cuda.set_per_process_memory_fraction
-    set_base_alloc_fn            the segment a pointer lies in
+    set_base_alloc_fn            the segment a pointer lies in (refused, in words,
+                                 for a block of the arena)
     set_record_stream_fn         Tensor.record_stream, NCCL's collectives (DDP)
     set_begin_allocate_to_pool   CUDA graphs' private pools: capture begin,
     set_end_allocate_to_pool_fn  capture end,

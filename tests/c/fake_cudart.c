@@ -6,8 +6,11 @@
  * shared object named as older PyTorch wheels name their runtime, so that
  * the provider must find it already loaded whatever its name.
  *
- * Single-threaded, as the test is. Error numbers, names and descriptions
- * are the real runtime's. */
+ * Single-threaded, as the test is, except for what one test of threads
+ * failing at once needs: the last error is per thread, as the real
+ * runtime's is, and the persistent failures of cudaMemGetInfo and
+ * cudaDeviceSynchronize only read the state. Error numbers, names and
+ * descriptions are the real runtime's. */
 #include "fake_cudart.h"
 
 #include <stddef.h>
@@ -36,12 +39,12 @@ typedef struct fake_event {
 
 static struct fake_state {
     int current;
-    int last_error;
     int sticky;                  /* once set, every call returns it */
     int malloc_error;            /* the next cudaMalloc's */
     int malloc_sticky;
     int count_error;             /* cudaGetDeviceCount's */
     int mem_info_error;          /* cudaMemGetInfo's */
+    int sync_error;              /* cudaDeviceSynchronize's */
     int set_device_error[DEVICES];
     int events_pending;          /* new records wait for fake_complete */
     size_t capacity, used[DEVICES];
@@ -56,9 +59,11 @@ static struct fake_state {
     int malloc_capture_mode;   /* the mode the last cudaMalloc ran in */
 } f = {.capacity = (size_t)64 << 20};
 
+static _Thread_local int last_error;
+
 static int fail(int err)
 {
-    f.last_error = err;
+    last_error = err;
     return err;
 }
 
@@ -72,6 +77,7 @@ void fake_reset(void)
     size_t capacity = f.capacity;
     f = (struct fake_state){0};
     f.capacity = capacity;
+    last_error = SUCCESS;
 }
 
 void fake_fail_malloc(int err, int sticky)
@@ -93,6 +99,11 @@ void fake_fail_device_count(int err)
 void fake_fail_mem_info(int err)
 {
     f.mem_info_error = err;
+}
+
+void fake_fail_synchronize(int err)
+{
+    f.sync_error = err;
 }
 
 void fake_events_wait(int on)
@@ -191,8 +202,8 @@ int cudaStreamGetDevice(void *stream, int *device);
 
 int cudaGetLastError(void)
 {
-    int err = f.last_error;
-    if (!f.sticky) f.last_error = SUCCESS;
+    int err = last_error;
+    if (!f.sticky) last_error = SUCCESS;
     return err;
 }
 
@@ -300,6 +311,7 @@ int cudaMemGetInfo(size_t *free_bytes, size_t *total)
 int cudaDeviceSynchronize(void)
 {
     if (f.sticky) return fail(f.sticky);
+    if (f.sync_error) return fail(f.sync_error);
     f.syncs[f.current]++;
     fake_complete(f.current);
     return SUCCESS;

@@ -16,7 +16,8 @@ void fake_reset(void);
 void fake_fail_malloc(int err, int sticky);
 void fake_fail_set_device(int device, int err);
 void fake_fail_device_count(int err);
-void fake_fail_mem_info(int err);
+void fake_fail_mem_info(int err);   /* every call until reset; 0: none */
+void fake_fail_synchronize(int err); /* the same */
 void fake_events_wait(int on);
 void fake_complete(int device);
 unsigned fake_mallocs(int device);

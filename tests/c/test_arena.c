@@ -116,7 +116,7 @@ static void test_sim_pages_count_against_capacity(void)
     CHECK_EQ(dev->ops->map(dev, range + 4 * MiB, 2 * MiB), VG_OK);
     CHECK_EQ(vg_sim_used(dev), 8 * MiB);
     CHECK_EQ(dev->ops->map(dev, range + MiB, 2 * MiB), VG_ERR_DEVICE); /* not page-aligned */
-    CHECK(!strcmp(dev->error.call, "cuMemMap"));
+    CHECK(!strcmp(vg_device_last_error()->call, "cuMemMap"));
     CHECK_EQ(dev->ops->unmap(dev, range, 6 * MiB), VG_OK);
     uint64_t maps = 0, unmaps = 0;
     vg_sim_vm_calls(dev, &maps, &unmaps);

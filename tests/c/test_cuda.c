@@ -12,6 +12,7 @@
 #include "fake_cudart.h"
 
 #include <link.h>
+#include <pthread.h>
 #include <string.h>
 
 int cudaGetLastError(void);
@@ -544,6 +545,72 @@ static void test_budget_fraction_of_unknown_memory_is_refused(void)
     CHECK_EQ(vg_heap_budget(h), 32 * MiB);
 }
 
+/* ------------------------------------------------------------------ */
+/* Threads failing at once                                             */
+/* ------------------------------------------------------------------ */
+
+enum { FAILURES = 2000 };
+
+typedef struct failing_thread {
+    vg_device *dev;
+    pthread_mutex_t *heap_lock; /* stands for the heap's lock */
+    long wrong_words;           /* failures reported in another call's words */
+} failing_thread;
+
+static int words_are(const vg_device_error *e, int code, const char *call)
+{
+    return e->code == code && strcmp(e->call, call) == 0;
+}
+
+/* As the heap calls synchronize: without its lock. */
+static void *failing_synchronizes(void *arg)
+{
+    failing_thread *t = arg;
+    for (int i = 0; i < FAILURES; i++) {
+        int rc = t->dev->ops->synchronize(t->dev);
+        if (rc != VG_ERR_DEVICE || !words_are(vg_device_last_error(), 700, "cudaDeviceSynchronize"))
+            t->wrong_words++;
+    }
+    return NULL;
+}
+
+/* As the heap makes every other call: under its lock. */
+static void *failing_mem_infos(void *arg)
+{
+    failing_thread *t = arg;
+    for (int i = 0; i < FAILURES; i++) {
+        size_t free_bytes = 0, total = 0;
+        pthread_mutex_lock(t->heap_lock);
+        int rc = t->dev->ops->mem_info(t->dev, &free_bytes, &total);
+        if (rc != VG_ERR_DEVICE || !words_are(vg_device_last_error(), 1, "cudaMemGetInfo")) t->wrong_words++;
+        pthread_mutex_unlock(t->heap_lock);
+    }
+    return NULL;
+}
+
+/* A synchronize fails while another thread's call fails under the heap's
+ * lock, on one provider: each thread gets the words of its own failure,
+ * and the provider's record of them is no data race (ThreadSanitizer,
+ * in `make check`, would stop here). */
+static void test_concurrent_failures_keep_their_own_words(void)
+{
+    fixture fx = setup(0, NULL);
+    CHECK(fx.dev);
+    fake_fail_synchronize(700); /* cudaErrorIllegalAddress */
+    fake_fail_mem_info(1);      /* cudaErrorInvalidValue */
+    pthread_mutex_t heap_lock = PTHREAD_MUTEX_INITIALIZER;
+    failing_thread sync = {fx.dev, &heap_lock, 0}, info = {fx.dev, &heap_lock, 0};
+    pthread_t a, b;
+    CHECK_EQ(pthread_create(&a, NULL, failing_synchronizes, &sync), 0);
+    CHECK_EQ(pthread_create(&b, NULL, failing_mem_infos, &info), 0);
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    CHECK_EQ(sync.wrong_words, 0);
+    CHECK_EQ(info.wrong_words, 0);
+    destroy(fx);
+    fake_reset();
+}
+
 #define T(fn) {#fn, fn}
 static const harness_test tests[] = {
     T(test_runtime_name_table),
@@ -563,6 +630,7 @@ static const harness_test tests[] = {
     T(test_budget_fraction_of_unknown_memory_is_refused),
     T(test_unrecorded_capture_event_waits_for_a_synchronize),
     T(test_synchronize_skipped_by_a_capture_frees_nothing),
+    T(test_concurrent_failures_keep_their_own_words),
 };
 
 int main(int argc, char **argv)

@@ -193,26 +193,30 @@ static void test_other_errors_are_named(void)
     CHECK(dev);
     uintptr_t base = 0;
     CHECK_EQ(dev->ops->range_reserve(dev, 64 * MiB, &base), VG_OK);
+    vg_device_error *e = vg_device_last_error(); /* this thread's */
     for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) {
-        memset(&dev->error, 0, sizeof dev->error);
+        memset(e, 0, sizeof *e);
         CHECK_EQ(vg_fakecuda_fail_call(faults[i].api, faults[i].nth, faults[i].code), 0);
         CHECK_EQ(dev->ops->map(dev, base, 6 * MiB), VG_ERR_DEVICE);
-        if (strcmp(dev->error.call, faults[i].api) != 0) fprintf(stderr, "  call %s\n", dev->error.call);
-        CHECK(strcmp(dev->error.call, faults[i].api) == 0);
-        CHECK(strcmp(dev->error.name, faults[i].name) == 0);
-        CHECK_EQ(dev->error.code, faults[i].code);
-        CHECK(dev->error.text[0] && strcmp(dev->error.text, "unknown error") != 0);
+        if (strcmp(e->call, faults[i].api) != 0) fprintf(stderr, "  call %s\n", e->call);
+        CHECK(strcmp(e->call, faults[i].api) == 0);
+        CHECK(strcmp(e->name, faults[i].name) == 0);
+        CHECK_EQ(e->code, faults[i].code);
+        CHECK(e->text[0] && strcmp(e->text, "unknown error") != 0);
         CHECK_EQ(vg_fakecuda_bytes_in_use(0), 0); /* nothing stays mapped */
         CHECK_EQ(vg_fakecuda_live_allocations(0), 0);
         vg_fakecuda_reset();
     }
-    /* An unmap the driver refuses at the third page: named too, and the
-     * two pages before it are mapped again, so that nothing is unmapped. */
+    /* An unmap the driver refuses: named too, one call for the four pages,
+     * and nothing unmapped (nor mapped again). */
     CHECK_EQ(dev->ops->map(dev, base, 8 * MiB), VG_OK);
-    CHECK_EQ(vg_fakecuda_fail_call("cuMemUnmap", 3, 700), 0);
+    vg_fakecuda_reset();
+    CHECK_EQ(vg_fakecuda_fail_call("cuMemUnmap", 1, 700), 0);
     CHECK_EQ(dev->ops->unmap(dev, base, 8 * MiB), VG_ERR_DEVICE);
-    CHECK(strcmp(dev->error.call, "cuMemUnmap") == 0);
-    CHECK(strcmp(dev->error.name, "CUDA_ERROR_ILLEGAL_ADDRESS") == 0);
+    CHECK(strcmp(e->call, "cuMemUnmap") == 0);
+    CHECK(strcmp(e->name, "CUDA_ERROR_ILLEGAL_ADDRESS") == 0);
+    CHECK_EQ(calls("cuMemUnmap"), 1);
+    CHECK_EQ(calls("cuMemCreate") + calls("cuMemMap") + calls("cuMemSetAccess"), 0);
     CHECK_EQ(vg_fakecuda_bytes_in_use(0), 8 * MiB);
     static unsigned char byte = 0x5a, back = 0;
     CHECK_EQ(cudaMemcpy((void *)base, &byte, 1, COPY_DEFAULT), 0); /* mapped and accessible */
@@ -220,6 +224,70 @@ static void test_other_errors_are_named(void)
     CHECK_EQ(back, 0x5a);
     CHECK_EQ(dev->ops->unmap(dev, base, 8 * MiB), VG_OK);
     CHECK_EQ(vg_fakecuda_bytes_in_use(0), 0);
+    CHECK_EQ(dev->ops->range_release(dev, base, 64 * MiB), VG_OK);
+    dev->ops->destroy(dev);
+}
+
+/* The driver's virtual memory calls, all of them. */
+static const char *const VMM_CALLS[] = {
+    "cuMemCreate", "cuMemMap", "cuMemRelease", "cuMemSetAccess", "cuMemUnmap",
+};
+
+static long vmm_calls(void)
+{
+    long n = 0;
+    for (size_t i = 0; i < sizeof VMM_CALLS / sizeof VMM_CALLS[0]; i++) n += calls(VMM_CALLS[i]);
+    return n;
+}
+
+/* What a run of pages costs in driver calls (each tens of microseconds on
+ * a GPU, made with the heap's lock held). Mapping: one physical allocation
+ * per page, so that any page can be unmapped alone, and the driver maps
+ * one allocation per cuMemMap: cuMemCreate + cuMemMap + cuMemRelease per
+ * page, and one cuMemSetAccess for the run. Unmapping: one cuMemUnmap for
+ * the run, however many mappings it spans. */
+static void test_driver_calls_per_run(void)
+{
+    fresh();
+    vg_device *dev = create(0);
+    CHECK(dev);
+    uintptr_t base = 0;
+    CHECK_EQ(dev->ops->range_reserve(dev, 64 * MiB, &base), VG_OK);
+    for (size_t pages = 1; pages <= 16; pages *= 2) {
+        vg_fakecuda_reset();
+        CHECK_EQ(dev->ops->map(dev, base, pages * 2 * MiB), VG_OK);
+        CHECK_EQ(calls("cuMemCreate"), (long)pages);
+        CHECK_EQ(calls("cuMemMap"), (long)pages);
+        CHECK_EQ(calls("cuMemRelease"), (long)pages);
+        CHECK_EQ(calls("cuMemSetAccess"), 1);
+        CHECK_EQ(vmm_calls(), 3 * (long)pages + 1);
+        vg_fakecuda_reset();
+        CHECK_EQ(dev->ops->unmap(dev, base, pages * 2 * MiB), VG_OK);
+        CHECK_EQ(calls("cuMemUnmap"), 1);
+        CHECK_EQ(vmm_calls(), 1);
+        CHECK_EQ(vg_fakecuda_bytes_in_use(0), 0);
+        CHECK_EQ(vg_fakecuda_live_allocations(0), 0);
+    }
+    /* A run mapped in pieces (page 2, then 0-1, then 3) goes back in one call. */
+    CHECK_EQ(dev->ops->map(dev, base + 4 * MiB, 2 * MiB), VG_OK);
+    CHECK_EQ(dev->ops->map(dev, base, 4 * MiB), VG_OK);
+    CHECK_EQ(dev->ops->map(dev, base + 6 * MiB, 2 * MiB), VG_OK);
+    vg_fakecuda_reset();
+    CHECK_EQ(dev->ops->unmap(dev, base, 8 * MiB), VG_OK);
+    CHECK_EQ(calls("cuMemUnmap"), 1);
+    CHECK_EQ(vg_fakecuda_bytes_in_use(0), 0);
+    /* A map refused at its fifth page: four pages made, then given back in
+     * one call. */
+    vg_fakecuda_reset();
+    CHECK_EQ(vg_fakecuda_fail_call("cuMemCreate", 5, 2 /* CUDA_ERROR_OUT_OF_MEMORY */), 0);
+    CHECK_EQ(dev->ops->map(dev, base, 16 * MiB), VG_ERR_NOMEM);
+    CHECK_EQ(calls("cuMemCreate"), 5);
+    CHECK_EQ(calls("cuMemMap"), 4);
+    CHECK_EQ(calls("cuMemRelease"), 4);
+    CHECK_EQ(calls("cuMemSetAccess"), 0);
+    CHECK_EQ(calls("cuMemUnmap"), 1);
+    CHECK_EQ(vg_fakecuda_bytes_in_use(0), 0);
+    CHECK_EQ(vg_fakecuda_live_allocations(0), 0);
     CHECK_EQ(dev->ops->range_release(dev, base, 64 * MiB), VG_OK);
     dev->ops->destroy(dev);
 }
@@ -339,6 +407,7 @@ int main(int argc, char **argv)
         {"mapped_memory_holds_bytes", test_mapped_memory_holds_bytes},
         {"out_of_memory_maps_nothing", test_out_of_memory_maps_nothing},
         {"other_errors_are_named", test_other_errors_are_named},
+        {"driver_calls_per_run", test_driver_calls_per_run},
         {"calls_run_on_the_provider_device", test_calls_run_on_the_provider_device},
         {"capture_rules", test_capture_rules},
         {"registry_chooses_arena_or_segments", test_registry_chooses_arena_or_segments},

@@ -24,7 +24,8 @@ extern "C" void vramguard_torch_init(int device_count) noexcept;
 extern "C" void vramguard_torch_reset(void) noexcept;
 extern "C" void vramguard_torch_memory_fraction(double fraction, int device);
 extern "C" void vramguard_torch_record_stream(void *ptr, void *stream) noexcept;
-extern "C" void *vramguard_torch_base_alloc(void *ptr, size_t *size) noexcept;
+extern "C" void *vramguard_torch_base_alloc(void *ptr, size_t *size);
+extern "C" int vramguard_torch_base_alloc_refusal(const void *ptr, char *message, size_t n) noexcept;
 extern "C" void vramguard_torch_set_oom_thrower(void (*fn)(const char *)) noexcept;
 
 struct CUstream_st;
@@ -304,6 +305,48 @@ static void test_base_alloc_hook(void)
     CHECK(vramguard_torch_base_alloc(a, nullptr) == a);
     vramguard_torch_free(a, 3 * MiB, 11, nullptr);
     vramguard_torch_free(b, 3 * MiB, 11, nullptr);
+}
+
+/* base_alloc_fn for a block of the arena (the default on simulated
+ * devices): no base CUDA IPC could export, so an exception naming the
+ * arena and the way out, as PyTorch's own refusal for expandable segments;
+ * the heap is untouched. */
+static void test_base_alloc_refuses_arena_blocks(void)
+{
+    /* Device 0: simulated devices' ranges share addresses, and a lookup by
+     * address finds the lowest device's first. */
+    const int dev = 0;
+    void *a = vramguard_torch_malloc(3 * MiB, dev, nullptr);
+    CHECK(a != nullptr);
+    CHECK(vg_heap_uses_arena(vg_devices_existing(dev)));
+    char expected[640];
+    std::snprintf(expected, sizeof expected,
+                  "vramguard: the CUDA memory at %p lies in vramguard's arena on GPU 0, virtual "
+                  "memory mapped page by page (cuMemMap, as PyTorch's expandable segments), which "
+                  "has no base allocation that CUDA IPC (cudaIpcGetMemHandle) can share with "
+                  "another process. To share CUDA tensors between processes, allocate them with "
+                  "segments: vramguard.install(arena=False), or VRAMGUARD_ARENA=0 in the "
+                  "environment, in the process that allocates them.",
+                  static_cast<char *>(a) + 100);
+    std::string msg;
+    size_t size = 1;
+    try {
+        vramguard_torch_base_alloc(static_cast<char *>(a) + 100, &size);
+    } catch (const std::runtime_error &e) {
+        msg = e.what();
+    }
+    CHECK(msg == expected);
+    CHECK_EQ(size, 1); /* nothing written */
+    char words[640];
+    CHECK_EQ(vramguard_torch_base_alloc_refusal(static_cast<char *>(a) + 100, words, sizeof words), 1);
+    CHECK(msg == words);
+    /* a segment's block, or a stranger: no refusal */
+    CHECK_EQ(vramguard_torch_base_alloc_refusal(reinterpret_cast<void *>(0x1234000), words, sizeof words), 0);
+    vg_stats st;
+    vg_heap_stats(vg_devices_existing(dev), &st);
+    CHECK_EQ(st.requested_bytes[VG_STAT_ALL].current, 3 * MiB);
+    vramguard_torch_free(a, 3 * MiB, dev, nullptr);
+    CHECK_HEAP(vg_devices_existing(dev));
 }
 
 /* ------------------------------------------------------------------ */
@@ -603,6 +646,7 @@ static const harness_test tests[] = {
     T(test_init_notes_the_device_count),
     T(test_record_stream_hook),
     T(test_base_alloc_hook),
+    T(test_base_alloc_refuses_arena_blocks),
     T(test_pool_routes_what_the_filter_accepts),
     T(test_released_pool_goes_with_its_last_block),
     T(test_shared_pool_counts_its_uses),

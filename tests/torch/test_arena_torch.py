@@ -83,7 +83,7 @@ def test_empty_cache_unmaps_every_free_page():
         out["in_use_none"] = fake.vg_fakecuda_bytes_in_use(0)
     """)
     assert out["reserved"] == out["in_use"] <= 2 * PAGE  # what `keep` still touches
-    assert out["unmaps"] >= 10 and out["stats_unmaps"] >= 1
+    assert out["unmaps"] == out["stats_unmaps"] >= 1  # one cuMemUnmap per run of pages, however long
     assert out["reserved_none"] == 0 and out["in_use_none"] == 0
 
 

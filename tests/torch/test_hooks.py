@@ -3,10 +3,14 @@ the real PyTorch on the fake CUDA. Each script installs with
 patch_torch=False, so that no Python patch stands between torch and
 vramguard: what is seen here is the hook."""
 import ctypes
+import importlib.util
+import re
+import subprocess
+from pathlib import Path
 
 import pytest
 
-from hookrun import run
+from hookrun import ROOT, run
 
 pytestmark = pytest.mark.torch
 
@@ -130,3 +134,89 @@ def test_base_alloc_fn_gives_the_segment():
     assert v["base_is_a"] is True
     assert v["size"] == 6 * MiB
     assert v["stranger"] is True
+
+
+# PyTorch's own getBaseAllocation, as C++ inside PyTorch calls it (no
+# Python binding reaches it), with its exception caught: 0 and the base, or
+# 1 and the exception's message.
+BASE_PROBE = r"""
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <cstdio>
+#include <exception>
+
+extern "C" int base_allocation(void *ptr, void **base, size_t *size, char *message, size_t n)
+{
+    try {
+        *base = c10::cuda::CUDACachingAllocator::getBaseAllocation(ptr, size);
+        return 0;
+    } catch (const std::exception &e) {
+        std::snprintf(message, n, "%s", e.what());
+        return 1;
+    }
+}
+"""
+
+PROBE_CALL = """
+        import os
+        probe = ctypes.CDLL(os.environ["VG_TEST_BASE_PROBE"])
+        probe.base_allocation.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
+                                          ctypes.POINTER(ctypes.c_size_t), ctypes.c_char_p, ctypes.c_size_t]
+        def base_allocation(ptr):
+            base, size, message = ctypes.c_void_p(), ctypes.c_size_t(1), ctypes.create_string_buffer(1024)
+            rc = probe.base_allocation(ptr, ctypes.byref(base), ctypes.byref(size), message, 1024)
+            return rc, base.value, size.value, message.value.decode()
+"""
+
+
+@pytest.fixture(scope="module")
+def base_probe(tmp_path_factory):
+    """BASE_PROBE built against the installed torch and the CUDA headers the
+    fake was built with."""
+    torch_dir = Path(importlib.util.find_spec("torch").origin).parent
+    cuda_mk = (ROOT / "build" / "fakecuda" / "cuda.mk").read_text()
+    cuda_inc = re.search(r"^CUDA_INC := (.*)$", cuda_mk, re.M).group(1)
+    work = tmp_path_factory.mktemp("base_probe")
+    source, library = work / "base_probe.cc", work / "base_probe.so"
+    source.write_text(BASE_PROBE)
+    subprocess.run(["c++", "-std=c++20", "-O1", "-fPIC", "-shared", "-I", str(torch_dir / "include"),
+                    "-I", cuda_inc, str(source), "-o", str(library), "-L", str(torch_dir / "lib"),
+                    "-lc10_cuda", "-lc10", "-Wl,-rpath," + str(torch_dir / "lib")],
+                   check=True, capture_output=True, timeout=300)
+    return str(library)
+
+
+ARENA_REFUSAL = (
+    "vramguard: the CUDA memory at {ptr} lies in vramguard's arena on GPU {device}, virtual memory "
+    "mapped page by page (cuMemMap, as PyTorch's expandable segments), which has no base "
+    "allocation that CUDA IPC (cudaIpcGetMemHandle) can share with another process. To share CUDA "
+    "tensors between processes, allocate them with segments: vramguard.install(arena=False), or "
+    "VRAMGUARD_ARENA=0 in the environment, in the process that allocates them."
+)
+
+
+def test_base_allocation_through_pytorch_is_the_segment(base_probe):
+    v, _ = run(PROBE_CALL + """
+        vramguard.install(patch_torch=False, arena=False)
+        a = torch.empty(3 * MiB, dtype=torch.uint8, device="cuda")
+        b = torch.empty(3 * MiB, dtype=torch.uint8, device="cuda")   # the same 6 MiB segment
+        rc, base, size, message = base_allocation(b.data_ptr() + 100)
+        out("answer", (rc, base == a.data_ptr(), size, message))
+    """, VG_TEST_BASE_PROBE=base_probe)
+    assert v["answer"] == (0, True, 6 * MiB, "")
+
+
+def test_base_allocation_of_an_arena_block_is_refused_in_words(base_probe):
+    v, _ = run(PROBE_CALL + """
+        vramguard.install(patch_torch=False)                          # the arena: the default
+        x = torch.empty(3 * MiB, dtype=torch.uint8, device="cuda:1")
+        out("arena", vramguard.stats(1)["reserved_bytes.all.current"])
+        out("ptr", "%#x" % (x.data_ptr() + 100))
+        out("answer", base_allocation(x.data_ptr() + 100))
+        out("live", heap(1))                                          # the heap is as it was
+        del x
+        out("after", heap(1))
+    """, VG_TEST_BASE_PROBE=base_probe)
+    assert v["arena"] == 4 * MiB                                      # two 2 MiB pages mapped
+    assert v["answer"] == (1, None, 1, ARENA_REFUSAL.format(ptr=v["ptr"], device=1))
+    assert v["live"] == 1
+    assert v["after"] == 0
