@@ -106,18 +106,20 @@ def test_live_blocks_are_summed_by_line_while_recording():
     assert rec.trace.counts()["alloc"] == 4
 
 
-def test_stacks_set_aside_serve_allocations_that_capture_none():
-    """What a torch op does: the stack is set aside while the GIL is held,
-    and the allocation reads it (stacks_push/stacks_pop nest)."""
+def test_with_the_gil_the_frames_at_the_allocation_win_over_a_stack_set_aside():
+    """A torch op sets its stack aside and allocates without the GIL
+    (test_stacks_safety.py); an allocation made with the GIL (a Python
+    callback inside an op) is named by its own frames. stacks_push and
+    stacks_pop nest."""
     heap = Heap(1 << 30)
     with record(heap, stacks=True) as rec:
-        before = _core.stacks_push(); line = line_here()
+        before = _core.stacks_push()
         inner = _core.stacks_push()
         _core.stacks_pop(inner)
-        p = heap.malloc(MiB)
+        p = heap.malloc(MiB); line = line_here()
         _core.stacks_pop(before)
     assert before == 0 and inner != 0
-    assert rec.trace.frames_of(0)[0] == (HERE, line, "test_stacks_set_aside_serve_allocations_that_capture_none")
+    assert rec.trace.frames_of(0)[0] == (HERE, line, "test_with_the_gil_the_frames_at_the_allocation_win_over_a_stack_set_aside")
     heap.free(p)
 
 
