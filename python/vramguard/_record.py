@@ -15,7 +15,9 @@ the standard library), captured in C where the allocating thread holds the
 GIL. PyTorch runs its ops without the GIL, so while such a recording runs, a
 torch function mode on the recording thread sets each torch call's stack
 aside before the op starts (csrc/python/py_stacks.c); allocations made by
-other threads without the GIL (autograd's device threads) get no stack."""
+other threads without the GIL (autograd's device threads) get no stack, nor
+do a sub-interpreter's threads (a recording with stacks started in one
+warns and keeps none)."""
 import struct
 import sys
 import warnings
