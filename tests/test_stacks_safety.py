@@ -220,6 +220,73 @@ def test_a_finalizer_that_allocates_in_the_middle_of_a_capture_leaves_it_whole()
     assert v["refs_back"]
 
 
+@collects_inside_c_calls
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_collections_at_every_allocation_leave_every_stack_exact(seed):
+    """A collection at nearly every object made, finalizers that allocate,
+    set stacks aside, read or reconfigure the tables, from random depths:
+    each allocation of the loop is named by its own line, and each inner
+    one either by its own line or (made inside a capture) by none, counted."""
+    v = run(f"""
+        import random
+        rng = random.Random({seed})
+        heap = Heap(1 << 30)
+        inner, inner_skipped = [], []
+
+        class Finalizer:
+            def __init__(self, action):
+                self.me, self.action = self, action
+
+            def __del__(self):
+                if self.action == 0:
+                    before = _core.stacks_counts()["reentrant"]
+                    inner.append(heap.malloc(MiB))
+                    inner_skipped.append(_core.stacks_counts()["reentrant"] - before)
+                elif self.action == 1:
+                    _core.stacks_pop(_core.stacks_push())
+                elif self.action == 2:
+                    _core.stacks_table()
+                else:
+                    _core.stacks_configure(*vramguard._stacks.skip_rules(), 4)
+
+        def deep(n, action):
+            if n:
+                return deep(n - 1, action)
+            Finalizer(action)
+            return heap.malloc(MiB), line_here()
+
+        rec = record(heap, stacks=True, capacity=1 << 16).start()
+        counts = _core.stacks_counts()
+        gc.collect()
+        gc.set_threshold(1)
+        made = [deep(rng.randrange(20), rng.randrange(4)) for _ in range(300)]
+        gc.set_threshold(700)
+        gc.collect()
+        trace = rec.stop()
+        after = _core.stacks_counts()
+        allocs = [op for op in range(len(trace)) if trace.kinds[op] == 1]
+        out("n_allocs", len(allocs))
+        out("n_made", len(made) + len(inner))
+        named = [trace.site_of(op) for op in allocs]
+        outer_lines = {{f"<string>:{{line}} deep" for _, line in made}}
+        out("outer_lines", len(outer_lines))
+        out("named_outer", sum(1 for s in named if s in outer_lines))
+        out("named_inner", sum(1 for s in named if s is not None and s.endswith(" __del__")))
+        out("unnamed", named.count(None))
+        out("inner_skipped", sum(inner_skipped))
+        out("reentrant", after["reentrant"] - counts["reentrant"])
+        out("other", sum(after.values()) - sum(counts.values()) - (after["reentrant"] - counts["reentrant"]))
+        out("not_kept", trace.meta["stacks_not_kept"])
+    """)
+    assert v["n_allocs"] == v["n_made"] and v["outer_lines"] == 1
+    assert v["named_outer"] == 300  # every allocation of the loop, by its line
+    assert v["named_inner"] + v["unnamed"] == v["n_made"] - 300
+    # an inner allocation made inside a capture is the one kind unnamed;
+    # captures inside captures (set aside ones too) are all that is not kept
+    assert v["unnamed"] == v["inner_skipped"] > 0
+    assert v["not_kept"] == v["reentrant"] >= v["unnamed"] and v["other"] == 0
+
+
 # ------------------------------------------------------------ stacks set aside
 
 
