@@ -148,6 +148,21 @@ def test_by_line_groups_by_the_innermost_frame():
         ("a.py:1 f", 12, 2), ("b.py:2 k", 3, 1)]
 
 
+def test_by_line_sums_a_label_once_across_stacks_and_folders():
+    """Blocks are summed by stack, then by line: two folders' train.py:5 f
+    are one label, as a person reads them."""
+    table = StackTable()
+    here = table.frame("/a/train.py", 5, "f")
+    there = table.frame("/b/train.py", 5, "f")
+    other = table.frame("/a/model.py", 9, "g")
+    stacks = [table.stack([here]), table.stack([here, other]), table.stack([there]), table.stack([other])]
+    items = [(1 << i, stacks[i % 4]) for i in range(12)]
+    assert group_by_line(items, table, 5) == [
+        ("model.py:9 g", (1 << 3) + (1 << 7) + (1 << 11), 3),
+        ("train.py:5 f", sum(1 << i for i in range(12) if i % 4 != 3), 9)]
+    assert group_by_line(items, table, 1) == [("model.py:9 g", 2184, 3)]
+
+
 # ------------------------------------------------------------ snapshots
 
 
