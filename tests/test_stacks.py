@@ -106,18 +106,20 @@ def test_live_blocks_are_summed_by_line_while_recording():
     assert rec.trace.counts()["alloc"] == 4
 
 
-def test_stacks_set_aside_serve_allocations_that_capture_none():
-    """What a torch op does: the stack is set aside while the GIL is held,
-    and the allocation reads it (stacks_push/stacks_pop nest)."""
+def test_with_the_gil_the_frames_at_the_allocation_win_over_a_stack_set_aside():
+    """A torch op sets its stack aside and allocates without the GIL
+    (test_stacks_safety.py); an allocation made with the GIL (a Python
+    callback inside an op) is named by its own frames. stacks_push and
+    stacks_pop nest."""
     heap = Heap(1 << 30)
     with record(heap, stacks=True) as rec:
-        before = _core.stacks_push(); line = line_here()
+        before = _core.stacks_push()
         inner = _core.stacks_push()
         _core.stacks_pop(inner)
-        p = heap.malloc(MiB)
+        p = heap.malloc(MiB); line = line_here()
         _core.stacks_pop(before)
     assert before == 0 and inner != 0
-    assert rec.trace.frames_of(0)[0] == (HERE, line, "test_stacks_set_aside_serve_allocations_that_capture_none")
+    assert rec.trace.frames_of(0)[0] == (HERE, line, "test_with_the_gil_the_frames_at_the_allocation_win_over_a_stack_set_aside")
     heap.free(p)
 
 
@@ -144,6 +146,21 @@ def test_by_line_groups_by_the_innermost_frame():
     s3 = table.stack([table.frame("b.py", 2, "k")])
     assert group_by_line([(5, s1), (7, s2), (3, s3), (100, None)], table, 5) == [
         ("a.py:1 f", 12, 2), ("b.py:2 k", 3, 1)]
+
+
+def test_by_line_sums_a_label_once_across_stacks_and_folders():
+    """Blocks are summed by stack, then by line: two folders' train.py:5 f
+    are one label, as a person reads them."""
+    table = StackTable()
+    here = table.frame("/a/train.py", 5, "f")
+    there = table.frame("/b/train.py", 5, "f")
+    other = table.frame("/a/model.py", 9, "g")
+    stacks = [table.stack([here]), table.stack([here, other]), table.stack([there]), table.stack([other])]
+    items = [(1 << i, stacks[i % 4]) for i in range(12)]
+    assert group_by_line(items, table, 5) == [
+        ("model.py:9 g", (1 << 3) + (1 << 7) + (1 << 11), 3),
+        ("train.py:5 f", sum(1 << i for i in range(12) if i % 4 != 3), 9)]
+    assert group_by_line(items, table, 1) == [("model.py:9 g", 2184, 3)]
 
 
 # ------------------------------------------------------------ snapshots

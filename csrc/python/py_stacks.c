@@ -2,13 +2,21 @@
  * asked for the memory.
  *
  * A stack is captured on the allocating thread, before the heap's lock is
- * taken, and only where that thread already holds the GIL: the heap asks
- * vgpy_stack_source(), which looks at the thread's Python frames when
- * PyGILState_Check() says the GIL is held, and otherwise answers the stack
- * that Python code on this thread set aside before it entered a call that
- * releases the GIL (stacks_push; PyTorch's ops run without the GIL, so
+ * taken, and only where that thread holds the GIL of the main interpreter:
+ * the heap asks vgpy_stack_source(), which looks at the thread's Python
+ * frames then, and otherwise answers the stack that Python code on this
+ * thread set aside before it entered a call that releases the GIL
+ * (stacks_push; PyTorch's ops run without the GIL, so
  * vramguard.record(stacks=True) sets it from a torch function mode). The
  * GIL is never taken here: a thread that does not hold it gets no stack.
+ *
+ * Whether the thread holds the GIL is not PyGILState_Check's answer: the
+ * first sub-interpreter a process creates turns that check off for good
+ * (it answers "held" to every thread after), and it knows nothing of
+ * other interpreters. The thread state that holds the GIL (3.11: one for
+ * the process; 3.12+: this thread's own) is compared with the one this
+ * thread registered, and its interpreter with the main one; both
+ * functions are resolved from the running interpreter with dlsym.
  *
  * Frames are interned: a table of code objects (classified once as user
  * code or not), of unique (code, line) frames and of unique stacks, all of
@@ -16,15 +24,30 @@
  * lines costs hash lookups and no allocation, and a program that never
  * repeats itself fills the tables and then gets no stack (counted).
  *
- * The tables are shared by every recording and guarded by the GIL: every
- * function here runs with it held. Limited API notes: PyEval_GetFrame,
- * PyFrame_GetCode and PyFrame_GetLineNumber are in the stable ABI at 3.9;
- * PyFrame_GetBack is in none (the frame's f_back attribute serves), nor is
- * PyGILState_Check (resolved from the running interpreter with dlsym; every
- * CPython 3 exports it). */
+ * The tables are shared by every recording, hold the main interpreter's
+ * objects only, and are guarded by its GIL: every function here that
+ * touches them runs with it held. A capture makes frame objects, and so
+ * may start a garbage collection whose finalizers run any code, this one
+ * included: a capture on a thread that is capturing already keeps nothing,
+ * and one whose tables were released or rebuilt meanwhile (their
+ * generation changed) keeps nothing either; every step leaves the tables
+ * whole, so that what runs meanwhile sees them consistent. Captures that
+ * keep nothing are counted by reason (stacks_counts).
+ *
+ * A stack set aside belongs to an epoch: releasing the tables, or the
+ * last recording with stacks stopping, starts a new one, so that what any
+ * thread set aside before is never attached to a later allocation.
+ *
+ * Limited API notes: PyEval_GetFrame, PyFrame_GetCode and
+ * PyFrame_GetLineNumber are in the stable ABI at 3.9; PyFrame_GetBack is
+ * in none (the frame's f_back attribute serves), nor are the unchecked
+ * thread state and PyInterpreterState_Main (resolved with dlsym; every
+ * CPython 3.9+ exports them). */
 #include "py_internal.h"
 
 #include <dlfcn.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,16 +97,37 @@ typedef struct {
     int depth;
     /* Bumped by a reset: a capture that saw one midway keeps nothing. */
     uint64_t generation;
-    uint64_t dropped; /* captures that found a table full */
 } stack_tables;
 
+/* Captures that kept nothing, by reason, for the process's life (a
+ * recording reports the difference between its stop and its start). */
+typedef struct {
+    uint64_t table_full;
+    uint64_t reentrant;   /* a collection's finalizer captured inside a capture */
+    uint64_t interrupted; /* the tables were released meanwhile */
+    /* Not guarded by the main GIL: counted by threads of other
+     * interpreters too. */
+    _Atomic uint64_t other_interpreter;
+} skip_counts;
+
 static stack_tables tables;
-static int (*gil_held)(void);
+static skip_counts skipped;
 static PyObject *str_f_back, *str_co_filename, *str_co_name;
+
+/* The thread state that holds the GIL: 3.11's is one for the process (any
+ * thread's), 3.12's on is this thread's own; NULL when none. Never fails,
+ * never blocks. */
+static PyThreadState *(*gil_holder)(void);
+static int holder_is_per_thread;
+static PyInterpreterState *main_interpreter;
+
+/* The epoch of stacks set aside; 0 is never one. */
+static _Atomic uint32_t epoch = 1;
 /* The stack set aside by Python code on this thread before a call that
- * releases the GIL; and whether a capture runs on this thread (a garbage
- * collection inside one can run code that allocates). */
-static _Thread_local uint32_t pending;
+ * releases the GIL, as epoch << 32 | id (0: none); and whether a capture
+ * runs on this thread (a garbage collection inside one can run code that
+ * allocates). */
+static _Thread_local uint64_t pending;
 static _Thread_local int capturing;
 
 static uint32_t mix(uint64_t x)
@@ -120,9 +164,15 @@ static int is_user_file(PyObject *file)
     return skip == 0 || longest_prefix(file, tables.keep) > skip;
 }
 
-/* The code table's index of `code`, added and classified on first sight;
- * -1 when the table is full or its names cannot be read. */
-static int64_t code_index(PyObject *code)
+enum {
+    /* What a lookup answers besides an index. */
+    TABLE_FULL = -1,
+    INTERRUPTED = -2,
+};
+
+/* The code table's index of `code`, or -1; *slot_out: where it would go.
+ * Runs no Python code. */
+static int64_t code_find(PyObject *code, uint32_t *slot_out)
 {
     uint32_t slot = mix((uintptr_t)code) & (CODE_SLOTS - 1);
     for (;; slot = (slot + 1) & (CODE_SLOTS - 1)) {
@@ -130,13 +180,34 @@ static int64_t code_index(PyObject *code)
         if (!at) break;
         if (tables.codes[at - 1].code == code) return at - 1;
     }
-    if (tables.ncodes >= CODE_MAX) return -1;
+    *slot_out = slot;
+    return -1;
+}
+
+/* The code table's index of `code`, added and classified on first sight;
+ * TABLE_FULL when the table is full or its names cannot be read,
+ * INTERRUPTED when the tables changed generation while they were read
+ * (the attribute reads are the only calls here that could run code: the
+ * lookup is made again after them, so an entry added meanwhile is never
+ * added twice, nor a slot taken meanwhile overwritten). */
+static int64_t code_index(PyObject *code, uint64_t generation)
+{
+    uint32_t slot;
+    int64_t at = code_find(code, &slot);
+    if (at >= 0) return at;
+    if (tables.ncodes >= CODE_MAX) return TABLE_FULL;
     PyObject *file = PyObject_GetAttr(code, str_co_filename);
     PyObject *name = file ? PyObject_GetAttr(code, str_co_name) : NULL;
     if (!name) {
         Py_XDECREF(file);
         PyErr_Clear();
-        return -1;
+        return generation == tables.generation ? TABLE_FULL : INTERRUPTED;
+    }
+    if (generation != tables.generation || (at = code_find(code, &slot)) >= 0 ||
+        tables.ncodes >= CODE_MAX) {
+        Py_DECREF(file);
+        Py_DECREF(name);
+        return generation != tables.generation ? INTERRUPTED : at >= 0 ? at : TABLE_FULL;
     }
     code_entry *e = &tables.codes[tables.ncodes];
     Py_INCREF(code);
@@ -191,7 +262,6 @@ static void tables_clear(void)
     if (tables.frame_slots) memset(tables.frame_slots, 0, FRAME_SLOTS * sizeof *tables.frame_slots);
     if (tables.stack_slots) memset(tables.stack_slots, 0, STACK_SLOTS * sizeof *tables.stack_slots);
     tables.ncodes = tables.nframes = tables.nstacks = 0;
-    tables.dropped = 0;
     tables.generation++;
 }
 
@@ -233,65 +303,129 @@ static int tables_alloc(void)
 /* Capture                                                             */
 /* ------------------------------------------------------------------ */
 
-/* The calling thread's stack as an id (index + 1), 0 for none. The GIL is
- * held. Frames are walked first (which may run a garbage collection, and
- * so other code), and each lookup leaves the tables whole, so whatever
- * runs meanwhile sees them consistent; a reset meanwhile voids the
- * capture. */
+/* The next frame out of `f` (a new reference, NULL at the outermost),
+ * `f`'s reference given up. Reading f_back may make a frame object, and so
+ * run a garbage collection. */
+static PyFrameObject *frame_back(PyFrameObject *f)
+{
+    PyObject *back = PyObject_GetAttr((PyObject *)f, str_f_back);
+    Py_DECREF(f);
+    if (back == Py_None) Py_CLEAR(back);
+    return (PyFrameObject *)back;
+}
+
+/* Walks out from `f` (its reference given up), putting the user frames
+ * into frames[] until the depth is reached; *depth_out: how many. Returns
+ * 0, TABLE_FULL or INTERRUPTED. */
+static int walk(PyFrameObject *f, uint64_t generation, uint32_t *frames, uint32_t *depth_out)
+{
+    uint32_t depth = 0;
+    int result = 0;
+    for (int walked = 0; f && walked < WALK_LIMIT; walked++) {
+        /* Checked after each step that may have run code, this one's
+         * PyEval_GetFrame or f_back included. */
+        if (generation != tables.generation) {
+            result = INTERRUPTED;
+            break;
+        }
+        if (depth >= (uint32_t)tables.depth) break;
+        PyCodeObject *code = PyFrame_GetCode(f);
+        int line = PyFrame_GetLineNumber(f);
+        if (line < 0) line = 0; /* none known: a trace file keeps lines from 0 */
+        int64_t c = code_index((PyObject *)code, generation);
+        Py_DECREF(code);
+        if (c >= 0 && tables.codes[c].user) {
+            c = frame_index((uint32_t)c, line);
+            if (c >= 0) frames[depth++] = (uint32_t)c;
+        }
+        if (c < 0) {
+            result = (int)c;
+            break;
+        }
+        f = frame_back(f);
+    }
+    Py_XDECREF(f);
+    *depth_out = depth;
+    return result;
+}
+
+/* The calling thread's stack as an id (index + 1), 0 for none. The main
+ * interpreter's GIL is held. */
 static uint32_t capture_now(void)
 {
-    if (!tables.codes || capturing) return 0;
+    if (!tables.codes) return 0;
+    if (capturing) {
+        skipped.reentrant++;
+        return 0;
+    }
     capturing = 1;
     uint64_t generation = tables.generation;
     uint32_t frames[STACK_MAX_DEPTH];
     uint32_t depth = 0;
-    int full = 0;
     PyObject *exc_type, *exc_value, *exc_tb;
     PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
     PyFrameObject *f = PyEval_GetFrame();
     Py_XINCREF(f);
-    for (int walked = 0; f && walked < WALK_LIMIT && depth < (uint32_t)tables.depth; walked++) {
-        PyCodeObject *code = PyFrame_GetCode(f);
-        int line = PyFrame_GetLineNumber(f);
-        if (line < 0) line = 0; /* none known: a trace file keeps lines from 0 */
-        int64_t c = code_index((PyObject *)code);
-        Py_DECREF(code);
-        if (c < 0) {
-            full = 1;
-            break;
-        }
-        if (tables.codes[c].user) {
-            int64_t at = frame_index((uint32_t)c, line);
-            if (at < 0) {
-                full = 1;
-                break;
-            }
-            frames[depth++] = (uint32_t)at;
-        }
-        PyObject *back = PyObject_GetAttr((PyObject *)f, str_f_back);
-        Py_DECREF(f);
-        f = back && back != Py_None ? (PyFrameObject *)back : NULL;
-        if (back == Py_None) Py_DECREF(back);
-    }
-    Py_XDECREF(f);
+    int result = walk(f, generation, frames, &depth);
     PyErr_Clear();
+    if (!result && generation != tables.generation) result = INTERRUPTED;
     uint32_t id = 0;
-    if (!full && depth && generation == tables.generation) {
+    if (!result && depth) {
         int64_t s = stack_index(frames, depth);
-        if (s < 0) full = 1;
+        if (s < 0) result = TABLE_FULL;
         else id = (uint32_t)s + 1;
     }
-    if (full && generation == tables.generation) tables.dropped++;
+    if (result == TABLE_FULL) skipped.table_full++;
+    if (result == INTERRUPTED) skipped.interrupted++;
     PyErr_Restore(exc_type, exc_value, exc_tb);
     capturing = 0;
     return id;
 }
 
+/* The stack this thread set aside, while its epoch lasts. Reads no
+ * Python state: the thread may not hold the GIL. */
+static uint32_t set_aside_now(void)
+{
+    uint64_t p = pending;
+    if (!p || (uint32_t)(p >> 32) != atomic_load_explicit(&epoch, memory_order_acquire)) return 0;
+    return (uint32_t)p;
+}
+
+/* This thread's thread state when the thread holds the GIL, else NULL;
+ * reads nothing another thread may free meanwhile. */
+static PyThreadState *holding_thread_state(void)
+{
+    PyThreadState *t = gil_holder ? gil_holder() : NULL;
+    if (!t || holder_is_per_thread) return t;
+    /* 3.11: whichever thread holds the GIL; this one's only when it is the
+     * thread state this thread registered. (A thread that switched to a
+     * sub-interpreter's is taken as not holding it: it gets what it set
+     * aside, never its frames.) */
+    return t == PyGILState_GetThisThreadState() ? t : NULL;
+}
+
+static void count_other_interpreter(void)
+{
+    atomic_fetch_add_explicit(&skipped.other_interpreter, 1, memory_order_relaxed);
+}
+
 uint32_t vgpy_stack_source(void)
 {
-    if (pending) return pending;
-    if (!gil_held || !Py_IsInitialized() || !gil_held()) return 0;
-    return capture_now();
+    PyThreadState *t = Py_IsInitialized() ? holding_thread_state() : NULL;
+    if (t && PyThreadState_GetInterpreter(t) != main_interpreter) {
+        count_other_interpreter();
+        return 0;
+    }
+    /* With the GIL the frames say it best (a Python callback inside an
+     * op); what was set aside serves where they name no user code. */
+    uint32_t id = t ? capture_now() : 0;
+    return id ? id : set_aside_now();
+}
+
+/* Python calls run with the GIL of the interpreter that calls them. */
+static int in_main_interpreter(void)
+{
+    return PyInterpreterState_Get() == main_interpreter;
 }
 
 /* ------------------------------------------------------------------ */
@@ -313,6 +447,8 @@ static int prefix_tuple(PyObject *obj, const char *what, PyObject **out)
     return 0;
 }
 
+/* Makes the tables and sets the rules; answers False, touching nothing,
+ * in a sub-interpreter (its recording keeps no stacks, counted). */
 static PyObject *stacks_configure(PyObject *module, PyObject *args)
 {
     (void)module;
@@ -324,6 +460,7 @@ static PyObject *stacks_configure(PyObject *module, PyObject *args)
                      STACK_MAX_DEPTH, depth);
         return NULL;
     }
+    if (!in_main_interpreter()) Py_RETURN_FALSE;
     if (prefix_tuple(skip_obj, "skip", &skip) < 0) return NULL;
     if (prefix_tuple(keep_obj, "keep", &keep) < 0) {
         Py_DECREF(skip);
@@ -335,43 +472,78 @@ static PyObject *stacks_configure(PyObject *module, PyObject *args)
         return NULL;
     }
     /* The tables are kept: live blocks carry ids into them. */
-    Py_XDECREF(tables.skip);
-    Py_XDECREF(tables.keep);
+    PyObject *old_skip = tables.skip, *old_keep = tables.keep;
     tables.skip = skip;
     tables.keep = keep;
     tables.depth = depth;
-    Py_RETURN_NONE;
+    Py_XDECREF(old_skip); /* last: freeing them may run code */
+    Py_XDECREF(old_keep);
+    Py_RETURN_TRUE;
+}
+
+/* A new epoch: what every thread set aside so far is never read again. */
+static void void_set_aside(void)
+{
+    uint32_t next = atomic_load_explicit(&epoch, memory_order_relaxed) + 1;
+    atomic_store_explicit(&epoch, next ? next : 1, memory_order_release);
+    pending = 0;
 }
 
 static PyObject *stacks_release(PyObject *module, PyObject *unused)
 {
     (void)module, (void)unused;
+    if (!in_main_interpreter()) Py_RETURN_NONE; /* the tables are not its own */
+    void_set_aside();
     tables_free();
-    pending = 0;
     Py_RETURN_NONE;
+}
+
+static PyObject *stacks_void_set_aside(PyObject *module, PyObject *unused)
+{
+    (void)module, (void)unused;
+    if (in_main_interpreter()) void_set_aside();
+    Py_RETURN_NONE;
+}
+
+/* A capture asked for from Python: none in a sub-interpreter (counted). */
+static uint32_t capture_from_python(void)
+{
+    if (in_main_interpreter()) return capture_now();
+    if (tables.codes) count_other_interpreter();
+    return 0;
 }
 
 static PyObject *stacks_capture(PyObject *module, PyObject *unused)
 {
     (void)module, (void)unused;
-    return PyLong_FromUnsignedLong(capture_now());
+    return PyLong_FromUnsignedLong(capture_from_python());
 }
 
+/* What stacks_push returns is the value set aside before it, whole
+ * (epoch and id), for stacks_pop to put back. */
 static PyObject *stacks_push(PyObject *module, PyObject *unused)
 {
     (void)module, (void)unused;
-    uint32_t before = pending;
-    uint32_t now = capture_now();
-    pending = now ? now : before;
-    return PyLong_FromUnsignedLong(before);
+    uint64_t before = pending;
+    uint32_t now = capture_from_python();
+    if (now) pending = (uint64_t)atomic_load_explicit(&epoch, memory_order_relaxed) << 32 | now;
+    return PyLong_FromUnsignedLongLong(before);
 }
 
 static PyObject *stacks_pop(PyObject *module, PyObject *before)
 {
     (void)module;
-    unsigned long value = PyLong_AsUnsignedLong(before);
-    if (value == (unsigned long)-1 && PyErr_Occurred()) return NULL;
-    pending = (uint32_t)value;
+    unsigned long long value = PyLong_AsUnsignedLongLong(before);
+    if (value == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    uint32_t of = (uint32_t)(value >> 32), id = (uint32_t)value;
+    uint32_t now = atomic_load_explicit(&epoch, memory_order_relaxed);
+    /* An earlier epoch's value is put back as it is (it is void); one of
+     * this epoch must name a stack of the tables. */
+    if ((value && (!of || !id || of > now)) || (of == now && id > tables.nstacks)) {
+        PyErr_Format(PyExc_ValueError, "stacks_pop(%llu): not a value stacks_push returned", value);
+        return NULL;
+    }
+    pending = value;
     Py_RETURN_NONE;
 }
 
@@ -391,50 +563,108 @@ static PyObject *stack_tuple(const stack_entry *s)
     return t;
 }
 
+/* Fills `frames` and `stacks` (lists of nframes and nstacks items) from
+ * the tables; 1 when the tables were released or rebuilt meanwhile (each
+ * object made may run a collection, and its finalizers any code), -1 on
+ * an error. Entries below the counts never change within a generation. */
+static int fill_table(PyObject *frames, PyObject *stacks, uint64_t generation)
+{
+    Py_ssize_t nframes = PyList_Size(frames), nstacks = PyList_Size(stacks);
+    for (Py_ssize_t i = 0; i < nframes + nstacks; i++) {
+        if (generation != tables.generation) return 1;
+        PyObject *t = i < nframes ? frame_tuple(&tables.frames[i])
+                                  : stack_tuple(&tables.stacks[i - nframes]);
+        if (!t) return -1;
+        if (i < nframes ? PyList_SetItem(frames, i, t) : PyList_SetItem(stacks, i - nframes, t)) return -1;
+    }
+    return generation != tables.generation;
+}
+
 /* (frames, stacks, dropped): frames as (file, line, function), stacks as
- * tuples of frame indices, innermost first; stack id n is stacks[n - 1]. */
+ * tuples of frame indices, innermost first; stack id n is stacks[n - 1].
+ * A sub-interpreter is answered empty tables: they hold the main one's
+ * objects. */
 static PyObject *stacks_table(PyObject *module, PyObject *unused)
 {
     (void)module, (void)unused;
-    PyObject *frames = PyList_New(tables.nframes);
-    PyObject *stacks = frames ? PyList_New(tables.nstacks) : NULL;
-    if (!stacks) goto fail;
-    for (uint32_t i = 0; i < tables.nframes; i++) {
-        PyObject *t = frame_tuple(&tables.frames[i]);
-        if (!t || PyList_SetItem(frames, i, t) < 0) goto fail;
+    int own = in_main_interpreter();
+    for (int attempt = 0; attempt < 4; attempt++) {
+        uint64_t generation = tables.generation;
+        PyObject *frames = PyList_New(own ? tables.nframes : 0);
+        PyObject *stacks = frames ? PyList_New(own ? tables.nstacks : 0) : NULL;
+        int rc = stacks ? fill_table(frames, stacks, generation) : -1;
+        if (rc == 0)
+            return Py_BuildValue("(NNK)", frames, stacks, (unsigned long long)skipped.table_full);
+        Py_XDECREF(frames);
+        Py_XDECREF(stacks);
+        if (rc < 0) return NULL;
     }
-    for (uint32_t i = 0; i < tables.nstacks; i++) {
-        PyObject *t = stack_tuple(&tables.stacks[i]);
-        if (!t || PyList_SetItem(stacks, i, t) < 0) goto fail;
-    }
-    return Py_BuildValue("(NNK)", frames, stacks, (unsigned long long)tables.dropped);
-fail:
-    Py_XDECREF(frames);
-    Py_XDECREF(stacks);
+    PyErr_SetString(PyExc_RuntimeError, "the stack tables were released again and again while read");
     return NULL;
+}
+
+static PyObject *stacks_counts(PyObject *module, PyObject *unused)
+{
+    (void)module, (void)unused;
+    unsigned long long other = atomic_load_explicit(&skipped.other_interpreter, memory_order_relaxed);
+    return Py_BuildValue("{sKsKsKsK}", "table_full", (unsigned long long)skipped.table_full,
+                         "reentrant", (unsigned long long)skipped.reentrant, "interrupted",
+                         (unsigned long long)skipped.interrupted, "other_interpreter", other);
 }
 
 static PyMethodDef stacks_methods[] = {
     {"stacks_configure", (PyCFunction)stacks_configure, METH_VARARGS,
-     "stacks_configure(skip, keep, depth)\n\nMake the stack tables (kept when they exist: live "
-     "blocks name their stacks by id) and set what a capture "
+     "stacks_configure(skip, keep, depth) -> bool\n\nMake the stack tables (kept when they exist: "
+     "live blocks name their stacks by id) and set what a capture "
      "keeps: the innermost `depth` frames of user code, whose file starts with no prefix in "
-     "`skip`, or with a longer one in `keep` than in `skip`."},
+     "`skip`, or with a longer one in `keep` than in `skip`. False in a sub-interpreter: stacks "
+     "are kept for the main interpreter's threads only."},
     {"stacks_release", (PyCFunction)stacks_release, METH_NOARGS,
-     "stacks_release()\n\nFree the stack tables; captures give 0 until configured again."},
+     "stacks_release()\n\nFree the stack tables; captures give 0 until configured again, and "
+     "what any thread set aside is void."},
+    {"stacks_void_set_aside", (PyCFunction)stacks_void_set_aside, METH_NOARGS,
+     "stacks_void_set_aside()\n\nWhat every thread set aside with stacks_push is never read "
+     "again (the last recording with stacks stopped)."},
     {"stacks_capture", (PyCFunction)stacks_capture, METH_NOARGS,
      "stacks_capture() -> int\n\nThe calling thread's stack id now (0: none)."},
     {"stacks_push", (PyCFunction)stacks_push, METH_NOARGS,
      "stacks_push() -> int\n\nSet the calling thread's stack aside for allocations made "
      "without the GIL; returns what to give stacks_pop."},
     {"stacks_pop", (PyCFunction)stacks_pop, METH_O,
-     "stacks_pop(before)\n\nRestore what stacks_push returned."},
+     "stacks_pop(before)\n\nRestore what stacks_push returned (ValueError for any other "
+     "value)."},
     {"stacks_table", (PyCFunction)stacks_table, METH_NOARGS,
      "stacks_table() -> (frames, stacks, dropped)\n\nThe interned frames (file, line, "
      "function), the stacks (tuples of frame indices, innermost first; id n is stacks[n-1]) "
      "and the captures that found a table full."},
+    {"stacks_counts", (PyCFunction)stacks_counts, METH_NOARGS,
+     "stacks_counts() -> dict\n\nCaptures that kept nothing since the process began, by "
+     "reason: table_full, reentrant (inside another, from a collection's finalizer), "
+     "interrupted (the tables were released meanwhile), other_interpreter."},
     {NULL, NULL, 0, NULL},
 };
+
+/* The GIL holder's accessor and the main interpreter, from the running
+ * interpreter's own symbols (3.13 named the accessor public). Without
+ * them no thread is taken to hold the GIL: no frames are read, and only
+ * what was set aside serves. */
+static void resolve_interpreter(void)
+{
+    const char *names[] = {"PyThreadState_GetUnchecked", "_PyThreadState_UncheckedGet"};
+    for (size_t i = 0; i < sizeof names / sizeof *names && !gil_holder; i++) {
+        void *sym = dlsym(RTLD_DEFAULT, names[i]);
+        memcpy(&gil_holder, &sym, sizeof sym);
+    }
+    int major = 0, minor = 0;
+    holder_is_per_thread = sscanf(Py_GetVersion(), "%d.%d", &major, &minor) == 2 &&
+                           (major > 3 || (major == 3 && minor >= 12));
+    PyInterpreterState *(*main_of)(void) = NULL;
+    void *sym = dlsym(RTLD_DEFAULT, "PyInterpreterState_Main");
+    memcpy(&main_of, &sym, sizeof sym);
+    /* Failing that, the first to import the module: the main one, as a
+     * rule. */
+    main_interpreter = main_of ? main_of() : PyInterpreterState_Get();
+}
 
 int vgpy_stacks_init(PyObject *module)
 {
@@ -443,8 +673,7 @@ int vgpy_stacks_init(PyObject *module)
         str_co_filename = PyUnicode_InternFromString("co_filename");
         str_co_name = PyUnicode_InternFromString("co_name");
         if (!str_f_back || !str_co_filename || !str_co_name) return -1;
-        void *sym = dlsym(RTLD_DEFAULT, "PyGILState_Check");
-        memcpy(&gil_held, &sym, sizeof sym);
+        resolve_interpreter();
     }
     if (PyModule_AddFunctions(module, stacks_methods) < 0) return -1;
     if (PyModule_AddIntConstant(module, "STACK_MAX_DEPTH", STACK_MAX_DEPTH) < 0) return -1;

@@ -15,7 +15,9 @@ the standard library), captured in C where the allocating thread holds the
 GIL. PyTorch runs its ops without the GIL, so while such a recording runs, a
 torch function mode on the recording thread sets each torch call's stack
 aside before the op starts (csrc/python/py_stacks.c); allocations made by
-other threads without the GIL (autograd's device threads) get no stack."""
+other threads without the GIL (autograd's device threads) get no stack, nor
+do a sub-interpreter's threads (a recording with stacks started in one
+warns and keeps none)."""
 import struct
 import sys
 import warnings
@@ -139,7 +141,8 @@ class record:
         self._dropped = 0
         self._running = False
         self._mode = None
-        self._dropped_start = 0
+        self._not_kept_start = 0
+        self._stacks_here = False  # the tables are this interpreter's (the main one)
 
     def start(self):
         self._key = heap_key(self.heap)
@@ -148,8 +151,11 @@ class record:
         if self.stacks:
             _check_same_depth(self)
             skip, keep = skip_rules()
-            _core.stacks_configure(skip, keep, self.stack_depth)
-            self._dropped_start = _core.stacks_table()[2]
+            self._stacks_here = _core.stacks_configure(skip, keep, self.stack_depth)
+            if not self._stacks_here:
+                warnings.warn("record(stacks=True) in a sub-interpreter keeps no stacks: they are kept for "
+                              "the main interpreter's threads only", RuntimeWarning, stacklevel=3)
+            self._not_kept_start = _stacks_not_kept()
         self.heap.history_start(self.capacity, stacks=self.stacks)
         if self.stacks:
             self._mode = _enter_stack_mode()
@@ -166,16 +172,21 @@ class record:
         self._running = False
         if _running_on.get(id(self.heap)) is self:
             del _running_on[id(self.heap)]
+        if self.stacks and not any(r.stacks for r in _running_on.values()):
+            # what other threads set aside in ops still running is not
+            # attached to a later recording's allocations
+            _core.stacks_void_set_aside()
         if dropped:
             warnings.warn(f"recording {self.name!r} dropped its {dropped:,} oldest events: its ring holds "
                           f"capacity={self.capacity:,}; record again with a larger capacity= (the trace's "
                           f"peak and pairs are wrong without them)", RuntimeWarning, stacklevel=2)
-        captured, full = capture_table() if self.stacks else (None, 0)
+        captured = capture_table()[0] if self.stacks else None
         self.trace = trace_from_events(data, dropped, self._reserved_start, self.name, captured)
         global _last
         _last = self.trace
         if self.stacks:
-            self.trace.meta["stacks_not_kept"] = max(full - self._dropped_start, 0)
+            self.trace.meta["stacks_not_kept"] = (_stacks_not_kept() - self._not_kept_start if self._stacks_here
+                                                  else self.trace.counts()["alloc"])
             last_with_stacks[self._key] = self.trace
         return self.trace
 
@@ -199,6 +210,14 @@ class record:
     def __exit__(self, *exc):
         self.stop()
         return False
+
+
+def _stacks_not_kept():
+    """Captures that kept nothing since the process began: a table full, a
+    capture inside another (a collection's finalizer), tables released
+    meanwhile, a sub-interpreter's thread (stacks are the main
+    interpreter's)."""
+    return sum(_core.stacks_counts().values())
 
 
 def _enter_stack_mode():

@@ -144,14 +144,25 @@ def capture_table():
 
 def group_by_line(items, table, top):
     """[(label, bytes, blocks)] for the `top` lines holding the most, from
-    (bytes, stack index) pairs; stacks that are None are left out."""
-    lines = {}
+    (bytes, stack index) pairs; stacks that are None are left out. Summed by
+    stack first, so that each distinct line is named once however many
+    blocks it holds (a label is a few regular expressions)."""
+    by_stack = {}
     for size, stack in items:
         if stack is None:
             continue
-        label = table.label(stack)
-        total, count = lines.get(label, (0, 0))
-        lines[label] = (total + size, count + 1)
+        total, count = by_stack.get(stack, (0, 0))
+        by_stack[stack] = (total + size, count + 1)
+    by_frame = {}
+    for stack, (size, count) in by_stack.items():
+        frame = table.stacks[stack][0]
+        total, blocks = by_frame.get(frame, (0, 0))
+        by_frame[frame] = (total + size, blocks + count)
+    lines = {}
+    for frame, (size, count) in by_frame.items():
+        label = format_frame(*table.frames[frame])  # frames in two folders may share one
+        total, blocks = lines.get(label, (0, 0))
+        lines[label] = (total + size, blocks + count)
     ranked = heapq.nlargest(top, ((size, count, label) for label, (size, count) in lines.items()))
     return [(label, size, count) for size, count, label in ranked]
 

@@ -54,3 +54,22 @@ def test_without_the_torch_mode_an_op_gets_no_stack(tmp_path):
         runpy.run_path({str(script)!r}, init_globals={{"out": out}})
     """)
     assert v["sites"] == [None, None, None] and v["held"] == []
+
+
+def test_once_a_sub_interpreter_existed_an_op_without_the_mode_still_reads_no_frames(tmp_path):
+    """A sub-interpreter turns PyGILState_Check into "held" for every
+    thread for good; the allocator hook, which runs without the GIL, must
+    still not walk frames (it crashed the process)."""
+    script = tmp_path / "bare.py"
+    script.write_text(SCRIPT.replace(
+        "import torch, vramguard",
+        "import torch, vramguard\n"
+        "import _xxsubinterpreters as subs\n"
+        "subs.destroy(subs.create())\n"
+        "vramguard._record._enter_stack_mode = lambda: None"))
+    v, _ = run(f"""
+        import runpy
+        vramguard.install(patch_torch=False)
+        runpy.run_path({str(script)!r}, init_globals={{"out": out}})
+    """)
+    assert v["sites"] == [None, None, None] and v["held"] == []
