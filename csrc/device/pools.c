@@ -73,7 +73,9 @@ typedef struct pool_route {
     struct pool_route *next;
 } pool_route;
 
-/* A pool gone: its reserved bytes, kept under its id until reset. */
+/* A pool gone: its reserved bytes, kept under its id (current 0), as
+ * PyTorch keeps them: a reset zeroes them, nothing drops them. One small
+ * record per pool id a process ever used. */
 typedef struct gone_pool {
     int device;
     uint64_t id0, id1;
@@ -613,28 +615,6 @@ size_t vg_devices_pool_reservations(int device, vg_pool_reservation *out, size_t
     return count;
 }
 
-static bool all_zero(const vg_stat *s)
-{
-    for (int t = 0; t < VG_STAT_TYPES; t++)
-        if (s[t].current || s[t].peak || s[t].allocated || s[t].freed) return false;
-    return true;
-}
-
-/* Gone pools whose record a reset left all zero have nothing left to say. */
-static void drop_empty_gone(int device)
-{
-    gone_pool **link = &gone;
-    while (*link) {
-        gone_pool *g = *link;
-        if (g->device == device && all_zero(g->reserved)) {
-            *link = g->next;
-            free(g);
-        } else {
-            link = &g->next;
-        }
-    }
-}
-
 /* As PyTorch's reset_peak_memory_stats / reset_accumulated_memory_stats:
  * every figure of the device, its heap's, its pools' and the gone pools'. */
 static void reset_device(int device, bool peaks)
@@ -659,7 +639,6 @@ static void reset_device(int device, bool peaks)
             else g->reserved[t].allocated = g->reserved[t].freed = 0;
         }
     }
-    drop_empty_gone(device);
     if (peaks) {
         /* The peaks start again from the sum now. */
         vg_stats heap, sum;

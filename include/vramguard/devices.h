@@ -136,7 +136,8 @@ int vg_devices_totals(int device, vg_device_totals *out);
 
 /* PyTorch's reserved_bytes_by_private_pools: per pool id, its reserved
  * bytes. A pool that is gone keeps its entry with current 0, its peak,
- * allocated and freed kept until reset (then dropped once all are 0).
+ * allocated and freed kept until reset; the entry itself stays, as
+ * PyTorch's does.
  * Fills up to `n`, live pools oldest first, then gone ones; returns how
  * many there are. */
 typedef struct vg_pool_reservation {
