@@ -13,6 +13,7 @@
 #include "vramguard/oom.h"
 #include "harness.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -250,7 +251,105 @@ static void test_lower_budget_trims_to_what_pools_leave(void)
     CHECK_EQ(vg_devices_release_pool(dev, 2, 2), VG_OK);
 }
 
+/* Seeded random allocations and frees on a device heap and a pool under
+ * one budget, one after the other: the sum never passes the budget, the
+ * device's figures are the heap's plus the pools' at every step, and each
+ * peak is at least its current. */
+static void test_random_sequence_keeps_one_budget(void)
+{
+    enum { SLOTS = 24, STEPS = 3000 };
+    const int dev = 7;
+    const size_t budget = 48 * MiB;
+    CHECK_EQ(vg_devices_set_budget(dev, budget, 0.0), VG_OK);
+    CHECK_EQ(vg_devices_begin_pool(dev, 5, 5, only_capture, NULL, NULL), VG_OK);
+    void *slot[SLOTS] = {0};
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    size_t refusals = 0;
+    for (int step = 0; step < STEPS; step++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        unsigned r = (unsigned)(seed >> 33);
+        int i = (int)(r % SLOTS);
+        if (slot[i]) {
+            vg_devices_free(slot[i], dev);
+            slot[i] = NULL;
+        } else {
+            size_t size = ((size_t)(r >> 8) % (6 * MiB)) + 1;
+            vg_oom_info oom;
+            slot[i] = alloc(dev, size, i % 2 ? CAPTURE : 0, &oom);
+            if (!slot[i]) {
+                CHECK_EQ(oom.status, VG_ERR_NOMEM);
+                refusals++;
+            }
+        }
+        vg_device_totals t = totals(dev);
+        vg_stats heap = heap_stats(dev);
+        CHECK_EQ(RESERVED(t.stats), RESERVED(heap) + t.pools_reserved);
+        CHECK_EQ(ALLOCATED(t.stats), ALLOCATED(heap) + t.pools_allocated);
+        CHECK((size_t)RESERVED(t.stats) <= budget);
+        CHECK(t.stats.reserved_bytes[VG_STAT_ALL].peak >= RESERVED(t.stats));
+        CHECK(t.stats.allocated_bytes[VG_STAT_ALL].peak >= ALLOCATED(t.stats));
+        CHECK(t.stats.reserved_bytes[VG_STAT_ALL].peak <= (int64_t)budget);
+    }
+    CHECK(refusals > 0); /* the budget was met */
+    for (int i = 0; i < SLOTS; i++) vg_devices_free(slot[i], dev);
+    CHECK_EQ(vg_devices_end_pool(dev, 5, 5), VG_OK);
+    CHECK_EQ(vg_devices_release_pool(dev, 5, 5), VG_OK);
+    CHECK_EQ(totals(dev).pools_reserved, 0);
+    CHECK_HEAP(vg_devices_existing(dev));
+}
+
+/* Threads allocating on the heap, in a pool, and reading the device's
+ * figures at once (for ThreadSanitizer): afterwards the figures add up,
+ * and the budget was passed by at most one racing segment (8 MiB here). */
+enum { THREAD_ROUNDS = 400 };
+static const int THREADED_DEVICE = 8;
+
+static void *allocate_and_free(void *arg)
+{
+    vg_stream_t stream = (vg_stream_t)(uintptr_t)arg;
+    vg_oom_info oom;
+    for (int i = 0; i < THREAD_ROUNDS; i++) {
+        void *p = alloc(THREADED_DEVICE, (size_t)(1 + i % 4) * 2 * MiB, stream, &oom);
+        vg_devices_free(p, THREADED_DEVICE);
+    }
+    return NULL;
+}
+
+static void *read_figures(void *arg)
+{
+    int64_t *highest = arg;
+    for (int i = 0; i < THREAD_ROUNDS; i++) {
+        vg_device_totals t = totals(THREADED_DEVICE);
+        if (RESERVED(t.stats) > *highest) *highest = RESERVED(t.stats);
+    }
+    return NULL;
+}
+
+static void test_threads_share_one_budget(void)
+{
+    const size_t budget = 24 * MiB;
+    CHECK_EQ(vg_devices_set_budget(THREADED_DEVICE, budget, 0.0), VG_OK);
+    CHECK_EQ(vg_devices_begin_pool(THREADED_DEVICE, 4, 4, only_capture, NULL, NULL), VG_OK);
+    int64_t highest = 0;
+    pthread_t heap_thread, pool_thread, reader;
+    pthread_create(&heap_thread, NULL, allocate_and_free, (void *)(uintptr_t)0);
+    pthread_create(&pool_thread, NULL, allocate_and_free, (void *)(uintptr_t)CAPTURE);
+    pthread_create(&reader, NULL, read_figures, &highest);
+    pthread_join(heap_thread, NULL);
+    pthread_join(pool_thread, NULL);
+    pthread_join(reader, NULL);
+    CHECK(highest <= (int64_t)(budget + 8 * MiB));
+    vg_device_totals t = totals(THREADED_DEVICE);
+    CHECK_EQ(RESERVED(t.stats), RESERVED(heap_stats(THREADED_DEVICE)) + t.pools_reserved);
+    CHECK_EQ(ALLOCATED(t.stats), 0);
+    CHECK_EQ(vg_devices_end_pool(THREADED_DEVICE, 4, 4), VG_OK);
+    CHECK_EQ(vg_devices_release_pool(THREADED_DEVICE, 4, 4), VG_OK);
+    CHECK_EQ(totals(THREADED_DEVICE).pools_reserved, 0);
+}
+
 static const harness_test tests[] = {
+    {"test_threads_share_one_budget", test_threads_share_one_budget},
+    {"test_random_sequence_keeps_one_budget", test_random_sequence_keeps_one_budget},
     {"test_budget_counts_pool_memory", test_budget_counts_pool_memory},
     {"test_device_figures_include_pools", test_device_figures_include_pools},
     {"test_heap_peak_with_pool_is_the_sum", test_heap_peak_with_pool_is_the_sum},
