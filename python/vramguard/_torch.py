@@ -387,6 +387,7 @@ def empty_cache(device=None):
 def reset_peaks(device=None):
     """Set every peak of a device's counters to its current value (its
     CUDA-graph pools' too, as torch.cuda.reset_peak_memory_stats() does)."""
+    _require_installed()  # before the device's index, which asks torch
     index = _device_index(device)
     _device_heap(index)
     _core.reset_device_peaks(index)
