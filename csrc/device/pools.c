@@ -168,13 +168,16 @@ static inline int64_t max64(int64_t a, int64_t b)
 
 /* Raise the device's peaks to what is seen now: the sum, the device
  * heap's own peak, and a peak the heap reached since the last look, when
- * the pools held what they held at that look. */
+ * the pools held what they held at that look. A heap peak lower than
+ * seen before was reset on the heap itself (Heap.reset_peaks): the
+ * device's starts again from there. */
 static void look(int device, const vg_stats *heap, const vg_stats *sum)
 {
     device_peaks *dp = &peaks_of[device];
 #define RAISE(name)                                                                      \
     for (int t = 0; t < VG_STAT_TYPES; t++) {                                            \
-        int64_t peak = max64(dp->peaks.name[t].peak, heap->name[t].peak);                \
+        bool reset = heap->name[t].peak < dp->heap_seen.name[t].peak;                    \
+        int64_t peak = max64(reset ? 0 : dp->peaks.name[t].peak, heap->name[t].peak);    \
         peak = max64(peak, heap->name[t].current + sum->name[t].current);                \
         if (heap->name[t].peak > dp->heap_seen.name[t].peak)                             \
             peak = max64(peak, heap->name[t].peak + dp->pools_seen.name[t].current);     \

@@ -204,6 +204,10 @@ static void test_heap_peak_with_pool_is_the_sum(void)
     vg_device_totals t = totals(dev);
     CHECK_EQ(ALLOCATED(t.stats), 12 * MiB);
     CHECK_EQ(t.stats.allocated_bytes[VG_STAT_ALL].peak, 20 * MiB);
+    /* A reset on the device heap itself starts the device's peak again. */
+    vg_heap_reset_peaks(vg_devices_existing(dev));
+    t = totals(dev);
+    CHECK_EQ(t.stats.allocated_bytes[VG_STAT_ALL].peak, 12 * MiB);
     vg_devices_free(g, dev);
     CHECK_EQ(vg_devices_release_pool(dev, 9, 9), VG_OK);
 }
