@@ -26,7 +26,7 @@ HDRS = $(wildcard include/vramguard/*.h csrc/*/*.h) tests/c/harness.h tests/c/fa
 BUILD = build/c
 
 .PHONY: all test-c test-c-san test-c-tsan bench check pytest clean fuzz test
-C_TESTS = test_core test_hostile test_devices test_cuda test_hook test_threads test_expandable test_report test_arena
+C_TESTS = test_core test_hostile test_devices test_cuda test_hook test_threads test_expandable test_report test_arena test_pools
 all: $(C_TESTS:%=$(BUILD)/%)
 
 # Three builds of the library and the C tests, each in its own object

@@ -503,8 +503,8 @@ static bool place(vg_heap *h, vg_request *r, bool gc)
 static size_t stream_target(const vg_heap *h, const vg_request *r)
 {
     if (!r->budget_refused || !h->budget) return SIZE_MAX;
-    size_t reserved = vg__reserved(h);
-    return reserved + r->missing > h->budget ? reserved + r->missing - h->budget : 0;
+    size_t reserved = vg__reserved(h), limit = vg__ceiling(h); /* shared budget: less the others' */
+    return reserved + r->missing > limit ? reserved + r->missing - limit : 0;
 }
 
 bool vg__arena_find_block(vg_heap *h, vg_request *r)

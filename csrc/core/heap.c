@@ -213,9 +213,16 @@ size_t vg__reserved(const vg_heap *h)
     return (size_t)h->stats.reserved_bytes[VG_STAT_ALL].current;
 }
 
+static size_t reserved_elsewhere(const vg_heap *h)
+{
+    return h->reserved_elsewhere ? h->reserved_elsewhere(h->reserved_elsewhere_ctx) : 0;
+}
+
 size_t vg__ceiling(const vg_heap *h)
 {
-    return h->budget ? h->budget : h->device_total;
+    size_t limit = h->budget ? h->budget : h->device_total;
+    size_t others = reserved_elsewhere(h);
+    return others < limit ? limit - others : 0;
 }
 
 size_t vg__round_to_granule(size_t bytes)
@@ -226,7 +233,7 @@ size_t vg__round_to_granule(size_t bytes)
 bool vg__within_budget(const vg_heap *h, size_t bytes)
 {
     if (!h->budget) return true;
-    size_t reserved = vg__reserved(h);
+    size_t reserved = vg__reserved(h) + reserved_elsewhere(h);
     return bytes <= h->budget && reserved <= h->budget - bytes;
 }
 
@@ -784,13 +791,21 @@ int vg_heap_set_budget(vg_heap *h, size_t budget)
 {
     vg_lock_acquire(&h->lock);
     h->budget = budget;
-    size_t reserved = vg__reserved(h);
-    if (budget && reserved > budget) {
-        if (h->arena) vg__arena_trim(h, reserved - budget, &h->stats.num_budget_releases);
-        else vg__release_idle(h, NULL, reserved - budget, &h->stats.num_budget_releases);
+    size_t reserved = vg__reserved(h), limit = vg__ceiling(h);
+    if (budget && reserved > limit) {
+        if (h->arena) vg__arena_trim(h, reserved - limit, &h->stats.num_budget_releases);
+        else vg__release_idle(h, NULL, reserved - limit, &h->stats.num_budget_releases);
     }
     vg_lock_release(&h->lock);
     return VG_OK;
+}
+
+void vg_heap_share_budget(vg_heap *h, size_t (*reserved_elsewhere_fn)(void *ctx), void *ctx)
+{
+    vg_lock_acquire(&h->lock);
+    h->reserved_elsewhere = reserved_elsewhere_fn;
+    h->reserved_elsewhere_ctx = ctx;
+    vg_lock_release(&h->lock);
 }
 
 void vg_heap_set_keep_segments(vg_heap *h, int keep)

@@ -269,6 +269,13 @@ struct vg_heap {
     vg_device *dev;
     const vg_policy *policy;
     size_t budget;         /* 0 = none */
+    /* Bytes reserved by the other heaps this one shares its budget with
+     * (a device's heap and its CUDA-graph pools: one budget per device),
+     * NULL for none. Called under the lock, only where memory would grow
+     * or the ceiling is asked, never for a cached block: it takes no heap
+     * lock (vg_heap_share_budget). */
+    size_t (*reserved_elsewhere)(void *ctx);
+    void *reserved_elsewhere_ctx;
     double gc_threshold;   /* 0 = off */
     size_t device_total;
     /* The arena runs (the policy asks and the device has page_size > 0):
@@ -360,10 +367,13 @@ void vg__synchronize(vg_heap *h);
 /* A provider call returned VG_ERR_DEVICE: count it (num_device_errors),
  * keep the provider's words, and set device_failed. */
 void vg__device_error(vg_heap *h);
-/* Can `bytes` more be reserved without passing the budget? */
+/* Can `bytes` more be reserved without passing the budget? What the
+ * heaps sharing it reserve counts too:
+ *   reserved + reserved_elsewhere + bytes <= budget */
 bool vg__within_budget(const vg_heap *h, size_t bytes);
 size_t vg__reserved(const vg_heap *h);
-/* What reserved memory may not pass: the budget, or else the device. */
+/* What this heap's reserved memory may not pass: the budget, or else the
+ * device, less what the heaps sharing it reserve (0 when they hold it all). */
 size_t vg__ceiling(const vg_heap *h);
 size_t vg__round_to_granule(size_t bytes);
 

@@ -85,6 +85,22 @@ static void put_cause(writer *w, const vg_oom_info *o)
     }
 }
 
+/* What CUDA graphs hold: memory no other allocation can use until their
+ * graphs are released, counted in the budget as the device heap's is. */
+static void put_pools(writer *w, const vg_oom_info *o)
+{
+    if (!o->pools_reserved) return;
+    SZ(held, o->pools_reserved);
+    SZ(live, o->pools_allocated);
+    put(w, " CUDA graph private pools hold %s (%zu pool%s, %s of it in live tensors)%s: a "
+           "graph keeps its pool's memory for its replays until the graph is released (del "
+           "the torch.cuda.CUDAGraph; torch._dynamo.reset() for torch.compile's "
+           "mode=\"reduce-overhead\").", held, o->pools, o->pools == 1 ? "" : "s", live,
+        o->budget ? ", counted in the budget" : "");
+    if (o->in_private_pool)
+        put(w, " This request came from a capture and was refused in its graph's pool.");
+}
+
 size_t vg_format_oom(const vg_oom_info *o, const char *device_kind, char *buf, size_t n)
 {
     writer w = {buf, n, 0};
@@ -95,9 +111,19 @@ size_t vg_format_oom(const vg_oom_info *o, const char *device_kind, char *buf, s
     SZ(alloc, o->allocated);
     SZ(unalloc, o->reserved - o->allocated);
     put(&w, "%s out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of "
-            "which %s is free. Of the allocated memory %s is allocated by PyTorch, and %s "
-            "is reserved by PyTorch but unallocated.",
-        device_kind, req, o->device, total, free_b, alloc, unalloc);
+            "which %s is free. ", device_kind, req, o->device, total, free_b);
+    if (o->pools_reserved) {
+        /* PyTorch's wording: what private pools hold counts as allocated,
+         * since nothing else may use it. */
+        SZ(with_pools, o->allocated + o->pools_reserved);
+        SZ(in_pools, o->pools_reserved);
+        put(&w, "Of the allocated memory %s is allocated by PyTorch, with %s allocated in "
+                "private pools (e.g., CUDA Graphs), and %s is reserved by PyTorch but "
+                "unallocated.", with_pools, in_pools, unalloc);
+    } else {
+        put(&w, "Of the allocated memory %s is allocated by PyTorch, and %s is reserved by "
+                "PyTorch but unallocated.", alloc, unalloc);
+    }
     if (o->budget) {
         SZ(budget, o->budget);
         put(&w, " vramguard's budget is %s.", budget);
@@ -110,6 +136,7 @@ size_t vg_format_oom(const vg_oom_info *o, const char *device_kind, char *buf, s
                 "free range %s.", mapped, o->ranges, o->ranges == 1 ? "" : "s", unmapped, range);
     }
     put_cause(&w, o);
+    put_pools(&w, o);
     return w.used;
 }
 

@@ -125,7 +125,8 @@ static size_t default_stream_release(const vg_heap *h, int pool, size_t rounded,
 {
     if (!budget_refused || !h->budget) return SIZE_MAX;
     size_t need = minimal_segment(h, pool, rounded), reserved = vg__reserved(h);
-    return reserved + need > h->budget ? reserved + need - h->budget : 0;
+    size_t limit = vg__ceiling(h); /* the budget, less what the heaps sharing it hold */
+    return reserved + need > limit ? reserved + need - limit : 0;
 }
 
 /* The segments policy's decisions, which the arena shares: where the

@@ -150,6 +150,8 @@ static vg_heap *create_locked(int device)
         dev->ops->destroy(dev);
         return NULL;
     }
+    /* One budget per device, its private pools' memory included. */
+    vg_heap_share_budget(h, vg__pools_reserved_on, (void *)(intptr_t)device);
     atomic_store(&heaps[device], h);
     return h;
 }
@@ -265,7 +267,10 @@ int vg_devices_alloc(size_t size, int device, vg_stream_t stream, void **out, vg
     vg_heap *h = vg_devices_heap(device);
     if (!h) return VG_ERR_DEVICE;
     *out = vg_heap_alloc(h, size, stream, oom);
-    if (!*out && oom->status == VG_ERR_NOMEM) vg_devices_note_oom(h, oom); /* last_oom.c */
+    if (!*out && oom->status == VG_ERR_NOMEM) {
+        vg__pools_explain(device, oom);
+        vg_devices_note_oom(h, oom); /* last_oom.c */
+    }
     return *out ? VG_OK : oom->status;
 }
 

@@ -18,6 +18,23 @@
  * One mutex covers the pool list and the routes. It is taken before any
  * heap lock, never after; filters are called under it, never under a heap
  * lock.
+ *
+ * A device has one budget, shared by its heap and its pools, as PyTorch's
+ * own allocator counts a private pool's segments in the device's reserved
+ * memory. What the pools of a device reserve is published in an atomic
+ * (pools_reserved) after every call that may change it; the device heap's
+ * budget check and ceiling add it (vg_heap_share_budget), without a lock.
+ * A pool's heap adds the device heap's reserved bytes, read just before
+ * its allocation, and the other pools'. The two heaps check under their
+ * own locks, so an allocation on the device heap racing one in a pool may
+ * each pass on the other's figure of just before: the budget is exact for
+ * allocations one after the other, and may be passed by at most the
+ * racing segment otherwise.
+ *
+ * The device's figures (vg_devices_totals) are its heap's plus its
+ * pools', as PyTorch reports them. Their peaks are kept here: the highest
+ * sum seen at each pool call and each look, and a new peak of the device
+ * heap plus what the pools held while it was reached.
  */
 #include "registry.h"
 
@@ -26,12 +43,21 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct private_pool {
     int device;
     uint64_t id0, id1;
     vg_heap *heap;
     vg_device *dev;
+    vg_heap *device_heap;   /* whose budget it shares */
+    size_t budget;          /* the device heap's, as last given to `heap` */
+    size_t published;       /* its reserved bytes, as in pools_reserved */
+    size_t device_reserved; /* the device heap's, read before an allocation */
+    /* PyTorch keeps a pool's reserved bytes under its id after the pool
+     * goes (current 0, the rest until reset): what an earlier pool of the
+     * same id left, added to this one's. */
+    vg_stat reserved_before[VG_STAT_TYPES];
     int use_count; /* begins not yet released */
     int begun;     /* begins not yet ended: 0 or 1 */
     bool released;
@@ -47,11 +73,142 @@ typedef struct pool_route {
     struct pool_route *next;
 } pool_route;
 
+/* A pool gone: its reserved bytes, kept under its id (current 0), as
+ * PyTorch keeps them: a reset zeroes them, nothing drops them. One small
+ * record per pool id a process ever used. */
+typedef struct gone_pool {
+    int device;
+    uint64_t id0, id1;
+    vg_stat reserved[VG_STAT_TYPES];
+    struct gone_pool *next;
+} gone_pool;
+
+/* The device's figures' peaks (see the top). */
+typedef struct device_peaks {
+    vg_stats peaks;      /* only the totaled stats' .peak */
+    vg_stats heap_seen;  /* the device heap's, at the last look */
+    vg_stats pools_seen; /* the pools' sum, at the last look */
+} device_peaks;
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static private_pool *pools;
+static gone_pool *gone;
 static unsigned created; /* pools so far: each simulated one its own addresses */
 static pool_route *routes[VG_MAX_DEVICES];
 static atomic_int npools;
+/* Bytes reserved by the pools of each device: written under the mutex,
+ * read without it by the device heap's budget check. */
+static _Atomic size_t pools_reserved[VG_MAX_DEVICES];
+static device_peaks peaks_of[VG_MAX_DEVICES];
+
+size_t vg__pools_reserved_on(void *device)
+{
+    return atomic_load_explicit(&pools_reserved[(intptr_t)device], memory_order_relaxed);
+}
+
+/* A pool heap's view of the shared budget: the device heap's bytes, read
+ * before this call, and the other pools' (none changes while the mutex is
+ * held, which every call on a pool's heap holds). */
+static size_t reserved_beside_pool(void *ctx)
+{
+    const private_pool *p = ctx;
+    return p->device_reserved + atomic_load_explicit(&pools_reserved[p->device], memory_order_relaxed) -
+           p->published;
+}
+
+/* ------------------------------------------------------------------ */
+/* Figures                                                             */
+/* ------------------------------------------------------------------ */
+
+#define COUNTERS_OF(st) ((uint64_t *)&(st)->num_device_alloc)
+#define NUM_COUNTERS ((sizeof(vg_stats) - offsetof(vg_stats, num_device_alloc)) / sizeof(uint64_t))
+
+static void add_stats(vg_stats *sum, const vg_stats *st)
+{
+#define ADD(name)                                                    \
+    for (int t = 0; t < VG_STAT_TYPES; t++) {                        \
+        sum->name[t].current += st->name[t].current;                 \
+        sum->name[t].peak += st->name[t].peak;                       \
+        sum->name[t].allocated += st->name[t].allocated;             \
+        sum->name[t].freed += st->name[t].freed;                     \
+    }
+    VG_TOTALED_STAT_LIST(ADD)
+#undef ADD
+    uint64_t *to = COUNTERS_OF(sum);
+    const uint64_t *from = (const uint64_t *)&st->num_device_alloc;
+    for (size_t i = 0; i < NUM_COUNTERS; i++) to[i] += from[i];
+}
+
+static size_t reserved_of(vg_heap *h)
+{
+    vg_stats st;
+    vg_heap_stats(h, &st);
+    return (size_t)st.reserved_bytes[VG_STAT_ALL].current;
+}
+
+/* The pools of `device`, summed; returns how many there are. */
+static size_t sum_pools(int device, vg_stats *sum)
+{
+    size_t n = 0;
+    memset(sum, 0, sizeof *sum);
+    for (private_pool *p = pools; p; p = p->next) {
+        if (p->device != device) continue;
+        vg_stats st;
+        vg_heap_stats(p->heap, &st);
+        add_stats(sum, &st);
+        n++;
+    }
+    return n;
+}
+
+static inline int64_t max64(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+/* Raise the device's peaks to what is seen now: the sum, the device
+ * heap's own peak, and a peak the heap reached since the last look, when
+ * the pools held what they held at that look. A heap peak lower than
+ * seen before was reset on the heap itself (Heap.reset_peaks): the
+ * device's starts again from there. */
+static void look(int device, const vg_stats *heap, const vg_stats *sum)
+{
+    device_peaks *dp = &peaks_of[device];
+#define RAISE(name)                                                                      \
+    for (int t = 0; t < VG_STAT_TYPES; t++) {                                            \
+        bool reset = heap->name[t].peak < dp->heap_seen.name[t].peak;                    \
+        int64_t peak = max64(reset ? 0 : dp->peaks.name[t].peak, heap->name[t].peak);    \
+        peak = max64(peak, heap->name[t].current + sum->name[t].current);                \
+        if (heap->name[t].peak > dp->heap_seen.name[t].peak)                             \
+            peak = max64(peak, heap->name[t].peak + dp->pools_seen.name[t].current);     \
+        dp->peaks.name[t].peak = peak;                                                   \
+    }
+    VG_TOTALED_STAT_LIST(RAISE)
+#undef RAISE
+    dp->heap_seen = *heap;
+    dp->pools_seen = *sum;
+}
+
+/* After any call that may change what the pools of `device` hold: publish
+ * their reserved bytes, and look at the peaks. */
+static void pools_changed(int device)
+{
+    vg_stats sum, st;
+    memset(&sum, 0, sizeof sum);
+    size_t total = 0;
+    for (private_pool *p = pools; p; p = p->next) {
+        if (p->device != device) continue;
+        vg_heap_stats(p->heap, &st);
+        add_stats(&sum, &st);
+        p->published = (size_t)st.reserved_bytes[VG_STAT_ALL].current;
+        total += p->published;
+    }
+    atomic_store_explicit(&pools_reserved[device], total, memory_order_relaxed);
+    vg_heap *h = vg_devices_existing(device);
+    if (!h) return;
+    vg_heap_stats(h, &st);
+    look(device, &st, &sum);
+}
 
 static private_pool *find(int device, uint64_t id0, uint64_t id1)
 {
@@ -60,8 +217,37 @@ static private_pool *find(int device, uint64_t id0, uint64_t id1)
     return NULL;
 }
 
+/* What a gone pool of this id left, taken back for its successor. */
+static void take_gone(private_pool *p)
+{
+    for (gone_pool **link = &gone; *link; link = &(*link)->next) {
+        gone_pool *g = *link;
+        if (g->device != p->device || g->id0 != p->id0 || g->id1 != p->id1) continue;
+        memcpy(p->reserved_before, g->reserved, sizeof g->reserved);
+        *link = g->next;
+        free(g);
+        return;
+    }
+}
+
+/* A pool's reserved bytes under its id: its heap's, after what an earlier
+ * pool of the id left (allocated and freed add up; the peak is the higher). */
+static void reserved_by_pool(const private_pool *p, const vg_stats *st, vg_stat *out)
+{
+    for (int t = 0; t < VG_STAT_TYPES; t++) {
+        const vg_stat *now = &st->reserved_bytes[t], *before = &p->reserved_before[t];
+        out[t].current = now->current;
+        out[t].peak = max64(now->peak, before->peak);
+        out[t].allocated = now->allocated + before->allocated;
+        out[t].freed = now->freed + before->freed;
+    }
+}
+
 static private_pool *create(int device, uint64_t id0, uint64_t id1)
 {
+    /* Made first: the pool shares its budget. */
+    vg_heap *device_heap = vg_devices_heap(device);
+    if (!device_heap) return NULL;
     private_pool *p = calloc(1, sizeof *p);
     if (!p) {
         vg__devices_set_error("out of host memory for a private pool");
@@ -86,6 +272,9 @@ static private_pool *create(int device, uint64_t id0, uint64_t id1)
     p->device = device;
     p->id0 = id0;
     p->id1 = id1;
+    p->device_heap = device_heap;
+    vg_heap_share_budget(p->heap, reserved_beside_pool, p);
+    take_gone(p);
     private_pool **tail = &pools;
     while (*tail) tail = &(*tail)->next;
     *tail = p;
@@ -93,15 +282,35 @@ static private_pool *create(int device, uint64_t id0, uint64_t id1)
     return p;
 }
 
+/* Keep what the pool reserved under its id (current 0 now), as PyTorch
+ * does; without host memory for the record it is lost, nothing else. */
+static void keep_gone(const private_pool *p)
+{
+    gone_pool *g = calloc(1, sizeof *g);
+    if (!g) return;
+    vg_stats st;
+    vg_heap_stats(p->heap, &st);
+    g->device = p->device;
+    g->id0 = p->id0;
+    g->id1 = p->id1;
+    reserved_by_pool(p, &st, g->reserved);
+    for (int t = 0; t < VG_STAT_TYPES; t++) g->reserved[t].current = 0;
+    g->next = gone;
+    gone = g;
+}
+
 static void destroy(private_pool *p)
 {
     private_pool **link = &pools;
     while (*link != p) link = &(*link)->next;
     *link = p->next;
+    keep_gone(p);
+    int device = p->device;
     vg_heap_destroy(p->heap);
     p->dev->ops->destroy(p->dev);
     free(p);
     atomic_fetch_sub(&npools, 1);
+    pools_changed(device);
 }
 
 /* A released pool gives back what is idle; once nothing in it is live
@@ -112,6 +321,7 @@ static size_t finish_if_idle(private_pool *p)
     vg_stats st;
     vg_heap_stats(p->heap, &st);
     if (!p->begun && st.active[VG_STAT_ALL].current == 0) destroy(p);
+    else if (released) pools_changed(p->device);
     return released;
 }
 
@@ -218,6 +428,50 @@ int vg_devices_release_pool(int device, uint64_t id0, uint64_t id1)
 /* What the registry routes here                                       */
 /* ------------------------------------------------------------------ */
 
+/* Before an allocation in the pool: the device's budget, and what its
+ * heap holds now. */
+static void share_budget(private_pool *p)
+{
+    size_t budget = vg_heap_budget(p->device_heap);
+    p->device_reserved = reserved_of(p->device_heap);
+    if (budget != p->budget) {
+        vg_heap_set_budget(p->heap, budget);
+        p->budget = budget;
+    }
+}
+
+/* The pools' part of an out-of-memory report on `device`. */
+static void explain_locked(int device, vg_oom_info *oom, bool in_pool)
+{
+    oom->pools = oom->pools_reserved = oom->pools_allocated = 0;
+    oom->in_private_pool = in_pool;
+    for (private_pool *p = pools; p; p = p->next) {
+        if (p->device != device) continue;
+        vg_stats st;
+        vg_heap_stats(p->heap, &st);
+        size_t held = (size_t)st.reserved_bytes[VG_STAT_ALL].current;
+        oom->pools += held != 0;
+        oom->pools_reserved += held;
+        oom->pools_allocated += (size_t)st.allocated_bytes[VG_STAT_ALL].current;
+    }
+    if (!in_pool) return;
+    /* The device heap's own figures, as a failure on it would give them. */
+    vg_heap *h = vg_devices_existing(device);
+    if (!h) return;
+    vg_stats st;
+    vg_heap_stats(h, &st);
+    oom->allocated = (size_t)st.allocated_bytes[VG_STAT_ALL].current;
+    oom->reserved = (size_t)st.reserved_bytes[VG_STAT_ALL].current;
+}
+
+void vg__pools_explain(int device, vg_oom_info *oom)
+{
+    if (!atomic_load_explicit(&npools, memory_order_acquire)) return;
+    pthread_mutex_lock(&lock);
+    explain_locked(device, oom, false);
+    pthread_mutex_unlock(&lock);
+}
+
 int vg__pools_alloc(size_t size, int device, vg_stream_t stream, void **out, vg_oom_info *oom,
                     int *rc)
 {
@@ -225,8 +479,12 @@ int vg__pools_alloc(size_t size, int device, vg_stream_t stream, void **out, vg_
     pool_route *r = routes[device];
     while (r && !r->filter(r->ctx, stream)) r = r->next;
     if (r) {
-        *out = vg_heap_alloc(r->pool->heap, size, stream, oom);
+        private_pool *p = r->pool;
+        share_budget(p);
+        *out = vg_heap_alloc(p->heap, size, stream, oom);
         *rc = *out ? VG_OK : oom->status;
+        pools_changed(device);
+        if (!*out && oom->status == VG_ERR_NOMEM) explain_locked(device, oom, true);
     }
     pthread_mutex_unlock(&lock);
     return r != NULL;
@@ -241,7 +499,9 @@ int vg__pools_free(void *ptr)
         rc = vg_heap_free_if_owned(p->heap, ptr);
         if (rc != VG_OK) continue;
         /* The owner found: finish_if_idle may free p, so nothing reads it after. */
+        int device = p->device;
         if (p->released) finish_if_idle(p);
+        pools_changed(device);
         break;
     }
     pthread_mutex_unlock(&lock);
@@ -302,4 +562,103 @@ size_t vg_devices_pools(vg_pool_info *out, size_t n)
     }
     pthread_mutex_unlock(&lock);
     return count;
+}
+
+/* ------------------------------------------------------------------ */
+/* The device's figures, pools included                                */
+/* ------------------------------------------------------------------ */
+
+int vg_devices_totals(int device, vg_device_totals *out)
+{
+    memset(out, 0, sizeof *out);
+    vg_heap *h = device >= 0 && device < VG_MAX_DEVICES ? vg_devices_existing(device) : NULL;
+    if (!h) return VG_ERR_INVALID;
+    vg_stats heap, sum;
+    pthread_mutex_lock(&lock);
+    vg_heap_stats(h, &heap);
+    out->pools = sum_pools(device, &sum);
+    look(device, &heap, &sum);
+    out->stats = heap;
+    add_stats(&out->stats, &sum);
+#define PEAK(name) \
+    for (int t = 0; t < VG_STAT_TYPES; t++) out->stats.name[t].peak = peaks_of[device].peaks.name[t].peak;
+    VG_TOTALED_STAT_LIST(PEAK)
+#undef PEAK
+    pthread_mutex_unlock(&lock);
+    out->pools_reserved = (size_t)sum.reserved_bytes[VG_STAT_ALL].current;
+    out->pools_allocated = (size_t)sum.allocated_bytes[VG_STAT_ALL].current;
+    return VG_OK;
+}
+
+size_t vg_devices_pool_reservations(int device, vg_pool_reservation *out, size_t n)
+{
+    size_t count = 0;
+    pthread_mutex_lock(&lock);
+    for (private_pool *p = pools; p; p = p->next) {
+        if (p->device != device) continue;
+        if (count < n) {
+            vg_stats st;
+            vg_heap_stats(p->heap, &st);
+            out[count].id0 = p->id0;
+            out[count].id1 = p->id1;
+            reserved_by_pool(p, &st, out[count].reserved);
+        }
+        count++;
+    }
+    for (gone_pool *g = gone; g; g = g->next) {
+        if (g->device != device) continue;
+        if (count < n) {
+            out[count].id0 = g->id0;
+            out[count].id1 = g->id1;
+            memcpy(out[count].reserved, g->reserved, sizeof g->reserved);
+        }
+        count++;
+    }
+    pthread_mutex_unlock(&lock);
+    return count;
+}
+
+/* As PyTorch's reset_peak_memory_stats / reset_accumulated_memory_stats:
+ * every figure of the device, its heap's, its pools' and the gone pools'. */
+static void reset_device(int device, bool peaks)
+{
+    vg_heap *h = device >= 0 && device < VG_MAX_DEVICES ? vg_devices_existing(device) : NULL;
+    if (!h) return;
+    pthread_mutex_lock(&lock);
+    void (*reset)(vg_heap *) = peaks ? vg_heap_reset_peaks : vg_heap_reset_accumulated;
+    reset(h);
+    for (private_pool *p = pools; p; p = p->next) {
+        if (p->device != device) continue;
+        reset(p->heap);
+        for (int t = 0; t < VG_STAT_TYPES; t++) {
+            if (peaks) p->reserved_before[t].peak = 0;
+            else p->reserved_before[t].allocated = p->reserved_before[t].freed = 0;
+        }
+    }
+    for (gone_pool *g = gone; g; g = g->next) {
+        if (g->device != device) continue;
+        for (int t = 0; t < VG_STAT_TYPES; t++) {
+            if (peaks) g->reserved[t].peak = 0;
+            else g->reserved[t].allocated = g->reserved[t].freed = 0;
+        }
+    }
+    if (peaks) {
+        /* The peaks start again from the sum now. */
+        vg_stats heap, sum;
+        vg_heap_stats(h, &heap);
+        sum_pools(device, &sum);
+        memset(&peaks_of[device], 0, sizeof peaks_of[device]);
+        look(device, &heap, &sum);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+void vg_devices_reset_peaks(int device)
+{
+    reset_device(device, true);
+}
+
+void vg_devices_reset_accumulated(int device)
+{
+    reset_device(device, false);
 }

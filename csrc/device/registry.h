@@ -24,5 +24,12 @@ int vg__pools_record_stream(void *ptr, int stream_device, vg_stream_t stream);
 int vg__pools_segment_of(const void *ptr, uintptr_t *base, size_t *size);
 /* Empties the released pools; returns the bytes released. */
 size_t vg__pools_empty_cache(void);
+/* What the pools of `device` reserve (ctx: the device, as an intptr_t):
+ * the device heap's share of its budget (vg_heap_share_budget). Reads an
+ * atomic, takes no lock. */
+size_t vg__pools_reserved_on(void *device);
+/* Fills the pools' part of an out-of-memory report of `device`'s heap.
+ * Takes the pools' mutex: never call it with a heap lock held. */
+void vg__pools_explain(int device, vg_oom_info *oom);
 
 #endif

@@ -117,6 +117,40 @@ typedef struct vg_pool_info {
 /* Fills up to `n` records, oldest pool first; returns how many exist. */
 size_t vg_devices_pools(vg_pool_info *out, size_t n);
 
+/* A device's figures as PyTorch reports them: its heap's and its private
+ * pools' together (PyTorch's native allocator counts a private pool's
+ * segments and blocks in the device's statistics). The totaled stats'
+ * current, allocated and freed, and every counter, are the sums; a peak is
+ * the highest sum seen (at each call on a pool and each call of this), or
+ * a peak of the device heap plus what the pools held when it was reached,
+ * so a peak the heap reached and left between two calls on pools, while
+ * they held memory, is missed by what they held. VG_ERR_INVALID when the
+ * device has no heap. */
+typedef struct vg_device_totals {
+    vg_stats stats;
+    size_t pools;            /* private pools on the device now */
+    size_t pools_reserved;   /* what they reserve: in stats.reserved_bytes too */
+    size_t pools_allocated;
+} vg_device_totals;
+int vg_devices_totals(int device, vg_device_totals *out);
+
+/* PyTorch's reserved_bytes_by_private_pools: per pool id, its reserved
+ * bytes. A pool that is gone keeps its entry with current 0, its peak,
+ * allocated and freed kept until reset; the entry itself stays, as
+ * PyTorch's does.
+ * Fills up to `n`, live pools oldest first, then gone ones; returns how
+ * many there are. */
+typedef struct vg_pool_reservation {
+    uint64_t id0, id1;
+    vg_stat reserved[VG_STAT_TYPES];
+} vg_pool_reservation;
+size_t vg_devices_pool_reservations(int device, vg_pool_reservation *out, size_t n);
+
+/* torch.cuda.reset_peak_memory_stats / reset_accumulated_memory_stats for
+ * a device: its heap, its pools, and the device's figures above. */
+void vg_devices_reset_peaks(int device);
+void vg_devices_reset_accumulated(int device);
+
 #ifdef __cplusplus
 }
 #endif

@@ -220,6 +220,12 @@ void vg_heap_set_keep_segments(vg_heap *h, int keep);
  * segments until reserved memory fits, as far as live blocks allow. */
 int vg_heap_set_budget(vg_heap *h, size_t budget);
 size_t vg_heap_budget(vg_heap *h);
+/* The budget is shared with other heaps (a device's heap and its CUDA-graph
+ * pools): `reserved_elsewhere(ctx)` says what they reserve now, and it
+ * counts against this heap's budget and ceiling. It is called with this
+ * heap's lock held, only when memory would grow (never for a cached block):
+ * it must take no heap lock. NULL: the budget is this heap's alone. */
+void vg_heap_share_budget(vg_heap *h, size_t (*reserved_elsewhere)(void *ctx), void *ctx);
 /* VG_ERR_ARG unless vg_valid_fraction(fraction). */
 int vg_heap_set_gc_threshold(vg_heap *h, double fraction);
 double vg_heap_gc_threshold(vg_heap *h);

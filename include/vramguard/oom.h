@@ -39,6 +39,16 @@ typedef struct vg_oom_info {
     size_t largest_free_range;
     uint64_t unmapped_bytes;
     vg_device_error device_error;
+    /* The device's CUDA-graph private pools, which share its budget
+     * (filled by the registry after the failure; zero without pools).
+     * `allocated` and `reserved` above stay the device heap's own, the pools
+     * apart. `in_private_pool`: the request was a capture's and failed in
+     * its pool, so free_bytes, free_blocks and largest_free_block are that
+     * pool's. */
+    size_t pools;              /* private pools holding memory */
+    size_t pools_reserved;     /* what they hold (kept for the graphs' replays) */
+    size_t pools_allocated;    /* of it, live blocks */
+    int in_private_pool;
 } vg_oom_info;
 
 /* "512 bytes", "1.50 KiB", "20.00 MiB", "14.75 GiB", as PyTorch writes them. */

@@ -119,6 +119,20 @@ def _arena_rows(stats):
     ]
 
 
+def _pool_rows(stats):
+    """What CUDA graphs hold: counted in the figures above and in the
+    budget, released only with their graphs."""
+    held = stats.get("private_pool_reserved_bytes", 0)
+    if not held:
+        return []
+    count = stats.get("private_pools", 0)
+    live = stats.get("private_pool_allocated_bytes", 0)
+    text = (f"CUDA graph private pools: {count} holding {format_size(held)} "
+            f"({format_size(live)} in live tensors), included above; kept until their graphs "
+            f"are released")
+    return [_line(line) for line in textwrap.wrap(text, _WIDTH - 4, subsequent_indent="  ")] + [_rule()]
+
+
 def _policy_rows(stats):
     items = [f"{label} {stats[key]}" for label, key in _POLICY if key in stats]
     rows, current = [], ""
@@ -150,6 +164,7 @@ def format_summary(stats, title="vramguard memory summary"):
     out.append(_rule())
     out += _arena_rows(stats)
     out.append(_rule())
+    out += _pool_rows(stats)
     out += _policy_rows(stats)
     out.append(_rule("="))
     return "\n".join(out)

@@ -32,7 +32,7 @@ import os
 import threading
 import warnings
 
-from . import _core, _cudnn, _hooks, _ipython, _oom_shim, _torch_patches
+from . import _core, _cudnn, _hooks, _ipython, _oom_shim, _torch_patches, _torch_stats
 from ._html import Report, summary_html
 from ._summary import _line as summary_line, format_summary
 from ._units import parse_budget
@@ -343,12 +343,15 @@ def _current_device_heap():
 
 
 def stats(device=None):
-    """The device heap's counters as a flat dict, with the key names of
+    """The device's counters as a flat dict, with the key names of
     torch.cuda.memory_stats() where the quantity is the same, and
-    "allocator": what the heap runs on, the arena or segments (and why)."""
+    "allocator": what the heap runs on, the arena or segments (and why).
+    As PyTorch's, the quantities include the device's CUDA-graph private
+    pools (private_pools, private_pool_reserved_bytes and
+    reserved_bytes_by_private_pools say what they hold)."""
     _require_installed()  # before the device's index, which asks torch
     index = _device_index(device)
-    out = _device_heap(index).stats()
+    out = _torch_stats.device_stats(index, _device_heap(index))  # graph pools included
     out["allocator"] = _core.device_backing(index)
     return out
 
@@ -382,8 +385,12 @@ def empty_cache(device=None):
 
 
 def reset_peaks(device=None):
-    """Set every peak of a device's counters to its current value."""
-    _device_heap(device).reset_peaks()
+    """Set every peak of a device's counters to its current value (its
+    CUDA-graph pools' too, as torch.cuda.reset_peak_memory_stats() does)."""
+    _require_installed()  # before the device's index, which asks torch
+    index = _device_index(device)
+    _device_heap(index)
+    _core.reset_device_peaks(index)
 
 
 def is_oom(exc):

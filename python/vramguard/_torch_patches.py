@@ -40,8 +40,9 @@ def _existing_heap(index):
 
 
 def _heap_stats(index):
+    """The device's figures, its CUDA-graph pools included."""
     heap = _existing_heap(index)
-    return heap.stats() if heap is not None else {}
+    return _torch_stats.device_stats(index, heap) if heap is not None else {}
 
 
 def _check_index(torch, index):
@@ -81,18 +82,19 @@ class CudaStats:
         return {} if index is None else _torch_stats.nested(_heap_stats(index))
 
     def reset_peak_memory_stats(self, device=None):
-        heap = self._heap(device)
-        if heap is not None:
-            heap.reset_peaks()
+        index = self._used_index(device)
+        if index is not None:
+            _core.reset_device_peaks(index)
 
     def reset_accumulated_memory_stats(self, device=None):
-        heap = self._heap(device)
-        if heap is not None:
-            heap.reset_accumulated()
+        index = self._used_index(device)
+        if index is not None:
+            _core.reset_device_accumulated(index)
 
-    def _heap(self, device):
+    def _used_index(self, device):
+        """The device's index when vramguard has a heap for it, else None."""
         index = self.index(device)
-        return None if index is None else _existing_heap(index)
+        return None if index is None or _existing_heap(index) is None else index
 
     def memory_summary(self, device=None, abbreviated=False):
         index = self.index(device)
@@ -117,7 +119,7 @@ def _budget_of(torch, index, total):
     yet, what install() would give it."""
     heap = _existing_heap(index)
     if heap is not None:
-        stats = heap.stats()
+        stats = _torch_stats.device_stats(index, heap)  # graph pools share the budget
         return stats["budget_bytes"], stats["reserved_bytes.all.current"]
     from ._torch import _state
 
@@ -216,19 +218,17 @@ class AcceleratorStats:
         index = self.index(device_index)
         if index is None:
             return collections.OrderedDict()
-        return _torch_stats.flat(_heap_stats(index))
+        return _torch_stats.flat(_heap_stats(index), private_pools=False)
 
     def reset_peak_memory_stats(self, device_index=None, /):
         index = self.index(device_index)
-        heap = None if index is None else _existing_heap(index)
-        if heap is not None:
-            heap.reset_peaks()
+        if index is not None and _existing_heap(index) is not None:
+            _core.reset_device_peaks(index)
 
     def reset_accumulated_memory_stats(self, device_index=None, /):
         index = self.index(device_index)
-        heap = None if index is None else _existing_heap(index)
-        if heap is not None:
-            heap.reset_accumulated()
+        if index is not None and _existing_heap(index) is not None:
+            _core.reset_device_accumulated(index)
 
     def empty_cache(self):
         # torch.cuda's: the reset hook, once CUDA has started

@@ -8,8 +8,18 @@ is reported as the native allocator reports it without the setting that
 would make it count: no max_split_size (-1), so no oversize blocks, and no
 out-of-memory rejection observers. vramguard's own counters (cache hits,
 budget refusals, fragmentation, ...) follow, under their own names.
+
+A device's figures include its CUDA-graph private pools, as PyTorch's
+native allocator counts them: the quantities and PyTorch's counters are the
+device heap's plus its pools' (peaks of the sum), and
+reserved_bytes_by_private_pools has each pool's reserved bytes under its id
+(a pool that is gone keeps current 0 and its peak until reset), flattened
+by memory_stats() to "reserved_bytes_by_private_pools.<a>_<b>.<pool>.<metric>".
+vramguard's own policy counters and fragmentation stay the device heap's.
 """
 import collections
+
+from . import _core
 
 STAT_ARRAYS = (
     "active", "active_bytes", "allocated_bytes", "allocation", "inactive_split",
@@ -32,23 +42,47 @@ TORCH_KEYS = tuple(sorted(
 ))
 
 
-def flat(heap_stats):
-    """torch.cuda.memory_stats()'s dict from a heap's stats() (an empty
-    dict: a device vramguard has not used, all zeros), sorted by key as
-    PyTorch sorts it."""
+BY_POOL = "reserved_bytes_by_private_pools"
+
+
+def device_stats(index, heap):
+    """A device heap's stats() with the device's private pools added in:
+    what vramguard.stats() and torch's memory_stats() report."""
+    stats = heap.stats()
+    figures = _core.device_figures(index)
+    if figures:
+        stats.update(figures)
+    return stats
+
+
+def _pool_key(pool_id):
+    """As memory_stats() flattens a MempoolId_t: (0, 1) -> "0_1"."""
+    return "_".join(str(part) for part in pool_id)
+
+
+def flat(heap_stats, private_pools=True):
+    """torch.cuda.memory_stats()'s dict from device_stats() (an empty dict:
+    a device vramguard has not used, all zeros), sorted by key as PyTorch
+    sorts it. private_pools=False leaves out the per-pool reservations, as
+    torch.accelerator.memory_stats() does."""
     result = dict(heap_stats)
+    by_pool = result.pop(BY_POOL, {})
     for key in TORCH_KEYS:
         result.setdefault(key, NATIVE_ONLY.get(key, 0))
     result.update(NATIVE_ONLY)
+    if private_pools:
+        for pool_id, arrays in by_pool.items():
+            for kind, metrics in arrays.items():
+                for metric, value in metrics.items():
+                    result[f"{BY_POOL}.{_pool_key(pool_id)}.{kind}.{metric}"] = value
     return collections.OrderedDict(sorted(result.items()))
 
 
 def nested(heap_stats):
     """torch.cuda.memory_stats_as_nested_dict()'s shape: the flat keys split
-    at their dots, plus the per-pool reservations PyTorch keeps for private
-    pools (none here)."""
-    tree = {"reserved_bytes_by_private_pools": {}}
-    for key, value in flat(heap_stats).items():
+    at their dots, and the per-pool reservations keyed by pool id tuples."""
+    tree = {BY_POOL: {tuple(k): v for k, v in heap_stats.get(BY_POOL, {}).items()}}
+    for key, value in flat(heap_stats, private_pools=False).items():
         node = tree
         *path, leaf = key.split(".")
         for part in path:

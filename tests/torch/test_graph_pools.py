@@ -15,9 +15,16 @@ pytestmark = pytest.mark.torch
 
 MiB = 1 << 20
 
+# The device heap's own figures, its pools apart (vramguard.stats() and
+# torch's figures include them, as PyTorch's own allocator does).
+OWN = """
+        def own(key="allocation.all.current", device=0):
+            return _core.device_heap(device).stats()[key]
+"""
+
 
 def test_begin_allocate_to_pool_routes_until_end():
-    v, _ = run("""
+    v, _ = run(OWN + """
         vramguard.install(patch_torch=False)
         x = torch.empty(1000, device="cuda")
         torch._C._cuda_beginAllocateToPool(0, (7, 0))    # filter: every stream
@@ -25,11 +32,11 @@ def test_begin_allocate_to_pool_routes_until_end():
         y = torch.empty(1000, device="cuda")
         z = torch.empty(3 * MiB, dtype=torch.uint8, device="cuda")
         out("pools", pools())
-        out("device_heap", heap(0))
+        out("device_heap", own())
         torch._C._cuda_endAllocateToPool(0, (7, 0))
         out("captures_after", _core.captures_underway(0))
         w = torch.empty(1000, device="cuda")
-        out("device_heap_after", heap(0))
+        out("device_heap_after", own())
         del y
         w2 = torch.empty(1000, device="cuda")
         out("reused_by_device", w2.data_ptr() == w.data_ptr() + 4096)
@@ -54,7 +61,7 @@ def test_begin_allocate_to_pool_routes_until_end():
 
 
 def test_current_thread_to_pool_leaves_other_threads_alone():
-    v, _ = run("""
+    v, _ = run(OWN + """
         vramguard.install(patch_torch=False)
         x = torch.empty(10, device="cuda")
         torch._C._cuda_beginAllocateCurrentThreadToPool(0, (8, 0))  # as cudagraph trees do
@@ -63,7 +70,7 @@ def test_current_thread_to_pool_leaves_other_threads_alone():
         t = threading.Thread(target=lambda: kept.setdefault("b", torch.empty(100, device="cuda")))
         t.start(); t.join()
         out("pools", pools())
-        out("device_heap", heap(0))
+        out("device_heap", own())
         torch._C._cuda_endAllocateToPool(0, (8, 0))
         torch._C._cuda_releasePool(0, (8, 0))
         del a
@@ -75,7 +82,7 @@ def test_current_thread_to_pool_leaves_other_threads_alone():
 
 
 def test_graph_capture_begin_reaches_the_hooks():
-    v, _ = run("""
+    v, _ = run(OWN + """
         vramguard.install(patch_torch=False)
         side = torch.cuda.Stream()
         g = torch.cuda.CUDAGraph()
@@ -118,7 +125,7 @@ def test_graph_capture_begin_reaches_the_hooks():
 
 
 def test_graphs_sharing_a_pool_count_its_uses():
-    v, _ = run("""
+    v, _ = run(OWN + """
         vramguard.install(patch_torch=False)
         pool = torch.cuda.graph_pool_handle()
         torch._C._cuda_beginAllocateToPool(0, pool)
@@ -155,7 +162,7 @@ def test_nothing_during_a_begin_breaks_a_capture():
     cudaEventRecord (a freed block used by another stream waits), no
     cudaFree (deferred), and its cudaMalloc runs in the relaxed capture
     mode. Afterwards the deferred work is done."""
-    v, _ = run("""
+    v, _ = run(OWN + """
         vramguard.install(patch_torch=False, arena=False)
         side = torch.cuda.Stream()
         x = torch.empty(1000, device="cuda")
@@ -171,7 +178,7 @@ def test_nothing_during_a_begin_breaks_a_capture():
         during = {api: calls(api) - n for api, n in before.items()}
         out("during", during)
         out("fake_used_during", fake.vg_fakecuda_bytes_in_use(0))
-        out("reserved_during", heap(0, "reserved_bytes.all.current"))
+        out("reserved_during", own("reserved_bytes.all.current"))
         torch._C._cuda_endAllocateToPool(0, (9, 0))
         y = torch.empty(1000, device="cuda")          # records, queries, finds x's block free
         z = torch.empty(50 * MiB, dtype=torch.uint8, device="cuda")    # frees what was deferred
@@ -198,7 +205,7 @@ def test_nothing_during_a_begin_breaks_a_capture():
 
 
 def test_what_pytorch_refuses_under_any_pluggable_allocator():
-    v, _ = run("""
+    v, _ = run(OWN + """
         vramguard.install(patch_torch=False)
         x = torch.empty(10, device="cuda")
         try:
@@ -221,3 +228,138 @@ def test_what_pytorch_refuses_under_any_pluggable_allocator():
                                   f"graphs with cudagraph trees, which read and restore PyTorch's "
                                   f"native allocator's checkpoint state (torch._C.{name})")
         assert "mode='max-autotune-no-cudagraphs'" in message
+
+
+# ----------------------------------------------------------------- the device's figures
+
+# The same sequence under PyTorch's native allocator and under vramguard: a
+# 10 MiB tensor, then a pool's 3 MiB and 4000 bytes, then the pool freed and
+# released. Both allocators report the pool in the device's figures and
+# under its id; the byte counts differ by the segment policy only.
+FIGURES = """
+        x = torch.empty(10 * MiB, dtype=torch.uint8, device="cuda")
+        torch._C._cuda_beginAllocateToPool(0, (7, 0))
+        y = torch.empty(3 * MiB, dtype=torch.uint8, device="cuda")
+        z = torch.empty(1000, device="cuda")
+        torch._C._cuda_endAllocateToPool(0, (7, 0))
+        s = torch.cuda.memory_stats()
+        out("reserved", torch.cuda.memory_reserved())
+        out("allocated", torch.cuda.memory_allocated())
+        out("max_reserved", torch.cuda.max_memory_reserved())
+        out("pool", {k[len("reserved_bytes_by_private_pools.7_0."):]: v for k, v in s.items()
+                     if k.startswith("reserved_bytes_by_private_pools.")})
+        out("nested_ids", list(torch.cuda.memory_stats_as_nested_dict()["reserved_bytes_by_private_pools"]))
+        out("accelerator_pool_keys", [k for k in torch.accelerator.memory_stats() if k.startswith("reserved_bytes_by")])
+        del y, z
+        torch._C._cuda_releasePool(0, (7, 0))
+        torch.cuda.empty_cache()
+        s = torch.cuda.memory_stats()
+        out("reserved_after", torch.cuda.memory_reserved())
+        out("allocated_after", torch.cuda.memory_allocated())
+        out("max_reserved_after", torch.cuda.max_memory_reserved())
+        out("pool_after", {k[len("reserved_bytes_by_private_pools.7_0."):]: v for k, v in s.items()
+                           if k.startswith("reserved_bytes_by_private_pools.7_0.all.")})
+        torch.cuda.reset_peak_memory_stats()
+        out("pool_after_reset", {k: v for k, v in torch.cuda.memory_stats().items()
+                                       if k.startswith("reserved_bytes_by_private_pools.7_0.all.")})
+        out("max_reserved_after_reset", torch.cuda.max_memory_reserved())
+"""
+
+
+def _pool_figures_hold(v, pool):
+    """What both allocators show: the pool's bytes in the device's figures
+    and under its id; gone, current 0 with its peak kept until reset."""
+    assert v["pool"]["all.current"] == pool
+    assert v["pool"]["all.peak"] == pool
+    assert v["nested_ids"] == [(7, 0)]
+    assert v["accelerator_pool_keys"] == []
+    assert v["allocated"] == 10 * MiB + 3 * MiB + 4096
+    assert v["reserved"] == v["max_reserved"] == 10 * MiB + pool
+    assert v["reserved_after"] == 10 * MiB
+    assert v["allocated_after"] == 10 * MiB
+    assert v["max_reserved_after"] == 10 * MiB + pool
+    assert v["pool_after"] == {"all.allocated": pool, "all.current": 0, "all.freed": pool,
+                               "all.peak": pool}
+    assert v["pool_after_reset"]["reserved_bytes_by_private_pools.7_0.all.peak"] == 0
+    assert v["max_reserved_after_reset"] == 10 * MiB
+
+
+def test_native_allocator_counts_private_pools_in_the_device():
+    """The reference: PyTorch's own allocator on the fake (a 20 MiB segment
+    for 3 MiB, and a 2 MiB one for the small tensor)."""
+    v, _ = run(FIGURES)
+    _pool_figures_hold(v, 22 * MiB)
+
+
+def test_device_figures_include_private_pools():
+    """vramguard reports what the native allocator reports: the pool's 6 MiB
+    segment (two 3 MiB blocks) and 2 MiB small one in memory_reserved(), the
+    peaks, and reserved_bytes_by_private_pools; released, the pool drops out
+    of the current figures."""
+    v, _ = run("""
+        vramguard.install()
+""" + FIGURES + """
+        out("stats_pools", vramguard.stats(0)["private_pools"])
+        out("summary", str(vramguard.summary(0)))
+    """)
+    _pool_figures_hold(v, 8 * MiB)
+    assert v["stats_pools"] == 0
+
+
+def test_summary_names_what_graph_pools_hold():
+    v, _ = run("""
+        vramguard.install()
+        x = torch.empty(10 * MiB, dtype=torch.uint8, device="cuda")
+        torch._C._cuda_beginAllocateToPool(0, (7, 0))
+        y = torch.empty(3 * MiB, dtype=torch.uint8, device="cuda")
+        torch._C._cuda_endAllocateToPool(0, (7, 0))
+        st = vramguard.stats(0)
+        out("figures", (st["private_pools"], st["private_pool_reserved_bytes"],
+                        st["private_pool_allocated_bytes"], st["reserved_bytes.all.current"]))
+        out("summary", str(vramguard.summary(0)))
+    """)
+    assert v["figures"] == (1, 6 * MiB, 3 * MiB, 16 * MiB)
+    assert ("CUDA graph private pools: 1 holding 6.00 MiB (3.00 MiB in live tensors), included "
+            "above; kept until their graphs are released") in " ".join(
+                line.strip("| ") for line in v["summary"].splitlines())
+
+
+def test_budget_counts_private_pools():
+    """install(budget=...) is one budget for the device, its graph pools
+    included: with 40 MiB on the device heap and 20 MiB in a pool under
+    64 MiB, the pool's next 8 MiB is refused, and so is the heap's next
+    6 MiB; 4 MiB still fits. Each OOM says what the pools hold."""
+    v, _ = run(OWN + """
+        vramguard.install(budget="64MiB")
+        a = torch.empty(40 * MiB, dtype=torch.uint8, device="cuda")
+        torch._C._cuda_beginAllocateToPool(0, (7, 0))
+        g = torch.empty(20 * MiB, dtype=torch.uint8, device="cuda")
+        try:
+            torch.empty(8 * MiB, dtype=torch.uint8, device="cuda")
+        except torch.OutOfMemoryError as e:
+            out("pool_oom", str(e))
+        torch._C._cuda_endAllocateToPool(0, (7, 0))
+        try:
+            torch.empty(6 * MiB, dtype=torch.uint8, device="cuda")
+        except torch.OutOfMemoryError as e:
+            out("heap_oom", str(e))
+        b = torch.empty(4 * MiB, dtype=torch.uint8, device="cuda")
+        out("reserved", torch.cuda.memory_reserved())
+        out("own_reserved", own("reserved_bytes.all.current"))
+        out("free_total", torch.cuda.mem_get_info())
+        del g
+        torch._C._cuda_releasePool(0, (7, 0))
+        c = torch.empty(20 * MiB, dtype=torch.uint8, device="cuda")   # the pool's 20 MiB, back
+        out("reserved_after", torch.cuda.memory_reserved())
+    """)
+    assert ("Of the allocated memory 60.00 MiB is allocated by PyTorch, with 20.00 MiB allocated "
+            "in private pools (e.g., CUDA Graphs), and 0 bytes is reserved by PyTorch but "
+            "unallocated.") in v["pool_oom"]
+    assert "CUDA graph private pools hold 20.00 MiB (1 pool" in v["pool_oom"]
+    assert "refused in its graph's pool" in v["pool_oom"]
+    assert "with 20.00 MiB allocated in private pools" in v["heap_oom"]
+    assert "refused in its graph's pool" not in v["heap_oom"]
+    assert v["reserved"] == 64 * MiB
+    assert v["own_reserved"] == 44 * MiB
+    assert v["free_total"][0] == 0            # mem_get_info: the budget, pools included
+    assert v["reserved_after"] == 64 * MiB
