@@ -1,6 +1,7 @@
 /* The OOM message: PyTorch's own wording first, so that tools that parse
  * it (batch-size finders in accelerate, Lightning, HF Trainer) recognise
  * it, then one line with the most likely cause vramguard can see. */
+#include "vramguard/heap.h"
 #include "vramguard/oom.h"
 
 #include <stdarg.h>
@@ -59,7 +60,10 @@ static void put_cause(writer *w, const vg_oom_info *o)
     SZ(largest, o->largest_free_block);
     SZ(unalloc, unallocated);
     put(w, "\nvramguard: ");
-    if (o->rounded == 0) {
+    if (o->budget == VG_BUDGET_NOTHING) {
+        put(w, "a memory fraction of 0 allows no new memory "
+               "(torch.cuda.set_per_process_memory_fraction(0)); raise it to allocate.");
+    } else if (o->rounded == 0) {
         put(w, "the request is larger than any device can hold; check the tensor's shape.");
     } else if (o->rounded > ceiling) {
         put(w, "this one tensor (%s) is larger than the whole %s (%s); check its shape or "
@@ -124,7 +128,9 @@ size_t vg_format_oom(const vg_oom_info *o, const char *device_kind, char *buf, s
         put(&w, "Of the allocated memory %s is allocated by PyTorch, and %s is reserved by "
                 "PyTorch but unallocated.", alloc, unalloc);
     }
-    if (o->budget) {
+    if (o->budget == VG_BUDGET_NOTHING) {
+        put(&w, " vramguard's budget is 0 bytes (a memory fraction of 0).");
+    } else if (o->budget) {
         SZ(budget, o->budget);
         put(&w, " vramguard's budget is %s.", budget);
     }

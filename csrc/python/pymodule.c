@@ -63,6 +63,7 @@ static int core_exec(PyObject *module)
     if (PyModule_AddIntConstant(module, "ALIGN", (long)VG_ALIGN) < 0) return -1;
     if (PyModule_AddIntConstant(module, "SMALL_REQUEST", (long)VG_SMALL_REQUEST) < 0) return -1;
     if (PyModule_AddIntConstant(module, "SEGMENT_GRANULE", (long)VG_SEGMENT_GRANULE) < 0) return -1;
+    if (PyModule_AddIntConstant(module, "BUDGET_NOTHING", (long)VG_BUDGET_NOTHING) < 0) return -1;
     if (PyModule_AddObject(module, "MAX_REQUEST", PyLong_FromSize_t(VG_MAX_REQUEST)) < 0) return -1;
     return 0;
 }

@@ -42,7 +42,7 @@ void vramguard_torch_reset(void) noexcept
 }
 
 // The device's budget becomes `fraction` of its memory; 0 allows nothing
-// new (the smallest budget there is: one byte), as PyTorch's own 0 does.
+// new (VG_BUDGET_NOTHING), as PyTorch's own 0 does.
 void vramguard_torch_memory_fraction(double fraction, int device)
 {
     char msg[256];
@@ -57,7 +57,7 @@ void vramguard_torch_memory_fraction(double fraction, int device)
         throw std::invalid_argument(msg);
     }
     int rc = fraction > 0.0 ? vg_devices_set_budget(device, 0, fraction)
-                            : vg_devices_set_budget(device, 1, 0.0);
+                            : vg_devices_set_budget(device, VG_BUDGET_NOTHING, 0.0);
     if (rc != VG_OK) throw std::runtime_error(std::string("vramguard: ") + vg_devices_error());
 }
 

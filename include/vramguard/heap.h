@@ -216,6 +216,11 @@ void vg_heap_reset_accumulated(vg_heap *h);
  * allocations of that pool. */
 void vg_heap_set_keep_segments(vg_heap *h, int keep);
 
+/* The budget that allows nothing new: what a memory fraction of 0 asks
+ * (torch.cuda.set_per_process_memory_fraction(0)), since 0 is "none".
+ * Reports print it as a fraction of 0, not as a budget of 1 byte. */
+#define VG_BUDGET_NOTHING ((size_t)1)
+
 /* 0 = no budget (the device's capacity rules). Lowering it releases idle
  * segments until reserved memory fits, as far as live blocks allow. */
 int vg_heap_set_budget(vg_heap *h, size_t budget);

@@ -128,7 +128,7 @@ class Advice:
 
 #: The budget the memory-fraction hook sets for a fraction of 0: a budget
 #: of 0 is "none", and no budget install() takes is this small.
-FRACTION_ZERO_BUDGET = 1
+FRACTION_ZERO_BUDGET = _core.BUDGET_NOTHING
 
 
 def _budget_text(budget):

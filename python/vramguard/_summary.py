@@ -4,7 +4,7 @@ vramguard.stats())."""
 import textwrap
 
 from ._advice import fragmentation_so_what
-from ._core import format_size
+from ._core import BUDGET_NOTHING, format_size
 from ._units import format_size_column
 
 _WIDTH = 81
@@ -153,7 +153,10 @@ def format_summary(stats, title="vramguard memory summary"):
     quantity (all, large pool, small pool), then fragmentation and every
     policy counter. `stats` is a dict as returned by Heap.stats()."""
     budget = stats.get("budget_bytes", 0)
-    subtitle = f"budget {format_size(budget)}" if budget else "no budget"
+    if budget == BUDGET_NOTHING:
+        subtitle = "budget 0 bytes (a memory fraction of 0)"
+    else:
+        subtitle = f"budget {format_size(budget)}" if budget else "no budget"
     if stats.get("device_total_bytes"):  # the device a report's header names too
         subtitle += f" on a {format_size(stats['device_total_bytes'])} device"
     if stats.get("gc_threshold"):

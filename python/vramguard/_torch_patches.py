@@ -162,7 +162,7 @@ def _get_fraction(torch, original):
         index = torch.cuda.current_device() if device is None else _utils._get_device_index(device)
         total = torch.cuda.get_device_properties(_check_index(torch, index)).total_memory
         budget, _ = _budget_of(torch, index, total)
-        if budget == 1:  # how the memory-fraction hook keeps a fraction of 0
+        if budget == _core.BUDGET_NOTHING:  # how the memory-fraction hook keeps a fraction of 0
             return 0.0
         return min(1.0, budget / total) if budget else 1.0
 
