@@ -564,6 +564,20 @@ size_t vg_devices_pools(vg_pool_info *out, size_t n)
     return count;
 }
 
+int vg_devices_visit_pools(int device, vg_pool_visitor on_pool, vg_segment_visitor on_segment,
+                           vg_block_visitor on_block, void *arg)
+{
+    int rc = 0;
+    pthread_mutex_lock(&lock);
+    for (private_pool *p = pools; p && !rc; p = p->next) {
+        if (p->device != device) continue;
+        rc = on_pool(arg, p->id0, p->id1);
+        if (!rc) rc = vg_heap_visit(p->heap, on_segment, on_block, arg);
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
 /* ------------------------------------------------------------------ */
 /* The device's figures, pools included                                */
 /* ------------------------------------------------------------------ */

@@ -1,5 +1,6 @@
 /* Conversions between the core's structs and Python objects. */
 #include "py_internal.h"
+#include "vramguard/devices.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -224,6 +225,11 @@ typedef struct mapped_run {
     size_t offset, size;
 } mapped_run;
 
+typedef struct pool_id {
+    uint64_t id0, id1;
+    int set;
+} pool_id;
+
 typedef struct segments_copy {
     vg_segment_info *segs;
     vg_block_info *blocks;
@@ -231,6 +237,9 @@ typedef struct segments_copy {
     mapped_run *runs;
     size_t *seg_runs; /* per segment: its number of runs (segs_cap entries) */
     size_t nruns, runs_cap, seg_runs_cap;
+    pool_id pool;      /* the private pool being visited (set = 0: a heap's own) */
+    pool_id *seg_pool; /* per segment: its pool */
+    size_t seg_pool_cap;
 } segments_copy;
 
 /* Host memory only (no Python allocator): this runs with the heap locked. */
@@ -279,12 +288,21 @@ static int copy_segment(void *arg, const vg_segment_info *si)
     segments_copy *c = arg;
     if (grow((void **)&c->segs, &c->segs_cap, c->nsegs, sizeof *c->segs) < 0) return -1;
     if (grow((void **)&c->seg_runs, &c->seg_runs_cap, c->nsegs, sizeof *c->seg_runs) < 0) return -1;
+    if (grow((void **)&c->seg_pool, &c->seg_pool_cap, c->nsegs, sizeof *c->seg_pool) < 0) return -1;
     size_t count = 0;
     if (si->pages && copy_runs(c, si, &count) < 0) return -1;
     c->seg_runs[c->nsegs] = count;
+    c->seg_pool[c->nsegs] = c->pool;
     c->segs[c->nsegs] = *si;
     c->segs[c->nsegs].pages = NULL; /* not valid past the walk */
     c->nsegs++;
+    return 0;
+}
+
+static int copy_pool(void *arg, uint64_t id0, uint64_t id1)
+{
+    segments_copy *c = arg;
+    c->pool = (pool_id){id0, id1, 1};
     return 0;
 }
 
@@ -328,7 +346,7 @@ static PyObject *runs_list(const vg_segment_info *si, const mapped_run *runs, si
 }
 
 static PyObject *segment_dict(const vg_segment_info *si, const vg_block_info *blocks,
-                              const mapped_run *runs, size_t nruns)
+                              const mapped_run *runs, size_t nruns, pool_id pool)
 {
     PyObject *mapped_runs = runs_list(si, runs, nruns);
     if (!mapped_runs) return NULL;
@@ -342,33 +360,54 @@ static PyObject *segment_dict(const vg_segment_info *si, const vg_block_info *bl
         Py_DECREF(mapped_runs);
         return NULL;
     }
-    return Py_BuildValue("{s:K,s:K,s:K,s:s,s:K,s:K,s:N,s:N}", "address", (unsigned long long)si->addr,
-                         "size", (unsigned long long)si->size, "stream",
-                         (unsigned long long)si->stream, "pool",
-                         si->pool == VG_POOL_SMALL ? "small" : "large", "allocated",
-                         (unsigned long long)si->allocated, "mapped",
-                         (unsigned long long)si->mapped, "mapped_runs", mapped_runs, "blocks", list);
+    PyObject *d = Py_BuildValue("{s:K,s:K,s:K,s:s,s:K,s:K,s:N,s:N}", "address",
+                                (unsigned long long)si->addr, "size", (unsigned long long)si->size,
+                                "stream", (unsigned long long)si->stream, "pool",
+                                si->pool == VG_POOL_SMALL ? "small" : "large", "allocated",
+                                (unsigned long long)si->allocated, "mapped",
+                                (unsigned long long)si->mapped, "mapped_runs", mapped_runs, "blocks",
+                                list);
+    /* A CUDA graph's private pool: its id, as PyTorch's MempoolId_t. */
+    if (d && pool.set) {
+        PyObject *id = Py_BuildValue("(KK)", (unsigned long long)pool.id0, (unsigned long long)pool.id1);
+        if (!id || PyDict_SetItemString(d, "pool_id", id) < 0) Py_CLEAR(d);
+        Py_XDECREF(id);
+    }
+    return d;
+}
+
+/* The list of a copy's segments, built after the locks are let go; frees
+ * the copy. rc: the visit's (non-zero: host memory ran out). */
+static PyObject *segments_of_copy(segments_copy *c, int rc)
+{
+    PyObject *list = rc ? PyErr_NoMemory() : PyList_New((Py_ssize_t)c->nsegs);
+    const vg_block_info *blocks = c->blocks;
+    const mapped_run *runs = c->runs;
+    for (size_t i = 0; list && i < c->nsegs; i++) {
+        PyObject *seg = segment_dict(&c->segs[i], blocks, runs, c->seg_runs[i], c->seg_pool[i]);
+        blocks += c->segs[i].blocks;
+        runs += c->seg_runs[i];
+        if (!seg) Py_CLEAR(list);
+        else if (PyList_SetItem(list, (Py_ssize_t)i, seg) < 0) Py_CLEAR(list);
+    }
+    free(c->segs);
+    free(c->blocks);
+    free(c->runs);
+    free(c->seg_runs);
+    free(c->seg_pool);
+    return list;
 }
 
 PyObject *vgpy_segments_list(vg_heap *h)
 {
     segments_copy c = {0};
-    int rc = vg_heap_visit(h, copy_segment, copy_block, &c);
-    PyObject *list = rc ? PyErr_NoMemory() : PyList_New((Py_ssize_t)c.nsegs);
-    const vg_block_info *blocks = c.blocks;
-    const mapped_run *runs = c.runs;
-    for (size_t i = 0; list && i < c.nsegs; i++) {
-        PyObject *seg = segment_dict(&c.segs[i], blocks, runs, c.seg_runs[i]);
-        blocks += c.segs[i].blocks;
-        runs += c.seg_runs[i];
-        if (!seg) Py_CLEAR(list);
-        else if (PyList_SetItem(list, (Py_ssize_t)i, seg) < 0) Py_CLEAR(list);
-    }
-    free(c.segs);
-    free(c.blocks);
-    free(c.runs);
-    free(c.seg_runs);
-    return list;
+    return segments_of_copy(&c, vg_heap_visit(h, copy_segment, copy_block, &c));
+}
+
+PyObject *vgpy_pool_segments_list(int device)
+{
+    segments_copy c = {0};
+    return segments_of_copy(&c, vg_devices_visit_pools(device, copy_pool, copy_segment, copy_block, &c));
 }
 
 PyObject *vgpy_histogram_list(vg_heap *h)

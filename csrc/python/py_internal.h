@@ -31,6 +31,9 @@ PyObject *vgpy_stats_dict(vg_heap *h);
  * names them: the 12 entries of one vg_stat array into `d`; -1 on error. */
 int vgpy_set_stat(PyObject *d, const char *name, const vg_stat *s);
 PyObject *vgpy_segments_list(vg_heap *h);
+/* The segments of `device`'s CUDA-graph private pools, each with its
+ * "pool_id" (a heap's own have none). */
+PyObject *vgpy_pool_segments_list(int device);
 PyObject *vgpy_histogram_list(vg_heap *h);
 /* Raise MemoryError with the OOM message and the record as attributes. */
 /* MemoryError for an out-of-memory, RuntimeError for a device error. */

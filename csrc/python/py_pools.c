@@ -194,6 +194,14 @@ static PyObject *reset_device_peaks(PyObject *module, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+static PyObject *pool_segments(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    int device;
+    if (device_arg(arg, &device) < 0) return NULL;
+    return vgpy_pool_segments_list(device);
+}
+
 static PyObject *reset_device_accumulated(PyObject *module, PyObject *arg)
 {
     (void)module;
@@ -216,6 +224,9 @@ static PyMethodDef pool_methods[] = {
     {"reset_device_accumulated", (PyCFunction)reset_device_accumulated, METH_O,
      "reset_device_accumulated(device)\n\nTotals and counters of the device, its heap's and "
      "its pools', restart from 0."},
+    {"pool_segments", (PyCFunction)pool_segments, METH_O,
+     "pool_segments(device) -> list\n\nThe segments of the device's CUDA-graph private pools, "
+     "as Heap.segments() gives a heap's, each with its pool's id as \"pool_id\"."},
     {"private_pools", (PyCFunction)pools_list, METH_NOARGS,
      "private_pools() -> list\n\nThe private pools of CUDA graphs, oldest first: device, id "
      "(PyTorch's MempoolId_t), use_count (begins not yet released), begun (a begin not yet "

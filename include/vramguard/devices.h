@@ -117,6 +117,15 @@ typedef struct vg_pool_info {
 /* Fills up to `n` records, oldest pool first; returns how many exist. */
 size_t vg_devices_pools(vg_pool_info *out, size_t n);
 
+/* The segments and blocks of each private pool of `device`, oldest pool
+ * first: on_pool(arg, id0, id1) before each pool's, then vg_heap_visit on
+ * its heap. Runs under the pools' lock and each heap's lock in turn, so
+ * the visitors copy into host memory and nothing else (no Python, no
+ * device call). Stops at a visitor's non-zero return, and returns it. */
+typedef int (*vg_pool_visitor)(void *arg, uint64_t id0, uint64_t id1);
+int vg_devices_visit_pools(int device, vg_pool_visitor on_pool, vg_segment_visitor on_segment,
+                           vg_block_visitor on_block, void *arg);
+
 /* A device's figures as PyTorch reports them: its heap's and its private
  * pools' together (PyTorch's native allocator counts a private pool's
  * segments and blocks in the device's statistics). The totaled stats'

@@ -152,7 +152,7 @@ def _segment(seg, device, address, total_size, raw_blocks, expandable, alloc_fra
         "allocated_size": _sum(blocks, "size", ("active_allocated",)),
         "active_size": _sum(blocks, "size", ("active_allocated", "active_pending_free")),
         "requested_size": _sum(blocks, "requested_size", ("active_allocated",)),
-        "stream": seg["stream"], "segment_type": seg["pool"], "segment_pool_id": DEFAULT_POOL,
+        "stream": seg["stream"], "segment_type": seg["pool"], "segment_pool_id": seg.get("pool_id", DEFAULT_POOL),
         "is_expandable": expandable, "frames": [], "blocks": blocks,
     }
 
@@ -196,6 +196,14 @@ class _DeviceState:
         self.index, self.heap, self.data, self.reserved_start = index, heap, data, reserved_start
         self.frames_of = frames_of
         self.dropped = 0  # events the recording's ring lost (its oldest)
+        self.installed = False  # the installed allocator's device: its graph pools are written too
+
+    def segments(self):
+        """The heap's segments, then (installed) its CUDA graphs' private
+        pools' with their pool ids, as PyTorch lists a pool's segments with
+        the device's; each copied under its lock."""
+        segs = self.heap.segments()
+        return segs + _core.pool_segments(self.index) if self.installed else segs
 
 
 def _frames_source(rec):
@@ -233,7 +241,10 @@ def _state(index, heap, recording):
 def _installed_states(device):
     _torch._require_installed()
     indices = _core.existing_devices() if device is None else [_torch._device_index(device)]
-    return [_state(i, _torch._device_heap(i), None) for i in indices]
+    states = [_state(i, _torch._device_heap(i), None) for i in indices]
+    for s in states:
+        s.installed = True
+    return states
 
 
 def _index_of(heap, device):
@@ -341,7 +352,7 @@ def snapshot(device=None, *, heap=None, recording=None, trace=None):
     traces = [[] for _ in range(max(s.index for s in states) + 1)] if states else []
     segments = []
     for s in states:
-        segs = s.heap.segments()  # copied under the heap's lock
+        segs = s.segments()
         budget = s.heap.budget or 0
         entries = trace_entries(s.data, s.reserved_start, budget, s.frames_of)
         traces[s.index] = entries

@@ -138,3 +138,31 @@ def test_pytorchs_history_functions_point_to_dump_snapshot(tmp_path):
     assert "vramguard.dump_snapshot(path)" in out["dump"]
     assert out["segments"] == out["dump"]
     assert not path.exists()
+
+
+@pytest.mark.parametrize("arena", [True, False], ids=["arena", "segments"])
+def test_graph_pools_segments_are_in_the_snapshot(tmp_path, _memory_viz, arena):
+    """A CUDA graph's private pool holds memory of the device: its segments
+    are written with the device heap's, under the pool's id, as PyTorch
+    writes them, so that the segments add up to memory_reserved()."""
+    path = tmp_path / "pools.pickle"
+    out = run(f"PATH = {str(path)!r}; ARENA = {arena!r}", """
+        vramguard.install(arena=ARENA)
+        x = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+        torch._C._cuda_beginAllocateToPool(0, (7, 0))
+        y = torch.empty(5 * MiB, dtype=torch.uint8, device="cuda")
+        torch._C._cuda_endAllocateToPool(0, (7, 0))
+        vramguard.dump_snapshot(PATH)
+        out["reserved"] = torch.cuda.memory_reserved()
+        out["allocated"] = torch.cuda.memory_allocated()
+    """)
+    with open(path, "rb") as f:
+        snap = pickle.load(f)
+    pools = sorted({tuple(s["segment_pool_id"]) for s in snap["segments"]})
+    assert pools == [(0, 0), (7, 0)]
+    in_pool = [s for s in snap["segments"] if tuple(s["segment_pool_id"]) == (7, 0)]
+    assert [b["requested_size"] for s in in_pool for b in s["blocks"] if b["state"] == "active_allocated"] \
+        == [5 * MiB]
+    assert sum(s["total_size"] for s in snap["segments"]) == out["reserved"]
+    assert sum(s["allocated_size"] for s in snap["segments"]) == out["allocated"]
+    assert f"segments: {len(snap['segments'])}\n" in _memory_viz.segsum(snap)
