@@ -56,9 +56,8 @@ static void recycle_block(vg_heap *h, vg_block *blk)
     h->spare_blocks = blk;
 }
 
-bool vg__block_record_ready(vg_heap *h)
+bool vg__block_record_refill(vg_heap *h)
 {
-    if (h->spare_blocks) return true;
     vg_block *blk = new_block(h);
     if (!blk) return false;
     recycle_block(h, blk);

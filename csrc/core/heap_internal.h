@@ -340,8 +340,13 @@ void vg__segment_release(vg_heap *h, vg_segment *seg);
 vg_segment *vg__segment_adopt(vg_heap *h, vg_stream_state *s, int pool, uintptr_t addr,
                               size_t size);
 /* A spare block record is at hand, so that the next split cannot fail
- * (the arena maps only the pages of the split-off block). */
-bool vg__block_record_ready(vg_heap *h);
+ * (the arena maps only the pages of the split-off block); the refill, when
+ * the free list is empty, is out of line. */
+bool vg__block_record_refill(vg_heap *h);
+static inline bool vg__block_record_ready(vg_heap *h)
+{
+    return h->spare_blocks || vg__block_record_refill(h);
+}
 /* Take an idle segment out of the heap's books (no provider call, no
  * stats) and free its record. */
 void vg__segment_forget(vg_heap *h, vg_segment *seg);
