@@ -16,6 +16,11 @@
 #include <pthread.h>
 #include <stdbool.h>
 
+/* The hot path's helpers (an alloc+free pair of a cached block): inlined
+ * whatever the compiler's size heuristics say, so that the pair makes only
+ * the calls it must (a call costs a dozen instructions of its own). */
+#define VG_HOT static inline __attribute__((always_inline))
+
 typedef struct vg_block vg_block;
 typedef struct vg_segment vg_segment;
 typedef struct vg_stream_state vg_stream_state;
