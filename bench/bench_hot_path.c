@@ -231,7 +231,8 @@ int main(int argc, char **argv)
                                      : NULL;
     int with_d = !(argc > 4 && !strcmp(argv[4], "abc"));
     if (pairs <= 0 || repeats <= 0 || repeats > 64) {
-        fprintf(stderr, "usage: %s [pairs per repeat > 0] [repeats 1..64] [segments|arena [abc]]\n", argv[0]);
+        fprintf(stderr, "usage: %s [pairs per repeat > 0] [repeats 1..64] [segments|arena [abc]]\n",
+                argv[0]);
         return 2;
     }
     draw_sizes(12345);

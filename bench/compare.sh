@@ -26,7 +26,8 @@ build() { # library tree, output
 }
 build "$work/base" "$work/baseline"
 build "$root" "$work/this"
-echo "baseline $(git rev-parse --short "$base_ref"), this tree $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+changes');" \
+changed=$(git diff --quiet HEAD || echo '+changes')
+echo "baseline $(git rev-parse --short "$base_ref"), this tree $(git rev-parse --short HEAD)$changed;" \
      "$rounds rounds of $pairs pairs, alternating"
 
 for ((i = 0; i < rounds; i++)); do
@@ -41,7 +42,8 @@ done >"$work/runs"
 awk '
 function median(list,   n, v, i, j, t) {
     n = split(list, v, " ")
-    for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+    for (i = 2; i <= n; i++)
+        for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
     return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
 }
 {

@@ -568,7 +568,8 @@ VG_HOT vg_block *take(vg_heap *h, vg_block *blk, size_t rounded, size_t requeste
     if (blk->size - rounded >= h->split_min[pool]) split(h, blk, rounded);
     int64_t size = (int64_t)blk->size;
     vg_stats *st = &h->stats;
-    if (!seg->range) inactive_split_taken(st, pool, was_split, (int64_t)whole, size); /* see make_free */
+    /* Not for a range: see make_free. */
+    if (!seg->range) inactive_split_taken(st, pool, was_split, (int64_t)whole, size);
     blk->state = VG_BLOCK_LIVE;
     blk->requested = requested;
     blk->bin = vg__bin_of_size((size_t)size);

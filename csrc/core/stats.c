@@ -80,8 +80,8 @@ bool vg__totals_consistent(vg_heap *h)
         for (int i = 0; i < VG_STAT_TYPES; i++)
             if (s[i].freed != 0) return false;
         /* In unsigned arithmetic, as the totals wrap (heap_internal.h). */
-        if ((uint64_t)base[VG_STAT_ALL] != (uint64_t)base[VG_STAT_SMALL] + (uint64_t)base[VG_STAT_LARGE])
-            return false;
+        uint64_t pools = (uint64_t)base[VG_STAT_SMALL] + (uint64_t)base[VG_STAT_LARGE];
+        if ((uint64_t)base[VG_STAT_ALL] != pools) return false;
     }
     return true;
 }
