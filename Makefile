@@ -25,7 +25,7 @@ INC = -Iinclude -Icsrc/core
 HDRS = $(wildcard include/vramguard/*.h csrc/*/*.h) tests/c/harness.h tests/c/fake_cudart.h
 BUILD = build/c
 
-.PHONY: all test-c test-c-san test-c-tsan bench check pytest clean fuzz test
+.PHONY: all test-c test-c-san test-c-tsan bench bench-compare check pytest clean fuzz test
 C_TESTS = test_core test_hostile test_devices test_cuda test_hook test_threads test_expandable test_report test_arena test_pools
 all: $(C_TESTS:%=$(BUILD)/%)
 
@@ -120,6 +120,12 @@ test-c-tsan: $(C_TESTS:%=$(BUILD)/%_tsan)
 
 bench: $(BUILD)/bench_hot_path
 	$(BUILD)/bench_hot_path
+
+# This tree's hot path against a baseline commit (BASE, default origin/main),
+# both built from this tree's bench driver and run alternately.
+BASE ?= origin/main
+bench-compare:
+	bench/compare.sh $(BASE)
 
 # The Python side: a virtual environment with the package built
 # warnings-as-errors, then pytest (whose exit code 5, "no tests ran", fails

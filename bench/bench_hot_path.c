@@ -13,9 +13,12 @@
  *       free blocks wait in its size class (every other 512 B block of a run
  *       freed, so none coalesce): best fit must not slow down with them.
  *
- * Usage: bench_hot_path [pairs per repeat] [repeats] [only-vramguard]
- * With a third argument only the vramguard heap runs (for callgrind's
- * instruction counts, which are repeatable where timings are not).
+ * Usage: bench_hot_path [pairs per repeat] [repeats] [only [abc]]
+ * With a third argument only one heap runs: `arena` the arena policy's,
+ * anything else (`only`, `segments`) the segments policy's ("vramguard"),
+ * for callgrind's instruction counts, which are repeatable where timings
+ * are not, and for bench/compare.sh, which runs two builds alternately. A
+ * fourth argument `abc` leaves out case (d).
  */
 #include "vramguard/heap.h"
 
@@ -23,6 +26,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define LIVE 256
@@ -199,12 +203,12 @@ static double with_free_blocks(const vg_policy *policy, long nfree, long pairs, 
     return ns;
 }
 
-static void free_blocks_case(long pairs, int repeats, int only_vramguard)
+static void free_blocks_case(long pairs, int repeats, const vg_policy *only)
 {
     static const long counts[] = {0, 10000, 50000};
-    const vg_policy *policies[] = {&vg_policy_default, &vg_policy_torch};
-    const char *names[] = {"vramguard", "torch-policy"};
-    for (int p = 0; p < (only_vramguard ? 1 : 2); p++) {
+    const vg_policy *policies[] = {only ? only : &vg_policy_default, &vg_policy_torch};
+    const char *names[] = {only == &vg_policy_arena ? "arena" : "vramguard", "torch-policy"};
+    for (int p = 0; p < (only ? 1 : 2); p++) {
         double ns[3];
         for (int i = 0; i < 3; i++) ns[i] = with_free_blocks(policies[p], counts[i], pairs, repeats);
         printf("(d) 512 B, free blocks in class, %-12s 0: %.1f   10,000: %.1f (%.2fx)   "
@@ -221,9 +225,14 @@ int main(int argc, char **argv)
 {
     long pairs = argc > 1 ? atol(argv[1]) : 1000000;
     int repeats = argc > 2 ? atoi(argv[2]) : 11;
-    int only_vramguard = argc > 3;
+    /* One heap alone: its policy, NULL for the whole table. */
+    const vg_policy *only = argc > 3 ? (strcmp(argv[3], "arena") ? &vg_policy_default
+                                                                   : &vg_policy_arena)
+                                     : NULL;
+    int with_d = !(argc > 4 && !strcmp(argv[4], "abc"));
     if (pairs <= 0 || repeats <= 0 || repeats > 64) {
-        fprintf(stderr, "usage: %s [pairs per repeat > 0] [repeats 1..64]\n", argv[0]);
+        fprintf(stderr, "usage: %s [pairs per repeat > 0] [repeats 1..64] [segments|arena [abc]]\n",
+                argv[0]);
         return 2;
     }
     draw_sizes(12345);
@@ -248,11 +257,14 @@ int main(int argc, char **argv)
         {"(c) mix, 2 threads", mixed_2_threads},
     };
     printf("ns per alloc+free pair, median of %d repeats of %ld pairs\n", repeats, pairs);
-    printf("%-24s %10s %12s %10s %14s %12s %10s %12s\n", "case", "vramguard", "torch-policy", "glibc",
-           "vg/torch-pol.", "vg/glibc", "arena", "arena/vg");
+    if (only)
+        printf("%-24s %10s\n", "case", only == &vg_policy_arena ? "arena" : "vramguard");
+    else
+        printf("%-24s %10s %12s %10s %14s %12s %10s %12s\n", "case", "vramguard", "torch-policy",
+               "glibc", "vg/torch-pol.", "vg/glibc", "arena", "arena/vg");
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        double v = run(cases[c].w, &vg, pairs, repeats);
-        if (only_vramguard) {
+        double v = run(cases[c].w, only == &vg_policy_arena ? &arena : &vg, pairs, repeats);
+        if (only) {
             printf("%-24s %10.1f\n", cases[c].name, v);
             continue;
         }
@@ -262,17 +274,20 @@ int main(int argc, char **argv)
         printf("%-24s %10.1f %12.1f %10.1f %14.2f %12.2f %10.1f %12.2f\n", cases[c].name, v, t, g,
                v / t, v / g, a, a / v);
     }
-    free_blocks_case(pairs, repeats, only_vramguard);
+    if (with_d) free_blocks_case(pairs, repeats, only);
     vg_stats st;
     vg_heap_stats(hv, &st);
-    printf("vramguard heap: cache hits %llu, misses %llu (%.4f%% misses), device allocs %llu\n",
-           (unsigned long long)st.num_cache_hits, (unsigned long long)st.num_cache_misses,
-           100.0 * (double)st.num_cache_misses / (double)(st.num_cache_hits + st.num_cache_misses),
-           (unsigned long long)st.num_device_alloc);
+    if (only != &vg_policy_arena)
+        printf("vramguard heap: cache hits %llu, misses %llu (%.4f%% misses), device allocs %llu\n",
+               (unsigned long long)st.num_cache_hits, (unsigned long long)st.num_cache_misses,
+               100.0 * (double)st.num_cache_misses /
+                   (double)(st.num_cache_hits + st.num_cache_misses),
+               (unsigned long long)st.num_device_alloc);
     vg_heap_stats(ha, &st);
-    printf("arena heap: cache hits %llu, misses %llu, maps %llu, unmaps %llu\n",
-           (unsigned long long)st.num_cache_hits, (unsigned long long)st.num_cache_misses,
-           (unsigned long long)st.num_maps, (unsigned long long)st.num_unmaps);
+    if (only != &vg_policy_default)
+        printf("arena heap: cache hits %llu, misses %llu, maps %llu, unmaps %llu\n",
+               (unsigned long long)st.num_cache_hits, (unsigned long long)st.num_cache_misses,
+               (unsigned long long)st.num_maps, (unsigned long long)st.num_unmaps);
     const char *err = vg_heap_check(hv);
     if (!err) err = vg_heap_check(ha);
     if (err) {

@@ -107,6 +107,21 @@ static size_t missing_pages(const vg_range *r, size_t first, size_t end)
     return missing;
 }
 
+/* Whether every page of [first, end) is mapped: what the hot path asks of
+ * a cached fit, answered without counting (a cached block's pages are
+ * mapped, and a small one's lie in one word of the bitmap). */
+static inline bool all_mapped(const vg_range *r, size_t first, size_t end)
+{
+    size_t w = first / 64, last = (end - 1) / 64;
+    if (last >= r->words) return false;
+    if (w == last) {
+        uint64_t width = end - first;
+        uint64_t mask = (width == 64 ? ~(uint64_t)0 : ((uint64_t)1 << width) - 1) << (first % 64);
+        return (~r->pages[w] & mask) == 0;
+    }
+    return missing_pages(r, first, end) == 0;
+}
+
 /* Room in the bitmap for pages below `end`, doubling. */
 static int grow_pages(vg_range *r, size_t end)
 {
@@ -469,7 +484,8 @@ static bool place(vg_heap *h, vg_request *r, bool gc)
     vg_segment *seg = blk->seg;
     size_t first, end;
     touched_pages(h, seg, blk->addr, live_size(h, blk, r->pool, r->rounded), &first, &end);
-    size_t missing = missing_pages(seg->range, first, end) << h->page_shift;
+    size_t missing = all_mapped(seg->range, first, end)
+                         ? 0 : missing_pages(seg->range, first, end) << h->page_shift;
     r->missing = missing;
     /* take() splits the block where these pages end: a split that failed
      * for want of a record would leave a live block over unmapped pages. */

@@ -37,36 +37,9 @@ size_t vg__bin_lower_bound(uint32_t bin)
     return ((size_t)(VG_SUBS + step) << (fl - VG_SUB_BITS)) * VG_ALIGN;
 }
 
-/* First class marked strictly above `bin`, or VG_NBINS. */
-static uint32_t next_marked(const vg_class_map *m, uint32_t bin)
-{
-    uint32_t level = bin / VG_SUBS, step = bin % VG_SUBS;
-    uint32_t above = step + 1 < VG_SUBS ? m->sub_map[level] & (~0u << (step + 1)) : 0;
-    if (above) return level * VG_SUBS + (uint32_t)__builtin_ctz(above);
-    uint64_t levels = level + 1 < 64 ? m->level_map & (~0ull << (level + 1)) : 0;
-    if (!levels) return VG_NBINS;
-    level = (uint32_t)__builtin_ctzll(levels);
-    return level * VG_SUBS + (uint32_t)__builtin_ctz(m->sub_map[level]);
-}
-
 /* ------------------------------------------------------------------ */
-/* Best fit                                                            */
+/* The largest block                                                   */
 /* ------------------------------------------------------------------ */
-
-vg_block *vg__bins_best_fit(const vg_bin *bins, const vg_stream_state *s, int pool, size_t size)
-{
-    const vg_class_map *m = &s->classes[pool];
-    uint32_t bin = vg__bin_of_size(size);
-    if (vg__class_marked(m, bin)) {
-        vg_block *hit = vg__tree_lower_bound(&bins[bin], s, size);
-        if (hit && hit->owner == s) return hit;
-    }
-    uint32_t above = next_marked(m, bin);
-    if (above == VG_NBINS) return NULL;
-    vg_block *hit = vg__tree_lower_bound(&bins[above], s, 0);
-    vg_assert_internal(hit && hit->owner == s && hit->size >= size);
-    return hit;
-}
 
 vg_block *vg__bins_largest(const vg_bin *bins)
 {

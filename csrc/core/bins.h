@@ -1,7 +1,7 @@
 /* Size classes, the hot half: the class of a size, the per-stream class
  * maps, and putting a free block in its bin or taking it out, inline
- * because every allocation and free runs them. bins.c has the rest
- * (rounding, best fit, class bounds). */
+ * because every allocation and free runs them, and best fit. bins.c has
+ * the rest (rounding, class bounds, the largest block). */
 #ifndef VG_BINS_H
 #define VG_BINS_H
 
@@ -55,13 +55,41 @@ static inline void vg__class_unmark(vg_class_map *m, uint32_t bin)
     if (!m->sub_map[level]) m->level_map &= ~(1ull << level);
 }
 
+/* First class marked strictly above `bin`, or VG_NBINS. */
+static inline uint32_t vg__next_marked(const vg_class_map *m, uint32_t bin)
+{
+    uint32_t level = bin / VG_SUBS, step = bin % VG_SUBS;
+    uint32_t above = step + 1 < VG_SUBS ? m->sub_map[level] & (~0u << (step + 1)) : 0;
+    if (above) return level * VG_SUBS + (uint32_t)__builtin_ctz(above);
+    uint64_t levels = level + 1 < 64 ? m->level_map & (~0ull << (level + 1)) : 0;
+    if (!levels) return VG_NBINS;
+    level = (uint32_t)__builtin_ctzll(levels);
+    return level * VG_SUBS + (uint32_t)__builtin_ctz(m->sub_map[level]);
+}
+
 /* ------------------------------------------------------------------ */
 /* Bins: `bins` is the array of one pool's classes                     */
 /* ------------------------------------------------------------------ */
 
 /* The smallest free block of at least `size` of stream `s` in a pool, the
- * lowest address among equals; NULL if none. */
-vg_block *vg__bins_best_fit(const vg_bin *bins, const vg_stream_state *s, int pool, size_t size);
+ * lowest address among equals; NULL if none (bins.c says how). Every
+ * allocation asks it. */
+VG_HOT vg_block *vg__bins_best_fit(const vg_bin *bins, const vg_stream_state *s, int pool,
+                                   size_t size)
+{
+    const vg_class_map *m = &s->classes[pool];
+    uint32_t bin = vg__bin_of_size(size);
+    if (vg__class_marked(m, bin)) {
+        vg_block *hit = vg__tree_lower_bound(&bins[bin], s, size);
+        if (hit && hit->owner == s) return hit;
+    }
+    uint32_t above = vg__next_marked(m, bin);
+    if (above == VG_NBINS) return NULL;
+    vg_block *hit = vg__tree_lower_bound(&bins[above], s, 0);
+    vg_assert_internal(hit && hit->owner == s && hit->size >= size);
+    return hit;
+}
+
 /* The largest free block of any stream, NULL when none. */
 vg_block *vg__bins_largest(const vg_bin *bins);
 

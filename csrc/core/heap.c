@@ -29,7 +29,7 @@ static void *new_slab(vg_heap *h, size_t item_size)
     return (char *)slab + header;
 }
 
-static vg_block *new_block(vg_heap *h)
+VG_HOT vg_block *new_block(vg_heap *h)
 {
     if (!h->spare_blocks) {
         vg_block *items = new_slab(h, sizeof(vg_block));
@@ -50,15 +50,14 @@ static vg_block *new_block(vg_heap *h)
     return blk;
 }
 
-static void recycle_block(vg_heap *h, vg_block *blk)
+VG_HOT void recycle_block(vg_heap *h, vg_block *blk)
 {
     blk->link.spare_next = h->spare_blocks;
     h->spare_blocks = blk;
 }
 
-bool vg__block_record_ready(vg_heap *h)
+bool vg__block_record_refill(vg_heap *h)
 {
-    if (h->spare_blocks) return true;
     vg_block *blk = new_block(h);
     if (!blk) return false;
     recycle_block(h, blk);
@@ -96,7 +95,7 @@ static void recycle_uses(vg_heap *h, vg_block *blk)
 /* Idle segments                                                       */
 /* ------------------------------------------------------------------ */
 
-static void idle_append(vg_heap *h, vg_segment *seg)
+VG_HOT void idle_append(vg_heap *h, vg_segment *seg)
 {
     seg->idle = true;
     seg->idle_next = NULL;
@@ -106,7 +105,7 @@ static void idle_append(vg_heap *h, vg_segment *seg)
     h->idle_tail = seg;
 }
 
-static void idle_remove(vg_heap *h, vg_segment *seg)
+VG_HOT void idle_remove(vg_heap *h, vg_segment *seg)
 {
     if (seg->idle_prev) seg->idle_prev->idle_next = seg->idle_next;
     else h->idle_head = seg->idle_next;
@@ -120,13 +119,13 @@ static void idle_remove(vg_heap *h, vg_segment *seg)
 /* Free blocks                                                         */
 /* ------------------------------------------------------------------ */
 
-static inline void bin_add(vg_heap *h, vg_block *blk)
+VG_HOT void bin_add(vg_heap *h, vg_block *blk)
 {
     vg__bins_insert(h->bins[blk->seg->pool], blk);
     h->free_blocks++;
 }
 
-static inline void bin_drop(vg_heap *h, vg_block *blk)
+VG_HOT void bin_drop(vg_heap *h, vg_block *blk)
 {
     vg__bins_remove(h->bins[blk->seg->pool], blk);
     h->free_blocks--;
@@ -135,7 +134,7 @@ static inline void bin_drop(vg_heap *h, vg_block *blk)
 /* PyTorch's inactive_split: free blocks that share their segment with
  * others. Changed by net amounts where PyTorch's allocator changes it (a
  * block taken, a block freed), so that its totals mean the same. */
-static inline void inactive_split_change(vg_heap *h, int pool, int64_t blocks, int64_t bytes)
+VG_HOT void inactive_split_change(vg_heap *h, int pool, int64_t blocks, int64_t bytes)
 {
     vg_stats *st = &h->stats;
     if (blocks > 0) vg__stat_add2(st->inactive_split, pool, blocks);
@@ -144,8 +143,26 @@ static inline void inactive_split_change(vg_heap *h, int pool, int64_t blocks, i
     else if (bytes < 0) vg__stat_sub2(st->inactive_split_bytes, pool, -bytes);
 }
 
+/* The same for a block of `whole` bytes taken, `size` of them now live:
+ * the net change, spelled out per case so that each is one or two adds. */
+VG_HOT void inactive_split_taken(vg_stats *st, int pool, bool was_split, int64_t whole,
+                                 int64_t size)
+{
+    if (size < whole) { /* a remainder stays free beside it */
+        if (was_split) {
+            vg__stat_sub2(st->inactive_split_bytes, pool, size);
+        } else {
+            vg__stat_add2(st->inactive_split, pool, 1);
+            vg__stat_add2(st->inactive_split_bytes, pool, whole - size);
+        }
+    } else if (was_split) {
+        vg__stat_sub2(st->inactive_split, pool, 1);
+        vg__stat_sub2(st->inactive_split_bytes, pool, whole);
+    }
+}
+
 /* Fold `right` into `left`; both are address neighbours. */
-static void absorb(vg_heap *h, vg_block *left, vg_block *right)
+VG_HOT void absorb(vg_heap *h, vg_block *left, vg_block *right)
 {
     left->size += right->size;
     if (right->freed_at > left->freed_at) left->freed_at = right->freed_at;
@@ -157,7 +174,7 @@ static void absorb(vg_heap *h, vg_block *left, vg_block *right)
 
 /* A block nobody uses any more becomes free: coalesce, bin, and mark its
  * segment idle when it is whole again. */
-static void make_free(vg_heap *h, vg_block *blk)
+VG_HOT void make_free(vg_heap *h, vg_block *blk)
 {
     int pool = blk->seg->pool;
     vg__stat_sub2(h->stats.active, pool, 1);
@@ -524,7 +541,7 @@ void vg_heap_destroy(vg_heap *h)
 /* ------------------------------------------------------------------ */
 
 /* Split when the remainder is worth keeping (the policy says how much). */
-static int split(vg_heap *h, vg_block *blk, size_t size)
+VG_HOT int split(vg_heap *h, vg_block *blk, size_t size)
 {
     vg_block *rest = new_block(h);
     if (!rest) return VG_ERR_NOMEM;
@@ -543,7 +560,7 @@ static int split(vg_heap *h, vg_block *blk, size_t size)
     return VG_OK;
 }
 
-static vg_block *take(vg_heap *h, vg_block *blk, size_t rounded, size_t requested)
+VG_HOT vg_block *take(vg_heap *h, vg_block *blk, size_t rounded, size_t requested)
 {
     /* First the only step that can fail, so failing leaves nothing to undo.
      * The block keeps its address through the split below. */
@@ -556,22 +573,19 @@ static vg_block *take(vg_heap *h, vg_block *blk, size_t rounded, size_t requeste
     if (seg->idle) idle_remove(h, seg);
     /* A failed split (no memory for a record) only costs the remainder. */
     if (blk->size - rounded >= h->split_min[pool]) split(h, blk, rounded);
-    if (seg->range) /* not inactive_split: see make_free */;
-    else if (blk->size < whole) /* a remainder stays free beside it */
-        inactive_split_change(h, pool, !was_split, was_split ? -(int64_t)blk->size
-                                                             : (int64_t)(whole - blk->size));
-    else if (was_split)
-        inactive_split_change(h, pool, -1, -(int64_t)whole);
+    int64_t size = (int64_t)blk->size;
+    vg_stats *st = &h->stats;
+    /* Not for a range: see make_free. */
+    if (!seg->range) inactive_split_taken(st, pool, was_split, (int64_t)whole, size);
     blk->state = VG_BLOCK_LIVE;
     blk->requested = requested;
-    blk->bin = vg__bin_of_size(blk->size);
+    blk->bin = vg__bin_of_size((size_t)size);
     h->live_per_bin[blk->bin]++;
-    vg_stats *st = &h->stats;
     vg__stat_add2(st->requested_bytes, pool, (int64_t)requested);
-    vg__stat_add2(st->allocated_bytes, pool, (int64_t)blk->size);
+    vg__stat_add2(st->allocated_bytes, pool, size);
     vg__stat_add2(st->allocation, pool, 1);
     vg__stat_add2(st->active, pool, 1);
-    vg__stat_add2(st->active_bytes, pool, (int64_t)blk->size);
+    vg__stat_add2(st->active_bytes, pool, size);
     vg_assert_internal(!vg__check_block(h, blk) && (!blk->next || !vg__check_block(h, blk->next)));
     return blk;
 }
@@ -627,7 +641,7 @@ static void fill_oom(vg_heap *h, size_t size, size_t rounded, bool budget_refuse
 
 /* A cached block, or the out-of-memory ladder's answer (ladder.c), taken
  * for the request; NULL when there is none. */
-static vg_block *alloc_block(vg_heap *h, vg_request *r, size_t size, vg_stream_t stream)
+VG_HOT vg_block *alloc_block(vg_heap *h, vg_request *r, size_t size, vg_stream_t stream)
 {
     r->stream = vg__stream_pin(h, stream);
     if (!r->stream) return NULL;
@@ -681,7 +695,7 @@ void vg_heap_count_invalid_free(vg_heap *h)
 
 /* Both frees, under one taking of the lock; an unknown pointer is counted
  * in num_invalid_frees when `count_invalid`. */
-static int free_locked(vg_heap *h, void *ptr, bool count_invalid)
+VG_HOT int free_locked(vg_heap *h, void *ptr, bool count_invalid)
 {
     vg_block *blk = vg__map_take(&h->live, (uintptr_t)ptr);
     if (!blk) {

@@ -16,6 +16,11 @@
 #include <pthread.h>
 #include <stdbool.h>
 
+/* The hot path's helpers (an alloc+free pair of a cached block): inlined
+ * whatever the compiler's size heuristics say, so that the pair makes only
+ * the calls it must (a call costs a dozen instructions of its own). */
+#define VG_HOT static inline __attribute__((always_inline))
+
 typedef struct vg_block vg_block;
 typedef struct vg_segment vg_segment;
 typedef struct vg_stream_state vg_stream_state;
@@ -253,9 +258,10 @@ typedef struct vg_slab {
  *   stats.reserved_bytes[P].current == sum over its segments of pool P of
  *     their sizes, and of its ranges of pool P of their mapped bytes
  *   stats.segment[ALL].current == the number of its segments
- *   for every totaled vg_stat s: s.current <= s.peak and
- *     s.allocated - s.freed == s.current - totals_base[s] (its current at
- *     the last reset_accumulated; 0 before any) */
+ *   for every totaled vg_stat s: s.current <= s.peak, and as its readers
+ *     see it (vg__stats_copy): s.allocated - s.freed == s.current -
+ *     totals_base[s] (its current at the last reset_accumulated; 0 before
+ *     any); the heap itself keeps only the pools' allocated (below) */
 struct vg_heap {
     vg_lock lock;
     /* Held around the provider's synchronize, which runs with `lock`
@@ -305,8 +311,8 @@ struct vg_heap {
     size_t free_blocks;
 
     vg_stats stats;
-    /* Each totaled stat's current at the last reset_accumulated, so that
-     * allocated - freed == current - base always holds (stats.c). */
+    /* Each totaled stat's current at the last reset_accumulated: freed is
+     * allocated - (current - base) (vg__stats_copy, stats.c). */
     int64_t totals_base[VG_TOTALED_STATS][VG_STAT_TYPES];
     uint64_t live_per_bin[VG_NBINS];
     /* The highest allocated bytes since the last vg_heap_take_interval (peaks.c). */
@@ -347,8 +353,13 @@ void vg__segment_release(vg_heap *h, vg_segment *seg);
 vg_segment *vg__segment_adopt(vg_heap *h, vg_stream_state *s, int pool, uintptr_t addr,
                               size_t size);
 /* A spare block record is at hand, so that the next split cannot fail
- * (the arena maps only the pages of the split-off block). */
-bool vg__block_record_ready(vg_heap *h);
+ * (the arena maps only the pages of the split-off block); the refill, when
+ * the free list is empty, is out of line. */
+bool vg__block_record_refill(vg_heap *h);
+static inline bool vg__block_record_ready(vg_heap *h)
+{
+    return h->spare_blocks || vg__block_record_refill(h);
+}
 /* Take an idle segment out of the heap's books (no provider call, no
  * stats) and free its record. */
 void vg__segment_forget(vg_heap *h, vg_segment *seg);
@@ -423,7 +434,11 @@ bool vg__arena_pages_mapped(const vg_heap *h, const vg_segment *seg, uintptr_t a
 size_t vg__arena_count_mapped(const vg_heap *h, const vg_segment *seg);
 /* stats.c, with the heap locked. */
 void vg__fragmentation_locked(vg_heap *h, vg_fragmentation *out);
-/* allocated - freed == current - (current at the last reset), every stat. */
+/* The heap's stats with the totals it does not keep filled in. */
+void vg__stats_copy(const vg_heap *h, vg_stats *out);
+/* The totals the heap does not keep are untouched (0), and each stat's
+ * all-pools base is its pools' sum, so that the totals vg__stats_copy
+ * derives satisfy allocated - freed == current - base in every entry. */
 bool vg__totals_consistent(vg_heap *h);
 
 /* check.c: parts of vg_heap_check, NULL when they hold, that debug builds
@@ -447,30 +462,36 @@ static inline int64_t vg__total_add(int64_t total, int64_t v)
     return (int64_t)((uint64_t)total + (uint64_t)v);
 }
 
-static inline void vg__stat_add(vg_stat *s, int64_t v)
+/* Of a totaled stat's two totals the heap keeps one, `allocated`, in the
+ * pools' entries alone: the all-pools entry's is their sum, and `freed`
+ * follows from the invariant above (allocated - (current - base)).
+ * vg__stats_copy (stats.c) fills them in for readers. So an add costs
+ * current, peak and one total per entry kept, a subtraction current
+ * alone, and every number read is the same as were they all kept. */
+static inline void vg__stat_raise(vg_stat *s, int64_t v)
 {
     s->current += v;
-    s->allocated = vg__total_add(s->allocated, v);
     if (s->current > s->peak) s->peak = s->current;
-}
-
-static inline void vg__stat_sub(vg_stat *s, int64_t v)
-{
-    s->current -= v;
-    s->freed = vg__total_add(s->freed, v);
 }
 
 /* Add to the all-pools entry and the pool's own. */
 static inline void vg__stat_add2(vg_stat *s, int pool, int64_t v)
 {
-    vg__stat_add(&s[VG_STAT_ALL], v);
-    vg__stat_add(&s[1 + pool], v);
+    vg__stat_raise(&s[VG_STAT_ALL], v);
+    vg__stat_raise(&s[1 + pool], v);
+    s[1 + pool].allocated = vg__total_add(s[1 + pool].allocated, v);
 }
 
 static inline void vg__stat_sub2(vg_stat *s, int pool, int64_t v)
 {
-    vg__stat_sub(&s[VG_STAT_ALL], v);
-    vg__stat_sub(&s[1 + pool], v);
+    s[VG_STAT_ALL].current -= v;
+    s[1 + pool].current -= v;
+}
+
+/* The all-pools total added, as vg__stats_copy gives it. */
+static inline int64_t vg__stat_allocated_total(const vg_stat *s)
+{
+    return vg__total_add(s[VG_STAT_SMALL].allocated, s[VG_STAT_LARGE].allocated);
 }
 
 #endif

@@ -37,7 +37,7 @@ void vg_heap_state_copy(vg_heap *h, vg_heap_state *out)
 {
     memset(out, 0, sizeof *out);
     vg_lock_acquire(&h->lock);
-    out->stats = h->stats;
+    vg__stats_copy(h, &out->stats);
     vg__fragmentation_locked(h, &out->frag);
     walk_segments(h, out);
     vg_lock_release(&h->lock);

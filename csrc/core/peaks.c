@@ -12,7 +12,7 @@ void vg_heap_take_interval(vg_heap *h, vg_interval *out)
     vg_lock_acquire(&h->lock);
     const vg_stat *allocated = &h->stats.allocated_bytes[VG_STAT_ALL];
     out->current = allocated->current;
-    out->allocated_total = allocated->allocated;
+    out->allocated_total = vg__stat_allocated_total(h->stats.allocated_bytes);
     /* The interval began at some current no higher than its peak. */
     out->peak = h->interval_peak > allocated->current ? h->interval_peak : allocated->current;
     h->interval_peak = allocated->current;

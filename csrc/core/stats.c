@@ -11,7 +11,7 @@
 void vg_heap_stats(vg_heap *h, vg_stats *out)
 {
     vg_lock_acquire(&h->lock);
-    *out = h->stats;
+    vg__stats_copy(h, out);
     vg_lock_release(&h->lock);
 }
 
@@ -27,6 +27,22 @@ static const size_t stats_with_totals[VG_TOTALED_STATS] = {VG_TOTALED_STAT_LIST(
 static vg_stat *stat_at(vg_stats *st, size_t k)
 {
     return (vg_stat *)(void *)((char *)st + stats_with_totals[k]);
+}
+
+/* The totals the hot path leaves out (heap_internal.h): the all-pools
+ * entry's allocated is the pools' sum, and every entry's freed is what
+ * allocated - freed == current - base leaves. */
+void vg__stats_copy(const vg_heap *h, vg_stats *out)
+{
+    *out = h->stats;
+    for (size_t k = 0; k < VG_TOTALED_STATS; k++) {
+        vg_stat *s = stat_at(out, k);
+        s[VG_STAT_ALL].allocated = vg__stat_allocated_total(s);
+        for (int i = 0; i < VG_STAT_TYPES; i++) {
+            uint64_t net = (uint64_t)s[i].current - (uint64_t)h->totals_base[k][i];
+            s[i].freed = (int64_t)((uint64_t)s[i].allocated - net);
+        }
+    }
 }
 
 void vg_heap_reset_peaks(vg_heap *h)
@@ -59,11 +75,13 @@ bool vg__totals_consistent(vg_heap *h)
 {
     for (size_t k = 0; k < VG_TOTALED_STATS; k++) {
         const vg_stat *s = stat_at(&h->stats, k);
-        for (int i = 0; i < VG_STAT_TYPES; i++) {
-            /* In unsigned arithmetic, as the totals wrap (heap_internal.h). */
-            uint64_t net = (uint64_t)s[i].allocated - (uint64_t)s[i].freed;
-            if (net != (uint64_t)s[i].current - (uint64_t)h->totals_base[k][i]) return false;
-        }
+        const int64_t *base = h->totals_base[k];
+        if (s[VG_STAT_ALL].allocated != 0) return false;
+        for (int i = 0; i < VG_STAT_TYPES; i++)
+            if (s[i].freed != 0) return false;
+        /* In unsigned arithmetic, as the totals wrap (heap_internal.h). */
+        uint64_t pools = (uint64_t)base[VG_STAT_SMALL] + (uint64_t)base[VG_STAT_LARGE];
+        if ((uint64_t)base[VG_STAT_ALL] != pools) return false;
     }
     return true;
 }

@@ -5,10 +5,12 @@
 #include "harness.h"
 #include "heap_internal.h"
 #include "vramguard/devices.h"
+#include "vramguard/report.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)
@@ -153,6 +155,69 @@ static void test_a_second_recording_is_refused_and_loses_nothing(void)
 /* Totals                                                              */
 /* ------------------------------------------------------------------ */
 
+/* One stat's totals per pool entry: {allocated, freed} for ALL, SMALL, LARGE. */
+static void check_totals(const vg_stat *s, const int64_t expected[VG_STAT_TYPES][2])
+{
+    for (int i = 0; i < VG_STAT_TYPES; i++) {
+        CHECK_EQ(s[i].allocated, expected[i][0]);
+        CHECK_EQ(s[i].freed, expected[i][1]);
+        CHECK_EQ(s[i].allocated - s[i].freed, s[i].current);
+    }
+}
+
+/* The heap keeps only the pools' added totals; every reader (stats, the
+ * state copy, the interval) sees the all-pools totals and the freed ones
+ * exactly, before and after a reset, under both policies. */
+static void test_totals_per_pool_as_every_reader_sees_them(void)
+{
+    const vg_policy *policies[] = {&vg_policy_default, &vg_policy_arena};
+    for (int p = 0; p < 2; p++) {
+        vg_device *dev = vg_sim_create(GiB);
+        vg_heap_config cfg = {policies[p], 0, 0};
+        vg_heap *h = vg_heap_create(dev, &cfg);
+        void *a = vg_heap_alloc(h, 1000, 0, NULL);     /* small: 1,024 B */
+        void *b = vg_heap_alloc(h, 3 * MiB, 0, NULL);  /* large */
+        vg_heap_free(h, a);
+        vg_heap_free(h, b);
+        void *c = vg_heap_alloc(h, 2000, 0, NULL);     /* small: 2,048 B */
+        vg_stats st;
+        vg_heap_stats(h, &st);
+        const int64_t bytes[VG_STAT_TYPES][2] = {
+            {3072 + 3 * MiB, 1024 + 3 * MiB}, {3072, 1024}, {3 * MiB, 3 * MiB}};
+        const int64_t blocks[VG_STAT_TYPES][2] = {{3, 2}, {2, 1}, {1, 1}};
+        const int64_t asked[VG_STAT_TYPES][2] = {
+            {3000 + 3 * MiB, 1000 + 3 * MiB}, {3000, 1000}, {3 * MiB, 3 * MiB}};
+        check_totals(st.allocated_bytes, bytes);
+        check_totals(st.active_bytes, bytes);
+        check_totals(st.allocation, blocks);
+        check_totals(st.active, blocks);
+        check_totals(st.requested_bytes, asked);
+        vg_heap_state state;
+        vg_heap_state_copy(h, &state);
+        CHECK(memcmp(&state.stats, &st, sizeof st) == 0);
+        vg_interval iv;
+        vg_heap_take_interval(h, &iv);
+        CHECK_EQ(iv.allocated_total, 3072 + 3 * MiB);
+        CHECK_HEAP(h);
+
+        vg_heap_reset_accumulated(h);
+        vg_heap_free(h, c);
+        void *d = vg_heap_alloc(h, 512, 0, NULL);
+        vg_heap_stats(h, &st);
+        const int64_t after[VG_STAT_TYPES][2] = {{512, 2048}, {512, 2048}, {0, 0}};
+        for (int i = 0; i < VG_STAT_TYPES; i++) {
+            CHECK_EQ(st.allocated_bytes[i].allocated, after[i][0]);
+            CHECK_EQ(st.allocated_bytes[i].freed, after[i][1]);
+        }
+        vg_heap_take_interval(h, &iv);
+        CHECK_EQ(iv.allocated_total, 512);
+        CHECK_HEAP(h);
+        vg_heap_free(h, d);
+        vg_heap_destroy(h);
+        dev->ops->destroy(dev);
+    }
+}
+
 static void test_reset_accumulated_zeroes_totals_as_pytorch(void)
 {
     vg_device *dev = vg_sim_create(GiB);
@@ -248,6 +313,7 @@ static const harness_test tests[] = {
     T(test_nan_and_negative_settings_are_refused),
     T(test_a_second_recording_is_refused_and_loses_nothing),
     T(test_reset_accumulated_zeroes_totals_as_pytorch),
+    T(test_totals_per_pool_as_every_reader_sees_them),
     T(test_sim_addresses_never_wrap),
     T(test_heap_on_a_spent_address_space_reports_oom),
 };
