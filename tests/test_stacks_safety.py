@@ -5,6 +5,7 @@ in a fresh interpreter, since the defects these guard against crash the
 process (and the simulated devices and sub-interpreters are the
 process's)."""
 import ast
+import os
 import subprocess
 import sys
 import textwrap
@@ -45,11 +46,14 @@ sub_destroy = _subs.destroy
 """
 
 
-def run(body):
-    """Runs `body` after PRELUDE in a fresh interpreter; returns the values
-    it reported through out(). A crash fails the test with its output."""
-    proc = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(body)],
-                          capture_output=True, text=True, timeout=300)
+def run(body, env=None):
+    """Runs `body` after PRELUDE in a fresh interpreter, with `env` added to
+    the environment; returns the values it reported through out(). A crash
+    fails the test with its output."""
+    proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c",
+                           PRELUDE + textwrap.dedent(body)],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     values = {}
     for line in proc.stdout.splitlines():
@@ -348,3 +352,69 @@ def test_stacks_pop_refuses_what_stacks_push_never_returned():
         _core.stacks_pop(token)
         _core.stacks_pop(before)
     assert before == 0 and token >> 32 >= 1 and 0 < token & 0xFFFFFFFF
+
+
+# ------------------------------------------------------------ code freed by a release
+
+# The debug allocator overwrites what is freed at once, so that a table
+# entry read after its string was freed crashes every time.
+DEBUG_MALLOC = {"PYTHONMALLOC": "debug"}
+
+CODE_FREED_BY_RELEASE = """
+    import weakref
+    assert _core.stacks_configure((), (), 8)
+
+    def make(tag):
+        ns = {"cap": _core.stacks_capture}
+        # a file name made at run time: only the code object holds it
+        fname = "".join(["/tmp/vg_release_", tag, "_", str(id(ns)), ".py"])
+        exec(compile("def f():\\n    return cap()\\n", fname, "exec"), ns)
+        return ns["f"]
+
+    g, f = make("g"), make("f")
+    out("ids", (g(), f()))  # g's code enters the tables first, then f's
+    out("frames_before", len(_core.stacks_table()[0]))
+
+    seen = {}
+    def on_code_gone(ref):
+        # runs while the release drops the tables' references
+        CALLBACK
+
+    ref = weakref.ref(f.__code__, on_code_gone)
+    del f, g
+    gc.collect()
+    _core.stacks_release()
+    out("seen", seen)
+    AFTER
+"""
+
+
+def test_a_callback_run_by_a_release_reads_empty_tables():
+    v = run(CODE_FREED_BY_RELEASE
+            .replace("CALLBACK", "seen['table'] = repr(_core.stacks_table()[:2]); "
+                                 "seen['capture'] = _core.stacks_capture()")
+            .replace("AFTER", "out('after', _core.stacks_table()[:2])"),
+            env=DEBUG_MALLOC)
+    assert v["ids"] == (1, 2) and v["frames_before"] == 3
+    # the tables were detached before any reference was dropped: the
+    # callback finds none, and its capture keeps nothing
+    assert v["seen"] == {"table": "([], [])", "capture": 0}
+    assert v["after"] == ([], [])
+
+
+def test_tables_configured_by_a_callback_run_by_a_release_survive_it():
+    v = run(CODE_FREED_BY_RELEASE
+            .replace("CALLBACK", "_core.stacks_configure((), (), 8); "
+                                 "seen['capture'] = _core.stacks_capture(); "
+                                 "seen['line'] = line_here()")
+            .replace("AFTER", "frames, stacks, _ = _core.stacks_table(); "
+                              "out('after', (frames, stacks)); "
+                              "_core.stacks_release()"),
+            env=DEBUG_MALLOC)
+    # the new tables are the callback's own: the release that ran it
+    # frees only the old ones, so stack 1 is still the callback's line
+    assert v["seen"]["capture"] == 1
+    frames, stacks = v["after"]
+    assert stacks == [(0, 1)]
+    assert frames[0] == ("<string>", v["seen"]["line"], "on_code_gone")
+    assert frames[1][0] == "<string>" and frames[1][2] == "<module>"

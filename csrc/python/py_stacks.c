@@ -251,35 +251,29 @@ static int64_t stack_index(const uint32_t *frames, uint32_t depth)
     return tables.nstacks - 1;
 }
 
-static void tables_clear(void)
-{
-    for (uint32_t i = 0; i < tables.ncodes; i++) {
-        Py_DECREF(tables.codes[i].code);
-        Py_DECREF(tables.codes[i].file);
-        Py_DECREF(tables.codes[i].name);
-    }
-    if (tables.code_slots) memset(tables.code_slots, 0, CODE_SLOTS * sizeof *tables.code_slots);
-    if (tables.frame_slots) memset(tables.frame_slots, 0, FRAME_SLOTS * sizeof *tables.frame_slots);
-    if (tables.stack_slots) memset(tables.stack_slots, 0, STACK_SLOTS * sizeof *tables.stack_slots);
-    tables.ncodes = tables.nframes = tables.nstacks = 0;
-    tables.generation++;
-}
-
+/* Frees the tables. Dropping a code object's reference may run any code
+ * (a weakref callback, a finalizer), this module's functions included:
+ * the tables are detached first, so that what runs meanwhile finds none
+ * (a capture keeps nothing, a reader gets empty tables, a new
+ * configuration makes fresh ones), and only the detached copy's
+ * references are dropped. */
 static void tables_free(void)
 {
-    tables_clear();
-    free(tables.codes);
-    free(tables.code_slots);
-    free(tables.frames);
-    free(tables.frame_slots);
-    free(tables.stacks);
-    free(tables.stack_slots);
-    tables.codes = NULL;
-    tables.code_slots = tables.frame_slots = tables.stack_slots = NULL;
-    tables.frames = NULL;
-    tables.stacks = NULL;
-    Py_CLEAR(tables.skip);
-    Py_CLEAR(tables.keep);
+    stack_tables old = tables;
+    tables = (stack_tables){.depth = old.depth, .generation = old.generation + 1};
+    for (uint32_t i = 0; i < old.ncodes; i++) {
+        Py_DECREF(old.codes[i].code);
+        Py_DECREF(old.codes[i].file);
+        Py_DECREF(old.codes[i].name);
+    }
+    free(old.codes);
+    free(old.code_slots);
+    free(old.frames);
+    free(old.frame_slots);
+    free(old.stacks);
+    free(old.stack_slots);
+    Py_XDECREF(old.skip);
+    Py_XDECREF(old.keep);
 }
 
 static int tables_alloc(void)
@@ -547,17 +541,28 @@ static PyObject *stacks_pop(PyObject *module, PyObject *before)
     Py_RETURN_NONE;
 }
 
-static PyObject *frame_tuple(const frame_entry *f)
+/* Each builds from a copy of its entry, holding its own references: an
+ * object made may run a collection whose finalizers free the tables. */
+static PyObject *frame_tuple(const frame_entry *entry)
 {
-    const code_entry *c = &tables.codes[f->code];
-    return Py_BuildValue("(OiO)", c->file, (int)f->line, c->name);
+    const frame_entry f = *entry;
+    PyObject *file = tables.codes[f.code].file, *name = tables.codes[f.code].name;
+    Py_INCREF(file);
+    Py_INCREF(name);
+    PyObject *line = PyLong_FromLong(f.line);
+    PyObject *t = line ? PyTuple_Pack(3, file, line, name) : NULL;
+    Py_XDECREF(line);
+    Py_DECREF(file);
+    Py_DECREF(name);
+    return t;
 }
 
-static PyObject *stack_tuple(const stack_entry *s)
+static PyObject *stack_tuple(const stack_entry *entry)
 {
-    PyObject *t = PyTuple_New(s->depth);
-    for (uint32_t i = 0; t && i < s->depth; i++) {
-        PyObject *n = PyLong_FromUnsignedLong(s->frames[i]);
+    const stack_entry s = *entry;
+    PyObject *t = PyTuple_New(s.depth);
+    for (uint32_t i = 0; t && i < s.depth; i++) {
+        PyObject *n = PyLong_FromUnsignedLong(s.frames[i]);
         if (!n || PyTuple_SetItem(t, i, n) < 0) Py_CLEAR(t);
     }
     return t;
