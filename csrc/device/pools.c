@@ -100,6 +100,11 @@ static atomic_int npools;
  * read without it by the device heap's budget check. */
 static _Atomic size_t pools_reserved[VG_MAX_DEVICES];
 static device_peaks peaks_of[VG_MAX_DEVICES];
+/* What the gone pools of each device counted (allocated, freed, the
+ * counters; currents 0, since their memory went back with them): the
+ * device's totals keep them, as PyTorch's keep a private pool's after it
+ * is freed, until reset_accumulated. Their peaks are in peaks_of. */
+static vg_stats gone_stats[VG_MAX_DEVICES];
 
 size_t vg__pools_reserved_on(void *device)
 {
@@ -243,6 +248,23 @@ static void reserved_by_pool(const private_pool *p, const vg_stats *st, vg_stat 
     }
 }
 
+/* A gone pool's figures into its device's: what was still current went
+ * back as the heap went, so it counts as freed. */
+static void fold_gone_stats(int device, const vg_stats *st)
+{
+    vg_stats *into = &gone_stats[device];
+#define FOLD(name)                                                        \
+    for (int t = 0; t < VG_STAT_TYPES; t++) {                             \
+        into->name[t].allocated += st->name[t].allocated;                 \
+        into->name[t].freed += st->name[t].freed + st->name[t].current;   \
+    }
+    VG_TOTALED_STAT_LIST(FOLD)
+#undef FOLD
+    uint64_t *to = COUNTERS_OF(into);
+    const uint64_t *from = (const uint64_t *)&st->num_device_alloc;
+    for (size_t i = 0; i < NUM_COUNTERS; i++) to[i] += from[i];
+}
+
 static private_pool *create(int device, uint64_t id0, uint64_t id1)
 {
     /* Made first: the pool shares its budget. */
@@ -282,14 +304,16 @@ static private_pool *create(int device, uint64_t id0, uint64_t id1)
     return p;
 }
 
-/* Keep what the pool reserved under its id (current 0 now), as PyTorch
- * does; without host memory for the record it is lost, nothing else. */
+/* Keep what the pool counted in its device's figures, and what it
+ * reserved under its id (current 0 now), as PyTorch does; without host
+ * memory for the id's record that record is lost, nothing else. */
 static void keep_gone(const private_pool *p)
 {
-    gone_pool *g = calloc(1, sizeof *g);
-    if (!g) return;
     vg_stats st;
     vg_heap_stats(p->heap, &st);
+    fold_gone_stats(p->device, &st);
+    gone_pool *g = calloc(1, sizeof *g);
+    if (!g) return;
     g->device = p->device;
     g->id0 = p->id0;
     g->id1 = p->id1;
@@ -594,6 +618,7 @@ int vg_devices_totals(int device, vg_device_totals *out)
     look(device, &heap, &sum);
     out->stats = heap;
     add_stats(&out->stats, &sum);
+    add_stats(&out->stats, &gone_stats[device]);
 #define PEAK(name) \
     for (int t = 0; t < VG_STAT_TYPES; t++) out->stats.name[t].peak = peaks_of[device].peaks.name[t].peak;
     VG_TOTALED_STAT_LIST(PEAK)
@@ -656,6 +681,9 @@ static void reset_device(int device, bool peaks)
             else g->reserved[t].allocated = g->reserved[t].freed = 0;
         }
     }
+    /* The gone pools' part holds no peak (peaks_of does) and no current:
+     * only its accumulated figures restart, as the heaps' do. */
+    if (!peaks) memset(&gone_stats[device], 0, sizeof gone_stats[device]);
     if (peaks) {
         /* The peaks start again from the sum now. */
         vg_stats heap, sum;

@@ -351,6 +351,61 @@ static void test_threads_share_one_budget(void)
     CHECK_EQ(totals(THREADED_DEVICE).pools_reserved, 0);
 }
 
+/* A pool that goes leaves what it counted in the device's totals: 10 MiB
+ * on the heap and 20 in a pool, the pool's block freed and the pool
+ * released, the device has allocated 30 MiB and freed 20 of them, and
+ * reserved and released one 20 MiB segment, until reset_accumulated. */
+static void test_gone_pool_stays_in_totals(void)
+{
+    const int dev = 10;
+    vg_oom_info oom;
+    void *a = alloc(dev, 10 * MiB, 0, &oom);
+    CHECK_EQ(vg_devices_begin_pool(dev, 5, 5, only_capture, NULL, NULL), VG_OK);
+    void *g = alloc(dev, 20 * MiB, CAPTURE, &oom);
+    CHECK(a && g);
+    CHECK_EQ(vg_devices_end_pool(dev, 5, 5), VG_OK);
+    vg_devices_free(g, dev);
+    CHECK_EQ(vg_devices_release_pool(dev, 5, 5), VG_OK);
+
+    vg_stats heap = heap_stats(dev);
+    vg_device_totals t = totals(dev);
+    CHECK_EQ(t.pools, 0);
+    const vg_stat *al = &t.stats.allocated_bytes[VG_STAT_ALL];
+    CHECK_EQ(al->current, 10 * MiB);
+    CHECK_EQ(al->allocated, 30 * MiB);
+    CHECK_EQ(al->freed, 20 * MiB);
+    CHECK_EQ(al->peak, 30 * MiB);
+    const vg_stat *rs = &t.stats.reserved_bytes[VG_STAT_ALL];
+    CHECK_EQ(rs->current, 10 * MiB);
+    CHECK_EQ(rs->allocated, 30 * MiB);
+    CHECK_EQ(rs->freed, 20 * MiB);
+    CHECK_EQ(t.stats.allocation[VG_STAT_ALL].allocated, 2);
+    CHECK_EQ(t.stats.allocation[VG_STAT_ALL].freed, 1);
+    CHECK_EQ(t.stats.segment[VG_STAT_LARGE].freed, heap.segment[VG_STAT_LARGE].freed + 1);
+    CHECK_EQ(t.stats.num_device_alloc, heap.num_device_alloc + 1);
+    CHECK_EQ(t.stats.num_device_free, heap.num_device_free + 1);
+    CHECK_EQ(t.stats.num_cache_misses, heap.num_cache_misses + 1);
+
+    /* A peak reset keeps the totals; an accumulated reset clears them all. */
+    vg_devices_reset_peaks(dev);
+    t = totals(dev);
+    CHECK_EQ(t.stats.allocated_bytes[VG_STAT_ALL].allocated, 30 * MiB);
+    CHECK_EQ(t.stats.allocated_bytes[VG_STAT_ALL].peak, 10 * MiB);
+    CHECK_EQ(t.stats.num_device_free, heap.num_device_free + 1);
+    vg_devices_reset_accumulated(dev);
+    t = totals(dev);
+    CHECK_EQ(t.stats.allocated_bytes[VG_STAT_ALL].allocated, 0);
+    CHECK_EQ(t.stats.allocated_bytes[VG_STAT_ALL].freed, 0);
+    CHECK_EQ(t.stats.reserved_bytes[VG_STAT_ALL].freed, 0);
+    CHECK_EQ(t.stats.allocated_bytes[VG_STAT_ALL].current, 10 * MiB);
+    CHECK_EQ(t.stats.num_device_alloc, 0);
+    CHECK_EQ(t.stats.num_device_free, 0);
+    vg_devices_free(a, dev);
+    t = totals(dev);
+    CHECK_EQ(t.stats.allocated_bytes[VG_STAT_ALL].freed, 10 * MiB);
+    CHECK_EQ(t.stats.allocated_bytes[VG_STAT_ALL].allocated, 0);
+}
+
 static const harness_test tests[] = {
     {"test_threads_share_one_budget", test_threads_share_one_budget},
     {"test_random_sequence_keeps_one_budget", test_random_sequence_keeps_one_budget},
@@ -359,6 +414,7 @@ static const harness_test tests[] = {
     {"test_heap_peak_with_pool_is_the_sum", test_heap_peak_with_pool_is_the_sum},
     {"test_pool_first_makes_the_device_heap", test_pool_first_makes_the_device_heap},
     {"test_lower_budget_trims_to_what_pools_leave", test_lower_budget_trims_to_what_pools_leave},
+    {"test_gone_pool_stays_in_totals", test_gone_pool_stays_in_totals},
 };
 
 int main(int argc, char **argv)
