@@ -479,7 +479,11 @@ static void explain_locked(int device, vg_oom_info *oom, bool in_pool)
         oom->pools_allocated += (size_t)st.allocated_bytes[VG_STAT_ALL].current;
     }
     if (!in_pool) return;
-    /* The device heap's own figures, as a failure on it would give them. */
+    /* The device heap's own figures, as a failure on it would give them:
+     * allocated and reserved are the device heap's, the free figures the
+     * pool's (where the request was refused); the message keeps them apart
+     * (oom_message.c). The heap's idle cache stays: nothing may be freed
+     * while a graph captures. */
     vg_heap *h = vg_devices_existing(device);
     if (!h) return;
     vg_stats st;
