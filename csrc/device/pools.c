@@ -173,18 +173,19 @@ static inline int64_t max64(int64_t a, int64_t b)
 
 /* Raise the device's peaks to what is seen now: the sum, the device
  * heap's own peak, and a peak the heap reached since the last look, when
- * the pools held what they held at that look. A heap peak lower than
- * seen before was reset on the heap itself (Heap.reset_peaks): the
- * device's starts again from there. */
+ * the pools held what they held at that look. A reset made on the heap
+ * itself since the last look (Heap.reset_peaks; its count, not its peaks,
+ * tells: a new peak may have passed the old one already) starts the
+ * device's again from there. */
 static void look(int device, const vg_stats *heap, const vg_stats *sum)
 {
     device_peaks *dp = &peaks_of[device];
+    bool reset = heap->peak_resets != dp->heap_seen.peak_resets;
 #define RAISE(name)                                                                      \
     for (int t = 0; t < VG_STAT_TYPES; t++) {                                            \
-        bool reset = heap->name[t].peak < dp->heap_seen.name[t].peak;                    \
         int64_t peak = max64(reset ? 0 : dp->peaks.name[t].peak, heap->name[t].peak);    \
         peak = max64(peak, heap->name[t].current + sum->name[t].current);                \
-        if (heap->name[t].peak > dp->heap_seen.name[t].peak)                             \
+        if (reset || heap->name[t].peak > dp->heap_seen.name[t].peak)                    \
             peak = max64(peak, heap->name[t].peak + dp->pools_seen.name[t].current);     \
         dp->peaks.name[t].peak = peak;                                                   \
     }

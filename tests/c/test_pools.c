@@ -479,6 +479,34 @@ static void test_pool_fragmentation_in_pool_figures(void)
     CHECK(!strstr(msg, "The device heap caches"));
 }
 
+/* A peak reset made on the device heap itself is seen at the next look,
+ * even when the heap's new peak has passed its old one by then: 10 MiB on
+ * the heap and 20 in a pool (30 at the peak), both freed, the heap's peaks
+ * reset, 12 MiB on the heap: the device's allocated peak is 12 MiB. */
+static void test_heap_peak_reset_seen_by_device(void)
+{
+    const int dev = 12;
+    vg_oom_info oom;
+    void *a = alloc(dev, 10 * MiB, 0, &oom);
+    CHECK_EQ(vg_devices_begin_pool(dev, 6, 6, only_capture, NULL, NULL), VG_OK);
+    void *g = alloc(dev, 20 * MiB, CAPTURE, &oom);
+    CHECK(a && g);
+    CHECK_EQ(vg_devices_end_pool(dev, 6, 6), VG_OK);
+    CHECK_EQ(totals(dev).stats.allocated_bytes[VG_STAT_ALL].peak, 30 * MiB);
+    vg_devices_free(g, dev);
+    vg_devices_free(a, dev);
+    CHECK_EQ(totals(dev).stats.allocated_bytes[VG_STAT_ALL].peak, 30 * MiB);
+    uint64_t resets = heap_stats(dev).peak_resets;
+    vg_heap_reset_peaks(vg_devices_existing(dev));
+    CHECK_EQ(heap_stats(dev).peak_resets, resets + 1);
+    void *b = alloc(dev, 12 * MiB, 0, &oom);
+    CHECK(b);
+    CHECK_EQ(totals(dev).stats.allocated_bytes[VG_STAT_ALL].peak, 12 * MiB);
+    vg_devices_free(b, dev);
+    CHECK_EQ(totals(dev).stats.allocated_bytes[VG_STAT_ALL].peak, 12 * MiB);
+    CHECK_EQ(vg_devices_release_pool(dev, 6, 6), VG_OK);
+}
+
 static const harness_test tests[] = {
     {"test_threads_share_one_budget", test_threads_share_one_budget},
     {"test_random_sequence_keeps_one_budget", test_random_sequence_keeps_one_budget},
@@ -490,6 +518,7 @@ static const harness_test tests[] = {
     {"test_gone_pool_stays_in_totals", test_gone_pool_stays_in_totals},
     {"test_pool_refusal_names_the_device_cache", test_pool_refusal_names_the_device_cache},
     {"test_pool_fragmentation_in_pool_figures", test_pool_fragmentation_in_pool_figures},
+    {"test_heap_peak_reset_seen_by_device", test_heap_peak_reset_seen_by_device},
 };
 
 int main(int argc, char **argv)
