@@ -49,11 +49,19 @@ static void put(writer *w, const char *fmt, ...)
     char name[32];                                                               \
     vg_format_size((uint64_t)(value), name, sizeof name)
 
+/* What the heap that refused caches unallocated: for a capture's request
+ * its graph's pool's (free_bytes, as its largest free block is the pool's),
+ * never the device heap's, which the request could not use. */
+static size_t unallocated_where_refused(const vg_oom_info *o)
+{
+    return o->in_private_pool ? o->free_bytes : o->reserved - o->allocated;
+}
+
 /* The cause, from what the record shows, most specific first. */
 static void put_cause(writer *w, const vg_oom_info *o)
 {
     size_t ceiling = o->budget ? o->budget : o->device_total;
-    size_t unallocated = o->reserved - o->allocated;
+    size_t unallocated = unallocated_where_refused(o);
     SZ(req, o->rounded ? o->rounded : o->requested);
     SZ(cap, ceiling);
     SZ(live, o->allocated);
@@ -73,13 +81,20 @@ static void put_cause(writer *w, const vg_oom_info *o)
                "pages were unmapped); the largest mapped free stretch is %s. A smaller batch "
                "helps.", unalloc, largest);
     } else if (o->free_bytes >= o->rounded && o->largest_free_block < o->rounded) {
-        put(w, "fragmentation: %s is cached but unallocated, yet its largest free block is "
+        put(w, "fragmentation: %s is cached but unallocated%s, yet its largest free block is "
                "%s. Freeing tensors that sit between cached blocks, or a smaller batch, "
-               "helps; vramguard.summary() shows the segments.", unalloc, largest);
+               "helps; vramguard.summary() shows the segments.", unalloc,
+            o->in_private_pool ? " in the graph's pool" : "", largest);
     } else if (o->budget_refused && o->budget && o->device_free > o->rounded) {
         SZ(dev_free, o->device_free);
         put(w, "the budget (%s) is the limit, not the device (%s still free on it). Raise "
                "the budget or lower the batch size.", cap, dev_free);
+    } else if (o->in_private_pool) {
+        /* The device heap's cache is not the pool's: put_pools says what
+         * would free it. */
+        SZ(live_all, o->allocated + o->pools_allocated);
+        put(w, "live tensors hold %s of %s. Lower the batch size, free tensors you no longer "
+               "need (del x), or use gradient checkpointing.", live_all, cap);
     } else if (o->reserved > o->allocated + o->rounded) {
         put(w, "%s is held in the cache but could not be used for this request.", unalloc);
     } else {
@@ -93,16 +108,26 @@ static void put_cause(writer *w, const vg_oom_info *o)
  * graphs are released, counted in the budget as the device heap's is. */
 static void put_pools(writer *w, const vg_oom_info *o)
 {
-    if (!o->pools_reserved) return;
-    SZ(held, o->pools_reserved);
-    SZ(live, o->pools_allocated);
-    put(w, " CUDA graph private pools hold %s (%zu pool%s, %s of it in live tensors)%s: a "
-           "graph keeps its pool's memory for its replays until the graph is released (del "
-           "the torch.cuda.CUDAGraph; torch._dynamo.reset() for torch.compile's "
-           "mode=\"reduce-overhead\").", held, o->pools, o->pools == 1 ? "" : "s", live,
-        o->budget ? ", counted in the budget" : "");
-    if (o->in_private_pool)
-        put(w, " This request came from a capture and was refused in its graph's pool.");
+    if (o->pools_reserved) {
+        SZ(held, o->pools_reserved);
+        SZ(live, o->pools_allocated);
+        put(w, " CUDA graph private pools hold %s (%zu pool%s, %s of it in live tensors)%s: a "
+               "graph keeps its pool's memory for its replays until the graph is released (del "
+               "the torch.cuda.CUDAGraph; torch._dynamo.reset() for torch.compile's "
+               "mode=\"reduce-overhead\").", held, o->pools, o->pools == 1 ? "" : "s", live,
+            o->budget ? ", counted in the budget" : "");
+    }
+    if (!o->in_private_pool) return;
+    put(w, " This request came from a capture and was refused in its graph's pool.");
+    /* Nothing may be freed on the device while a graph captures, so the
+     * device heap's idle cache stays where it is until the capture ends. */
+    if (o->reserved > o->allocated) {
+        SZ(idle, o->reserved - o->allocated);
+        put(w, " The device heap caches %s unallocated%s, which cannot be released during a "
+               "capture: torch.cuda.empty_cache() before the capture would free it "
+               "(torch.cuda.graph calls it on entry; CUDAGraph.capture_begin does not).", idle,
+            o->budget ? ", counted in the budget" : "");
+    }
 }
 
 size_t vg_format_oom(const vg_oom_info *o, const char *device_kind, char *buf, size_t n)

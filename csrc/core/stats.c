@@ -49,6 +49,7 @@ void vg_heap_reset_peaks(vg_heap *h)
 {
     vg_lock_acquire(&h->lock);
     for (size_t k = 0; k < VG_TOTALED_STATS; k++) reset_peak(stat_at(&h->stats, k));
+    h->stats.peak_resets++;
     vg_lock_release(&h->lock);
 }
 

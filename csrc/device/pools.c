@@ -100,6 +100,11 @@ static atomic_int npools;
  * read without it by the device heap's budget check. */
 static _Atomic size_t pools_reserved[VG_MAX_DEVICES];
 static device_peaks peaks_of[VG_MAX_DEVICES];
+/* What the gone pools of each device counted (allocated, freed, the
+ * counters; currents 0, since their memory went back with them): the
+ * device's totals keep them, as PyTorch's keep a private pool's after it
+ * is freed, until reset_accumulated. Their peaks are in peaks_of. */
+static vg_stats gone_stats[VG_MAX_DEVICES];
 
 size_t vg__pools_reserved_on(void *device)
 {
@@ -168,18 +173,19 @@ static inline int64_t max64(int64_t a, int64_t b)
 
 /* Raise the device's peaks to what is seen now: the sum, the device
  * heap's own peak, and a peak the heap reached since the last look, when
- * the pools held what they held at that look. A heap peak lower than
- * seen before was reset on the heap itself (Heap.reset_peaks): the
- * device's starts again from there. */
+ * the pools held what they held at that look. A reset made on the heap
+ * itself since the last look (Heap.reset_peaks; its count, not its peaks,
+ * tells: a new peak may have passed the old one already) starts the
+ * device's again from there. */
 static void look(int device, const vg_stats *heap, const vg_stats *sum)
 {
     device_peaks *dp = &peaks_of[device];
+    bool reset = heap->peak_resets != dp->heap_seen.peak_resets;
 #define RAISE(name)                                                                      \
     for (int t = 0; t < VG_STAT_TYPES; t++) {                                            \
-        bool reset = heap->name[t].peak < dp->heap_seen.name[t].peak;                    \
         int64_t peak = max64(reset ? 0 : dp->peaks.name[t].peak, heap->name[t].peak);    \
         peak = max64(peak, heap->name[t].current + sum->name[t].current);                \
-        if (heap->name[t].peak > dp->heap_seen.name[t].peak)                             \
+        if (reset || heap->name[t].peak > dp->heap_seen.name[t].peak)                    \
             peak = max64(peak, heap->name[t].peak + dp->pools_seen.name[t].current);     \
         dp->peaks.name[t].peak = peak;                                                   \
     }
@@ -243,6 +249,23 @@ static void reserved_by_pool(const private_pool *p, const vg_stats *st, vg_stat 
     }
 }
 
+/* A gone pool's figures into its device's: what was still current went
+ * back as the heap went, so it counts as freed. */
+static void fold_gone_stats(int device, const vg_stats *st)
+{
+    vg_stats *into = &gone_stats[device];
+#define FOLD(name)                                                        \
+    for (int t = 0; t < VG_STAT_TYPES; t++) {                             \
+        into->name[t].allocated += st->name[t].allocated;                 \
+        into->name[t].freed += st->name[t].freed + st->name[t].current;   \
+    }
+    VG_TOTALED_STAT_LIST(FOLD)
+#undef FOLD
+    uint64_t *to = COUNTERS_OF(into);
+    const uint64_t *from = (const uint64_t *)&st->num_device_alloc;
+    for (size_t i = 0; i < NUM_COUNTERS; i++) to[i] += from[i];
+}
+
 static private_pool *create(int device, uint64_t id0, uint64_t id1)
 {
     /* Made first: the pool shares its budget. */
@@ -282,14 +305,16 @@ static private_pool *create(int device, uint64_t id0, uint64_t id1)
     return p;
 }
 
-/* Keep what the pool reserved under its id (current 0 now), as PyTorch
- * does; without host memory for the record it is lost, nothing else. */
+/* Keep what the pool counted in its device's figures, and what it
+ * reserved under its id (current 0 now), as PyTorch does; without host
+ * memory for the id's record that record is lost, nothing else. */
 static void keep_gone(const private_pool *p)
 {
-    gone_pool *g = calloc(1, sizeof *g);
-    if (!g) return;
     vg_stats st;
     vg_heap_stats(p->heap, &st);
+    fold_gone_stats(p->device, &st);
+    gone_pool *g = calloc(1, sizeof *g);
+    if (!g) return;
     g->device = p->device;
     g->id0 = p->id0;
     g->id1 = p->id1;
@@ -455,7 +480,11 @@ static void explain_locked(int device, vg_oom_info *oom, bool in_pool)
         oom->pools_allocated += (size_t)st.allocated_bytes[VG_STAT_ALL].current;
     }
     if (!in_pool) return;
-    /* The device heap's own figures, as a failure on it would give them. */
+    /* The device heap's own figures, as a failure on it would give them:
+     * allocated and reserved are the device heap's, the free figures the
+     * pool's (where the request was refused); the message keeps them apart
+     * (oom_message.c). The heap's idle cache stays: nothing may be freed
+     * while a graph captures. */
     vg_heap *h = vg_devices_existing(device);
     if (!h) return;
     vg_stats st;
@@ -594,6 +623,7 @@ int vg_devices_totals(int device, vg_device_totals *out)
     look(device, &heap, &sum);
     out->stats = heap;
     add_stats(&out->stats, &sum);
+    add_stats(&out->stats, &gone_stats[device]);
 #define PEAK(name) \
     for (int t = 0; t < VG_STAT_TYPES; t++) out->stats.name[t].peak = peaks_of[device].peaks.name[t].peak;
     VG_TOTALED_STAT_LIST(PEAK)
@@ -656,6 +686,9 @@ static void reset_device(int device, bool peaks)
             else g->reserved[t].allocated = g->reserved[t].freed = 0;
         }
     }
+    /* The gone pools' part holds no peak (peaks_of does) and no current:
+     * only its accumulated figures restart, as the heaps' do. */
+    if (!peaks) memset(&gone_stats[device], 0, sizeof gone_stats[device]);
     if (peaks) {
         /* The peaks start again from the sum now. */
         vg_stats heap, sum;

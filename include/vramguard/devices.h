@@ -129,7 +129,9 @@ int vg_devices_visit_pools(int device, vg_pool_visitor on_pool, vg_segment_visit
 /* A device's figures as PyTorch reports them: its heap's and its private
  * pools' together (PyTorch's native allocator counts a private pool's
  * segments and blocks in the device's statistics). The totaled stats'
- * current, allocated and freed, and every counter, are the sums; a peak is
+ * current, allocated and freed, and every counter, are the sums, gone pools
+ * included (their allocated, freed and counters stay, current 0, until
+ * reset_accumulated, so no total goes down when a pool goes); a peak is
  * the highest sum seen (at each call on a pool and each call of this), or
  * a peak of the device heap plus what the pools held when it was reached,
  * so a peak the heap reached and left between two calls on pools, while

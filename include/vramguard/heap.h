@@ -82,6 +82,11 @@ typedef struct vg_stats {
     vg_stat inactive_split[VG_STAT_TYPES];
     vg_stat inactive_split_bytes[VG_STAT_TYPES];
 
+    /* vg_heap_reset_peaks calls so far (kept by reset_accumulated): how a
+     * reader that keeps its own peaks over this heap's knows they were
+     * reset, whatever the peaks did since. */
+    uint64_t peak_resets;
+
     /* Counters: each policy decision and each provider call. They stay
      * last in the struct, from num_device_alloc on (reset_accumulated). */
     uint64_t num_device_alloc;     /* provider reserve calls that succeeded */

@@ -351,6 +351,162 @@ static void test_threads_share_one_budget(void)
     CHECK_EQ(totals(THREADED_DEVICE).pools_reserved, 0);
 }
 
+/* A pool that goes leaves what it counted in the device's totals: 10 MiB
+ * on the heap and 20 in a pool, the pool's block freed and the pool
+ * released, the device has allocated 30 MiB and freed 20 of them, and
+ * reserved and released one 20 MiB segment, until reset_accumulated. */
+static void test_gone_pool_stays_in_totals(void)
+{
+    const int dev = 10;
+    vg_oom_info oom;
+    void *a = alloc(dev, 10 * MiB, 0, &oom);
+    CHECK_EQ(vg_devices_begin_pool(dev, 5, 5, only_capture, NULL, NULL), VG_OK);
+    void *g = alloc(dev, 20 * MiB, CAPTURE, &oom);
+    CHECK(a && g);
+    CHECK_EQ(vg_devices_end_pool(dev, 5, 5), VG_OK);
+    vg_devices_free(g, dev);
+    CHECK_EQ(vg_devices_release_pool(dev, 5, 5), VG_OK);
+
+    vg_stats heap = heap_stats(dev);
+    vg_device_totals t = totals(dev);
+    CHECK_EQ(t.pools, 0);
+    const vg_stat *al = &t.stats.allocated_bytes[VG_STAT_ALL];
+    CHECK_EQ(al->current, 10 * MiB);
+    CHECK_EQ(al->allocated, 30 * MiB);
+    CHECK_EQ(al->freed, 20 * MiB);
+    CHECK_EQ(al->peak, 30 * MiB);
+    const vg_stat *rs = &t.stats.reserved_bytes[VG_STAT_ALL];
+    CHECK_EQ(rs->current, 10 * MiB);
+    CHECK_EQ(rs->allocated, 30 * MiB);
+    CHECK_EQ(rs->freed, 20 * MiB);
+    CHECK_EQ(t.stats.allocation[VG_STAT_ALL].allocated, 2);
+    CHECK_EQ(t.stats.allocation[VG_STAT_ALL].freed, 1);
+    CHECK_EQ(t.stats.segment[VG_STAT_LARGE].freed, heap.segment[VG_STAT_LARGE].freed + 1);
+    CHECK_EQ(t.stats.num_device_alloc, heap.num_device_alloc + 1);
+    CHECK_EQ(t.stats.num_device_free, heap.num_device_free + 1);
+    CHECK_EQ(t.stats.num_cache_misses, heap.num_cache_misses + 1);
+
+    /* A peak reset keeps the totals; an accumulated reset clears them all. */
+    vg_devices_reset_peaks(dev);
+    t = totals(dev);
+    CHECK_EQ(t.stats.allocated_bytes[VG_STAT_ALL].allocated, 30 * MiB);
+    CHECK_EQ(t.stats.allocated_bytes[VG_STAT_ALL].peak, 10 * MiB);
+    CHECK_EQ(t.stats.num_device_free, heap.num_device_free + 1);
+    vg_devices_reset_accumulated(dev);
+    t = totals(dev);
+    CHECK_EQ(t.stats.allocated_bytes[VG_STAT_ALL].allocated, 0);
+    CHECK_EQ(t.stats.allocated_bytes[VG_STAT_ALL].freed, 0);
+    CHECK_EQ(t.stats.reserved_bytes[VG_STAT_ALL].freed, 0);
+    CHECK_EQ(t.stats.allocated_bytes[VG_STAT_ALL].current, 10 * MiB);
+    CHECK_EQ(t.stats.num_device_alloc, 0);
+    CHECK_EQ(t.stats.num_device_free, 0);
+    vg_devices_free(a, dev);
+    t = totals(dev);
+    CHECK_EQ(t.stats.allocated_bytes[VG_STAT_ALL].freed, 10 * MiB);
+    CHECK_EQ(t.stats.allocated_bytes[VG_STAT_ALL].allocated, 0);
+}
+
+/* A capture's request refused in its pool while the device heap caches
+ * idle memory under the shared budget: 24 MiB cached on the heap, 16 asked
+ * in the pool under 32. The cache stays (nothing may be freed during a
+ * capture); the report keeps the heap's figures and the pool's apart,
+ * says the request came from a capture, and what would free the cache. */
+static void test_pool_refusal_names_the_device_cache(void)
+{
+    const int dev = 11;
+    CHECK_EQ(vg_devices_set_budget(dev, 32 * MiB, 0.0), VG_OK);
+    vg_oom_info oom;
+    void *a = alloc(dev, 24 * MiB, 0, &oom);
+    CHECK(a);
+    vg_devices_free(a, dev);
+    CHECK_EQ(RESERVED(heap_stats(dev)), 24 * MiB);
+    CHECK_EQ(vg_devices_begin_pool(dev, 2, 2, only_capture, NULL, NULL), VG_OK);
+    CHECK(!alloc(dev, 16 * MiB, CAPTURE, &oom));
+    CHECK_EQ(RESERVED(heap_stats(dev)), 24 * MiB);
+    CHECK_EQ(oom.status, VG_ERR_NOMEM);
+    CHECK(oom.in_private_pool);
+    CHECK(oom.budget_refused);
+    CHECK_EQ(oom.pools_reserved, 0);
+    CHECK_EQ(oom.reserved, 24 * MiB); /* the device heap's */
+    CHECK_EQ(oom.allocated, 0);
+    CHECK_EQ(oom.free_bytes, 0); /* the pool's */
+    CHECK_EQ(oom.largest_free_block, 0);
+    char msg[2048];
+    vg_format_oom(&oom, "CUDA", msg, sizeof msg);
+    CHECK(strstr(msg, "Of the allocated memory 0 bytes is allocated by PyTorch, and 24.00 MiB is "
+                      "reserved by PyTorch but unallocated. vramguard's budget is 32.00 MiB."));
+    CHECK(strstr(msg, "\nvramguard: the budget (32.00 MiB) is the limit"));
+    CHECK(!strstr(msg, "CUDA graph private pools hold"));
+    CHECK(strstr(msg, " This request came from a capture and was refused in its graph's pool. "
+                      "The device heap caches 24.00 MiB unallocated, counted in the budget, which "
+                      "cannot be released during a capture: torch.cuda.empty_cache() before the "
+                      "capture would free it (torch.cuda.graph calls it on entry; "
+                      "CUDAGraph.capture_begin does not)."));
+    CHECK_EQ(vg_devices_end_pool(dev, 2, 2), VG_OK);
+    CHECK_EQ(vg_devices_release_pool(dev, 2, 2), VG_OK);
+}
+
+/* Fragmentation in a graph's pool is told in the pool's figures, not in
+ * the device heap's cache, which a capture's request cannot use. */
+static void test_pool_fragmentation_in_pool_figures(void)
+{
+    vg_oom_info o;
+    memset(&o, 0, sizeof o);
+    o.status = VG_ERR_NOMEM;
+    o.requested = o.rounded = 4 * MiB;
+    o.device_total = o.device_free = 1024 * MiB;
+    o.reserved = 24 * MiB; /* the device heap's, all idle */
+    o.in_private_pool = 1;
+    o.free_bytes = 5 * MiB; /* the pool's */
+    o.free_blocks = 2;
+    o.largest_free_block = 3 * MiB;
+    o.pools = 1;
+    o.pools_reserved = 12 * MiB;
+    o.pools_allocated = 7 * MiB;
+    char msg[2048];
+    vg_format_oom(&o, "CUDA", msg, sizeof msg);
+    CHECK(strstr(msg, "fragmentation: 5.00 MiB is cached but unallocated in the graph's pool, yet "
+                      "its largest free block is 3.00 MiB."));
+    CHECK(strstr(msg, "The device heap caches 24.00 MiB unallocated, which cannot be released"));
+
+    /* No fragmentation and no budget: live tensors, the pools' included. */
+    o.free_bytes = 3 * MiB;
+    o.allocated = 20 * MiB;
+    o.reserved = 20 * MiB;
+    vg_format_oom(&o, "CUDA", msg, sizeof msg);
+    CHECK(strstr(msg, "\nvramguard: live tensors hold 27.00 MiB of 1.00 GiB. Lower the batch"));
+    CHECK(strstr(msg, "refused in its graph's pool."));
+    CHECK(!strstr(msg, "The device heap caches"));
+}
+
+/* A peak reset made on the device heap itself is seen at the next look,
+ * even when the heap's new peak has passed its old one by then: 10 MiB on
+ * the heap and 20 in a pool (30 at the peak), both freed, the heap's peaks
+ * reset, 12 MiB on the heap: the device's allocated peak is 12 MiB. */
+static void test_heap_peak_reset_seen_by_device(void)
+{
+    const int dev = 12;
+    vg_oom_info oom;
+    void *a = alloc(dev, 10 * MiB, 0, &oom);
+    CHECK_EQ(vg_devices_begin_pool(dev, 6, 6, only_capture, NULL, NULL), VG_OK);
+    void *g = alloc(dev, 20 * MiB, CAPTURE, &oom);
+    CHECK(a && g);
+    CHECK_EQ(vg_devices_end_pool(dev, 6, 6), VG_OK);
+    CHECK_EQ(totals(dev).stats.allocated_bytes[VG_STAT_ALL].peak, 30 * MiB);
+    vg_devices_free(g, dev);
+    vg_devices_free(a, dev);
+    CHECK_EQ(totals(dev).stats.allocated_bytes[VG_STAT_ALL].peak, 30 * MiB);
+    uint64_t resets = heap_stats(dev).peak_resets;
+    vg_heap_reset_peaks(vg_devices_existing(dev));
+    CHECK_EQ(heap_stats(dev).peak_resets, resets + 1);
+    void *b = alloc(dev, 12 * MiB, 0, &oom);
+    CHECK(b);
+    CHECK_EQ(totals(dev).stats.allocated_bytes[VG_STAT_ALL].peak, 12 * MiB);
+    vg_devices_free(b, dev);
+    CHECK_EQ(totals(dev).stats.allocated_bytes[VG_STAT_ALL].peak, 12 * MiB);
+    CHECK_EQ(vg_devices_release_pool(dev, 6, 6), VG_OK);
+}
+
 static const harness_test tests[] = {
     {"test_threads_share_one_budget", test_threads_share_one_budget},
     {"test_random_sequence_keeps_one_budget", test_random_sequence_keeps_one_budget},
@@ -359,6 +515,10 @@ static const harness_test tests[] = {
     {"test_heap_peak_with_pool_is_the_sum", test_heap_peak_with_pool_is_the_sum},
     {"test_pool_first_makes_the_device_heap", test_pool_first_makes_the_device_heap},
     {"test_lower_budget_trims_to_what_pools_leave", test_lower_budget_trims_to_what_pools_leave},
+    {"test_gone_pool_stays_in_totals", test_gone_pool_stays_in_totals},
+    {"test_pool_refusal_names_the_device_cache", test_pool_refusal_names_the_device_cache},
+    {"test_pool_fragmentation_in_pool_figures", test_pool_fragmentation_in_pool_figures},
+    {"test_heap_peak_reset_seen_by_device", test_heap_peak_reset_seen_by_device},
 };
 
 int main(int argc, char **argv)
