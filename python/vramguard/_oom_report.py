@@ -126,13 +126,8 @@ class Advice:
         return f"Advice({self.key!r}, saving={saving}, cause={self.cause})"
 
 
-#: The budget the memory-fraction hook sets for a fraction of 0: a budget
-#: of 0 is "none", and no budget install() takes is this small.
-FRACTION_ZERO_BUDGET = _core.BUDGET_NOTHING
-
-
 def _budget_text(budget):
-    if budget == FRACTION_ZERO_BUDGET:
+    if budget == _core.BUDGET_NOTHING:  # what a memory fraction of 0 sets (heap.h)
         return "a budget of 0 bytes (torch.cuda.set_per_process_memory_fraction(0))"
     return f"{format_size(budget)} budget"
 
