@@ -183,5 +183,5 @@ clean:
 	rm -rf build
 
 # The fake CUDA and the real-PyTorch checks: fakecuda, test-fakecuda,
-# check-torch (tests/fakecuda/README.md).
-include tests/fakecuda/fakecuda.mk
+# check-torch (csrc/phantom/README.md).
+include csrc/phantom/fakecuda.mk

@@ -1,5 +1,5 @@
 /* The CUDA provider's virtual memory calls (device/cuda_vmm.c) over the
- * fake CUDA of the real-torch tier (tests/fakecuda: libcudart.so.N and
+ * fake CUDA of the real-torch tier (csrc/phantom: libcudart.so.N and
  * libcuda.so.1, linked in), so that the provider finds the driver as it
  * would under PyTorch: through the runtime's cudaGetDriverEntryPoint.
  * Built and run by `make test-fakecuda` (it needs the fake, which needs the

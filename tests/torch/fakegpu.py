@@ -1,4 +1,4 @@
-"""Running a snippet with the real PyTorch on the fake CUDA (tests/fakecuda),
+"""Running a snippet with the real PyTorch on the fake CUDA (csrc/phantom),
 in a fresh interpreter: an allocator cannot be swapped once used, and the
 fake's devices are configured from the environment when CUDA starts.
 

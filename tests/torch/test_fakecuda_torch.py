@@ -1,4 +1,4 @@
-"""The real PyTorch on the fake CUDA (tests/fakecuda): proof that the fake
+"""The real PyTorch on the fake CUDA (csrc/phantom): proof that the fake
 carries PyTorch's own allocator, before vramguard is put in its place.
 
 Run by `make check-torch` (PyTorch in .venv-torch, the fake preloaded);

@@ -77,7 +77,7 @@ static void parse_fault(char *spec, const char *whole)
     if (code <= 0)
         env_error("VG_FAKECUDA_FAIL", whole, "the code is neither a number nor an error name");
     if (set_fault(fields[0], nth, count, code) != 0)
-        env_error("VG_FAKECUDA_FAIL", whole, "unknown function (see tests/fakecuda/apis.h) or nth < 1");
+        env_error("VG_FAKECUDA_FAIL", whole, "unknown function (see csrc/phantom/apis.h) or nth < 1");
 }
 
 static void read_env(void)

@@ -1,5 +1,5 @@
 """Finds the CUDA runtime that the installed PyTorch uses, and prints it as
-make variables for the fake's build (tests/fakecuda/fakecuda.mk):
+make variables for the fake's build (csrc/phantom/fakecuda.mk):
 
     CUDA_INC := <the runtime wheel's include directory>
     CUDART_LIB := <its libcudart.so.N>

@@ -1,4 +1,4 @@
-# The fake CUDA runtime, driver and NVML (tests/fakecuda/README.md),
+# The fake CUDA runtime, driver and NVML (csrc/phantom/README.md),
 # included by the Makefile.
 #
 #   make fakecuda        build/fakecuda/libcudart.so.N, libcuda.so.1 and
@@ -16,7 +16,7 @@
 
 TORCH_PYTHON ?= python3
 FAKECUDA = build/fakecuda
-FC_SRC = tests/fakecuda
+FC_SRC = csrc/phantom
 FC_CFLAGS = -O2 -g -fPIC -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
             -Wstrict-prototypes -Wmissing-prototypes
 FC_CORE = core_devices core_attrs core_memory core_knobs core_errors
