@@ -26,12 +26,20 @@ CONTEXT_ALLOWANCE = 400 * MiB
 
 @dataclass(frozen=True)
 class GpuPreset:
-    """One GPU's memory: `total_bytes` as CUDA reports it, `source` where
-    that number was read, and `usable_bytes` for tensors (see the module)."""
+    """One GPU: `total_bytes` as CUDA reports it, `source` where that number
+    was read, and `usable_bytes` for tensors (see the module). The rest is
+    what a phantom of the card reports to PyTorch, which picks kernels by it
+    (SDPA's backend, cuBLAS's workspace): `cuda_name` (the device name CUDA
+    gives), `compute_capability`, `sm_count`, and `vmm` (the driver's virtual
+    memory management, which expandable segments and the arena need)."""
 
     name: str
     total_bytes: int
     source: str
+    cuda_name: str = ""
+    compute_capability: tuple = (0, 0)
+    sm_count: int = 0
+    vmm: bool = True
 
     @property
     def usable_bytes(self):
@@ -47,20 +55,26 @@ class GpuPreset:
 # published reading (deviceQuery prints totalGlobalMem in bytes).
 PRESETS = {p.name: p for p in (
     GpuPreset("T4", 15_828_320_256,
-              "Colab's Tesla T4 (ECC on): torch.cuda.get_device_properties(0).total_memory"),
+              "Colab's Tesla T4 (ECC on): torch.cuda.get_device_properties(0).total_memory",
+              "Tesla T4", (7, 5), 40),
     GpuPreset("L4", 23_583_784_960,
-              "deviceQuery on an NVIDIA L4, driver 12.2 (bottlerocket-os/bottlerocket-kernel-kit#139)"),
+              "deviceQuery on an NVIDIA L4, driver 12.2 (bottlerocket-os/bottlerocket-kernel-kit#139)",
+              "NVIDIA L4", (8, 9), 58),
     GpuPreset("A100-40GB", 42_298_834_944,
-              "deviceQuery on an NVIDIA A100-SXM4-40GB, driver 12.2 (bottlerocket-os/bottlerocket#3873)"),
+              "deviceQuery on an NVIDIA A100-SXM4-40GB, driver 12.2 (bottlerocket-os/bottlerocket#3873)",
+              "NVIDIA A100-SXM4-40GB", (8, 0), 108),
     GpuPreset("A100-80GB", 84_987_740_160,
               "deviceQuery on an NVIDIA A100-SXM4-80GB, driver 12.2 (a public log; "
-              "other drivers read up to 81,158 MiB)"),
+              "other drivers read up to 81,158 MiB)",
+              "NVIDIA A100-SXM4-80GB", (8, 0), 108),
     GpuPreset("V100-16GB", 16_945_512_448,
               "deviceQuery on a Tesla V100-SXM2-16GB (16,160 MiB, also PyTorch's "
-              "total_memory=16160MB in many public logs)"),
+              "total_memory=16160MB in many public logs)",
+              "Tesla V100-SXM2-16GB", (7, 0), 80),
     GpuPreset("H100-80GB", 85_028_896_768,
               "deviceQuery on an NVIDIA H100 80GB HBM3, driver 12.8 (81,090 MiB; "
-              "PyTorch logs read 81,082 to 81,090 MiB)"),
+              "PyTorch logs read 81,082 to 81,090 MiB)",
+              "NVIDIA H100 80GB HBM3", (9, 0), 132),
 )}
 
 _BY_KEY = {name.upper(): preset for name, preset in PRESETS.items()}
