@@ -2,12 +2,19 @@
 
   python -m vramguard demo                 a training loop on a simulated T4
   python -m vramguard replay TRACE [...]   would this trace fit? every policy side by side
+  python -m vramguard dryrun --gpu T4 train.py ARGS...
+                                           will this script fit? it runs on a phantom T4,
+                                           once per allocator, side by side
+  python -m vramguard install-kernel --gpu T4
+                                           a Jupyter kernel on a phantom T4
 
 Sizes are bytes, a number with a unit ("15GiB", "12.5GB") or a GPU preset
 (T4, L4, A100-40GB, A100-80GB, V100-16GB, H100-80GB: their usable memory).
 
 Exit status: 0 done (the trace fits), 1 the trace does not fit the budget,
 2 bad input (one line on stderr says what), 130 interrupted (Ctrl-C),
+for dryrun the script's own status when it failed for a reason other
+than memory,
 141 stdout was closed before the output was written (`... | head`), said
 on no line, as a program killed by SIGPIPE is.
 """
@@ -17,6 +24,7 @@ import os
 import stat
 import sys
 
+from ._presets import CONTEXT_ALLOWANCE
 from ._report import POLICIES
 from ._units import parse_budget, parse_size
 
@@ -81,6 +89,52 @@ def _check_trace_file(path):
         raise BadInput(f"{path}: the file is empty")
 
 
+def _dryrun(args):
+    from ._dryrun import dryrun, exit_status
+    from ._phantom import PhantomUnavailable
+
+    if args.script is None:
+        raise BadInput("dryrun: no script given (python -m vramguard dryrun --gpu T4 train.py ARGS...)")
+    script_args = args.args[1:] if args.args[:1] == ["--"] else args.args
+    # With --json, stdout is the one JSON object: the script's own output goes to stderr.
+    echo_to = sys.stderr if args.json else sys.stdout
+    try:
+        result = dryrun(args.script, *script_args, gpu=args.gpu, allocators=args.allocator,
+                        memory=args.memory, min_memory=args.min_memory, sweep=args.sweep, out=args.out,
+                        steps=args.steps, context=args.context, snapshot=not args.no_snapshot,
+                        echo=not args.quiet, stdout=echo_to, stderr=sys.stderr)
+    except PhantomUnavailable as exc:
+        raise BadInput(str(exc)) from None
+    if args.json:
+        print(result.to_json())
+    else:
+        print(result)
+    return exit_status(result)
+
+
+def _install_kernel(args):
+    from ._phantom import PhantomUnavailable
+    from ._phantom_kernel import install_kernel, remove_kernel
+
+    prefix = sys.prefix if args.sys_prefix else args.prefix
+    if args.remove:
+        removed = remove_kernel(args.gpu, prefix=prefix)
+        if not removed:
+            print("no phantom kernel to remove" + (f" for {args.gpu}" if args.gpu else ""))
+        for path in removed:
+            print(f"removed {path}")
+        return 0
+    if args.gpu is None:
+        raise BadInput("install-kernel: --gpu is required (e.g. --gpu T4)")
+    memory = parse_size(args.memory, "memory") if args.memory is not None else None
+    try:
+        name, where = install_kernel(args.gpu, prefix=prefix, memory=memory, allocator=args.allocator)
+    except PhantomUnavailable as exc:
+        raise BadInput(str(exc)) from None
+    print(f"installed kernel {name} in {where}")
+    return 0
+
+
 def _positive_int(text):
     try:
         value = int(text)
@@ -113,6 +167,46 @@ def main(argv=None):
                           "the report sets all of them side by side")
     rep.add_argument("--json", action="store_true", help="one JSON object instead of text")
     rep.set_defaults(run=_replay)
+    dry = sub.add_parser(
+        "dryrun", help="run a script on a phantom GPU, once per allocator: will it fit?",
+        description="Runs SCRIPT (a .py file or a .ipynb notebook) unchanged with ARGS on a phantom GPU "
+                    "(kernels compute nothing, device memory costs no host memory), once per allocator, "
+                    "and reports each one's peak allocated and reserved memory, whether it fits, and its "
+                    "first out-of-memory line. Exit status 0 when it fits with vramguard (or with every "
+                    "allocator asked), 1 when not, 2 bad input, 130 Ctrl-C, else the script's own.")
+    dry.add_argument("--gpu", default="T4", help="the card: T4, L4, A100-40GB, A100-80GB, V100-16GB, "
+                                                 "H100-80GB (default T4)")
+    dry.add_argument("--allocator", default="native,expandable,vramguard",
+                     help="comma-separated, of native (PyTorch's), expandable (PyTorch's with "
+                          "expandable_segments:True), vramguard (default: all three)")
+    dry.add_argument("--memory", help="the device's memory instead of the card's total (e.g. 8GiB)")
+    dry.add_argument("--min-memory", action="store_true",
+                     help="also find each allocator's smallest device, to 16 MiB (more runs)")
+    dry.add_argument("--sweep", metavar="NAME=V1,V2,...",
+                     help="e.g. BATCH=1,2,4,8: each value replaces {BATCH} in ARGS (or is the variable "
+                          "BATCH when no argument has it), in order until one does not fit")
+    dry.add_argument("--steps", type=_positive_int, help="stop each run after this many optimizer steps")
+    dry.add_argument("--context", default=str(CONTEXT_ALLOWANCE),
+                     help="device memory the CUDA context holds (default 400MiB, as on a real card)")
+    dry.add_argument("--out", help="directory for the memory snapshots, logs and results "
+                                   "(default: a new temporary one, named in the report)")
+    dry.add_argument("--no-snapshot", action="store_true", help="record no memory history (faster)")
+    dry.add_argument("--quiet", action="store_true", help="do not pass the script's output through "
+                                                          "(it is still in the logs)")
+    dry.add_argument("--json", action="store_true", help="one JSON object on stdout instead of the table")
+    dry.add_argument("script", nargs="?", help="a .py script or a .ipynb notebook")
+    dry.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
+    dry.set_defaults(run=_dryrun)
+    ker = sub.add_parser("install-kernel", help="a Jupyter kernel whose GPU is a phantom (--remove: uninstall)")
+    ker.add_argument("--gpu", help="the card (T4, L4, ...); with --remove, left out: every phantom kernel")
+    ker.add_argument("--memory", help="the device's memory instead of the card's total")
+    ker.add_argument("--allocator", default="native", choices=("native", "expandable"))
+    where = ker.add_mutually_exclusive_group()
+    where.add_argument("--user", action="store_true", help="in the user's Jupyter data dir (the default)")
+    where.add_argument("--prefix", help="under PREFIX/share/jupyter/kernels")
+    where.add_argument("--sys-prefix", action="store_true", help="under this Python's prefix (a virtualenv)")
+    ker.add_argument("--remove", action="store_true", help="uninstall the phantom kernel(s)")
+    ker.set_defaults(run=_install_kernel)
     args = parser.parse_args(argv)
     try:
         status = args.run(args)

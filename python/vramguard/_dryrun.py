@@ -1,0 +1,648 @@
+"""Will it fit? A dry run of a training script on a phantom GPU.
+
+    python -m vramguard dryrun --gpu T4 train.py --batch 32
+    vramguard.dryrun("train.py", "--batch", "32", gpu="T4")     # in a notebook
+
+The script runs unchanged, once per allocator (PyTorch's own, PyTorch's
+with expandable segments, vramguard's), each in a child process whose CUDA
+is the phantom GPU (vramguard._phantom: kernels succeed and compute nothing,
+device memory costs no host memory), so it makes on a CPU the allocations
+it would make on the card. Each child (_dryrun_child.py) writes its figures
+to a JSON file; this module starts the children, passes their output
+through, and lays the figures side by side.
+
+--min-memory finds each allocator's smallest device by running again on
+smaller phantoms (the real out-of-memory path, not a replay); --sweep
+BATCH=1,2,4 runs a value at a time and keeps the largest that fits.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import site
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from ._core import format_size
+from ._presets import CONTEXT_ALLOWANCE, PRESETS, find_preset, preset_names
+
+__all__ = ["ALLOCATORS", "DryRunResult", "dryrun", "format_report", "parse_allocators", "parse_sweep"]
+
+ALLOCATORS = ("native", "expandable", "vramguard")
+#: --min-memory's answer is exact to this: the device sizes tried are its multiples.
+GRANULE = 16 << 20
+#: How long a child interrupted by Ctrl-C has to end before it is killed.
+KILL_GRACE_S = 2.0
+READS_NOTE = ("values read back from a phantom device are zeros; data-dependent shapes and control "
+              "flow may differ from a real run")
+_SWEEP = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.+)$")
+
+
+class DryRunInputError(ValueError):
+    """A dry run that cannot start: a missing script, an unknown GPU, a bad
+    option. One line says what."""
+
+
+# ------------------------------------------------------------------ inputs
+
+
+def parse_allocators(value):
+    """('native', ...) from "native,vramguard" or a sequence of names."""
+    names = value.split(",") if isinstance(value, str) else list(value or ())
+    names = [n.strip().lower() for n in names if n and n.strip()]
+    if not names:
+        raise DryRunInputError(f"no allocator named: choose from {', '.join(ALLOCATORS)}")
+    for name in names:
+        if name not in ALLOCATORS:
+            raise DryRunInputError(f"unknown allocator {name!r}: choose from {', '.join(ALLOCATORS)}")
+    return tuple(dict.fromkeys(names))
+
+
+def parse_sweep(text):
+    """("BATCH", [1, 2, 4]) from "BATCH=1,2,4": a name, then whole numbers
+    in increasing order."""
+    if isinstance(text, (tuple, list)) and len(text) == 2:
+        name, values = text
+        text = f"{name}={','.join(str(v) for v in values)}"
+    match = _SWEEP.match(str(text).strip())
+    if not match:
+        raise DryRunInputError(f"--sweep {text!r}: expected NAME=V1,V2,... (e.g. BATCH=1,2,4,8)")
+    name, raw = match.groups()
+    values = []
+    for part in raw.split(","):
+        part = part.strip()
+        if not re.fullmatch(r"[0-9]+", part) or int(part) < 1:
+            raise DryRunInputError(f"--sweep {text!r}: {part!r} is not a whole number above 0")
+        values.append(int(part))
+    if any(b <= a for a, b in zip(values, values[1:])):
+        raise DryRunInputError(f"--sweep {text!r}: the values must increase")
+    return name, values
+
+
+def _check_script(script):
+    if not isinstance(script, (str, os.PathLike)) or not os.fspath(script):
+        raise DryRunInputError("no script given")
+    path = os.fspath(script)
+    if not os.path.exists(path):
+        raise DryRunInputError(f"{path}: No such file or directory")
+    if os.path.isdir(path):
+        raise DryRunInputError(f"{path}: is a directory, not a script")
+    if not os.path.isfile(path):
+        raise DryRunInputError(f"{path}: not a regular file")
+    if path.endswith(".ipynb"):
+        try:
+            with open(path, encoding="utf-8") as f:
+                nb = json.load(f)
+            if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+                raise ValueError("no cells")
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise DryRunInputError(f"{path}: not a Jupyter notebook ({exc})") from None
+    return path
+
+
+def _check_gpu(gpu):
+    preset = find_preset(gpu)
+    if preset is None:
+        raise DryRunInputError(f"unknown GPU {gpu!r}: one of {preset_names()}")
+    return preset
+
+
+def _check_size(value, what):
+    if value is None:
+        return None
+    from ._units import parse_size
+
+    try:
+        nbytes = parse_size(value, what)
+    except (TypeError, ValueError) as exc:
+        raise DryRunInputError(f"--{what} {value!r}: {exc}") from None
+    return nbytes
+
+
+# ------------------------------------------------------------------ one child
+
+
+class _Forward(threading.Thread):
+    """Copies one pipe of the child to a stream, each line prefixed, and to
+    the run's log file."""
+
+    def __init__(self, pipe, stream, prefix, log):
+        super().__init__(daemon=True)
+        self.pipe, self.stream, self.prefix, self.log = pipe, stream, prefix, log
+
+    def run(self):
+        import codecs
+
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        at_start = True
+        while True:
+            try:
+                chunk = os.read(self.pipe.fileno(), 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            text = decoder.decode(chunk)
+            if self.log is not None:
+                try:
+                    self.log.write(text)
+                except (OSError, ValueError):
+                    pass
+            if self.stream is None or not text:
+                continue
+            out = []
+            for piece in text.splitlines(True):
+                if at_start:
+                    out.append(self.prefix)
+                out.append(piece)
+                at_start = piece.endswith(("\n", "\r"))
+            try:
+                self.stream.write("".join(out))
+                self.stream.flush()
+            except (OSError, ValueError):
+                self.stream = None  # a closed stream stops the echo, never the run
+
+
+def _child_env(env_extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("VRAMGUARD_") and k != "PYTORCH_CUDA_ALLOC_CONF"}
+    env.update(env_extra)
+    env["PYTHONUNBUFFERED"] = "1"
+    # The child imports this very vramguard: where it is not on the
+    # interpreter's own path (a source tree), the path goes with it.
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        known = set(site.getsitepackages()) | {site.getusersitepackages()}
+    except AttributeError:
+        known = set()
+    if package_parent not in {os.path.abspath(p) for p in known}:
+        env["PYTHONPATH"] = os.pathsep.join([package_parent] + [p for p in env.get("PYTHONPATH", "").split(
+            os.pathsep) if p])
+    return env
+
+
+def _kill_group(proc):
+    """Ctrl-C for the child and everything it started (its own process
+    group), then SIGKILL for what is left after a grace period."""
+    for sig, wait in ((signal.SIGINT, KILL_GRACE_S), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=wait)
+            if sig == signal.SIGINT:
+                # the leader is gone; its group may not be (a DataLoader worker)
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, context=0, steps=0,
+              snapshot=True, echo=True, stdout=None, stderr=None):
+    """Runs the script once in a child on the phantom; returns the child's
+    figures (a dict), with `exit_status` and `log` added. Ctrl-C here ends
+    the child and its process group before KeyboardInterrupt goes on."""
+    stem = re.sub(r"[^A-Za-z0-9_.=-]+", "_", label)
+    result_path = os.path.join(out_dir, f"{stem}.json")
+    log_path = os.path.join(out_dir, f"{stem}.log")
+    for path in (result_path,):
+        if os.path.exists(path):
+            os.unlink(path)
+    cmd = [sys.executable, "-m", "vramguard._dryrun_child", "--allocator", allocator,
+           "--result", result_path, "--context", str(int(context)), "--steps", str(int(steps or 0))]
+    if snapshot:
+        cmd += ["--snapshot", os.path.join(out_dir, f"{stem}.pickle")]
+    if notebook:
+        cmd.append("--notebook")
+    cmd += [os.fspath(script), "--"] + [str(a) for a in args]
+    stdout = sys.stdout if stdout is None else stdout
+    stderr = sys.stderr if stderr is None else stderr
+    started = time.monotonic()
+    with open(log_path, "w", encoding="utf-8") as log:
+        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+        prefix = f"[{label}] "
+        threads = [_Forward(proc.stdout, stdout if echo else None, prefix, log),
+                   _Forward(proc.stderr, stderr if echo else None, prefix, log)]
+        for t in threads:
+            t.start()
+        try:
+            rc = proc.wait()
+        except BaseException:
+            _kill_group(proc)
+            for t in threads:
+                t.join(timeout=1.0)
+            raise
+        for t in threads:
+            t.join()
+        proc.stdout.close()
+        proc.stderr.close()
+        # the script's leftovers (a worker that outlived it) go with the run
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    status = rc if rc >= 0 else 128 - rc  # killed by signal N: what a shell says, 128 + N
+    try:
+        with open(result_path, encoding="utf-8") as f:
+            result = json.load(f)
+    except (OSError, ValueError):
+        result = {
+            "allocator": allocator, "peak_allocated_bytes": None, "peak_reserved_bytes": None,
+            "fits": None, "first_oom": None, "d2h_reads": None, "host_peak_rss_bytes": None,
+            "snapshot": None, "compiled": {}, "extensions": [],
+            "error": (f"the run ended without its figures (killed by signal {-rc})" if rc < 0
+                      else f"the run ended without its figures (exit status {rc})"),
+        }
+        if rc == 130:
+            raise KeyboardInterrupt
+    result["exit_status"] = status
+    result["log"] = log_path
+    result.setdefault("elapsed_s", round(time.monotonic() - started, 3))
+    return result
+
+
+# ------------------------------------------------------------------ the result
+
+
+class DryRunResult(dict):
+    """A dry run's figures: a dict (the --json object) whose keys read as
+    attributes too (result.vramguard["fits"], result.fits), printed as the
+    text report and shown in a notebook as a table."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __str__(self):
+        return format_report(self)
+
+    def __repr__(self):
+        return format_report(self)
+
+    def _repr_html_(self):
+        return report_html(self)
+
+    @property
+    def runs(self):
+        return {name: self[name] for name in ALLOCATORS if name in self}
+
+    def to_json(self):
+        return json.dumps(dict(self), sort_keys=True, default=repr)
+
+
+def _size(nbytes):
+    return "-" if nbytes is None else format_size(int(nbytes))
+
+
+def _fits_word(fits):
+    return {True: "yes", False: "NO", None: "error"}[fits]
+
+
+def _oom_text(run, sweep_name=None):
+    oom = run.get("first_oom")
+    if not oom:
+        return "-" if run.get("error") is None else run["error"][:60]
+    where = oom.get("line") or "unknown line"
+    request = oom.get("request_bytes")
+    text = f"{where} ({_size(request)})" if request else where
+    if oom.get("value") is not None:
+        text += f" at {sweep_name}={oom['value']}"
+    return text + (" caught" if oom.get("caught") else "")
+
+
+def _columns(result):
+    headers = ["allocator", "peak allocated", "peak reserved", "fits", "first OOM (request)"]
+    sweep = result.get("sweep")
+    if result.get("min_memory"):
+        headers.insert(4, "min memory")
+    if sweep:
+        headers.insert(4, f"largest {sweep['name']}")
+    rows = []
+    for name, run in DryRunResult(result).runs.items():
+        row = [name, _size(run.get("peak_allocated_bytes")), _size(run.get("peak_reserved_bytes")),
+               _fits_word(run.get("fits")), _oom_text(run, sweep and sweep["name"])]
+        if result.get("min_memory"):
+            row.insert(4, _size(run.get("min_memory_bytes")))
+        if sweep:
+            largest = run.get("largest_batch")
+            row.insert(4, "none" if largest is None else str(largest))
+        rows.append(row)
+    return headers, rows
+
+
+def _names(items):
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _device(result):
+    """The card, and its size where --memory changed it."""
+    preset = PRESETS.get(result["gpu"])
+    if preset is not None and preset.total_bytes == result["device_bytes"]:
+        return result["gpu"]
+    return f"{result['gpu']} of {format_size(result['device_bytes'])}"
+
+
+def _verdict(result):
+    runs = DryRunResult(result).runs
+    gpu = _device(result)
+    sweep = result.get("sweep")
+    fit = [n for n, r in runs.items() if r.get("fits")]
+    if sweep:
+        lines = []
+        for n, r in runs.items():
+            lines.append(f"{n}: {sweep['name']}={r['largest_batch']}" if r.get("largest_batch") is not None
+                         else f"{n}: no {sweep['name']} fits")
+        head = f"Largest {sweep['name']} that fits on a {gpu}: " + "; ".join(lines) + "."
+    elif len(fit) == len(runs):
+        head = f"Fits on a {gpu} with {'every allocator tried' if len(runs) > 1 else fit[0]}."
+    elif fit:
+        head = f"Fits on a {gpu} with {_names(fit)}; not with {_names(n for n in runs if n not in fit)}."
+    elif any(r.get("fits") is False for r in runs.values()):
+        head = f"Does not fit on a {gpu} with any allocator tried."
+    else:
+        head = "The script failed before its end: whether it fits is not known."
+    out = [head]
+    if result.get("min_memory"):
+        sizes = {n: r.get("min_memory_bytes") for n, r in runs.items() if r.get("min_memory_bytes")}
+        if sizes:
+            best = min(sizes, key=sizes.get)
+            smallest = [p.name for p in sorted(PRESETS.values(), key=lambda p: p.total_bytes)
+                        if p.total_bytes >= sizes[best]]
+            card = f" (the smallest preset that holds it: {smallest[0]})" if smallest else ""
+            out.append(f"Smallest device: {format_size(sizes[best])} with {best}{card}, "
+                       f"exact to {GRANULE >> 20} MiB, the CUDA context's "
+                       f"{format_size(result.get('context_bytes', 0))} included.")
+        else:
+            out.append("Smallest device: none found (it does not fit the full device).")
+    return out
+
+
+def _notes(result):
+    runs = DryRunResult(result).runs.values()
+    notes = []
+    reads = [r.get("d2h_reads") for r in runs if r.get("d2h_reads") is not None]
+    if reads and max(reads) > 0:
+        notes.append(f"The program read device values back {max(reads):,} times: {READS_NOTE}.")
+    if any((r.get("compiled") or {}).get("torch_compile") for r in runs):
+        notes.append("torch.compile was used: its Triton kernels are not run on a phantom, and a compiled "
+                     "graph's memory may differ from the card's (autotuning, its workspace).")
+    exts = sorted({e for r in runs for e in (r.get("extensions") or [])})
+    if exts:
+        notes.append(f"Custom CUDA extensions loaded: {', '.join(exts)}: their kernels compute nothing "
+                     "here, and memory they take outside PyTorch's allocator is not in the peaks above.")
+    if runs and not any(r.get("used_cuda", True) for r in runs):
+        notes.append("The script never used the GPU (torch.cuda was never initialised): nothing to measure.")
+    stopped = [r for r in runs if r.get("stopped_at_steps")]
+    if stopped:
+        notes.append(f"Each run stopped after {result.get('steps')} optimizer steps (--steps).")
+    for r in runs:
+        if r.get("error"):
+            notes.append(f"{r['allocator']}: the script failed: {r['error']} (exit status {r.get('exit_status')}).")
+    return notes
+
+
+def format_report(result):
+    """The text report: one row per allocator, the verdict, the notes."""
+    headers, rows = _columns(result)
+    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
+    lines = [f"vramguard dryrun: {result.get('script')} on a phantom {result['gpu']} "
+             f"({format_size(result['device_bytes'])}, of which the CUDA context holds "
+             f"{format_size(result.get('context_bytes', 0))})"]
+    for i, row in enumerate([headers] + rows):
+        cells = [str(c).ljust(w) if j in (0, len(row) - 1) else str(c).rjust(w)
+                 for j, (c, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(cells).rstrip())
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    lines += _verdict(result)
+    lines += _notes(result)
+    rss = result.get("host_peak_rss_bytes")
+    if rss:
+        lines.append(f"Host memory: peak RSS {format_size(rss)} (the largest run's).")
+    if result.get("out_dir"):
+        lines.append(f"Snapshots and logs (memory snapshots open at pytorch.org/memory_viz): {result['out_dir']}")
+    return "\n".join(lines)
+
+
+def report_html(result):
+    from html import escape
+
+    from ._html import _verdict as verdict_badge, table
+
+    headers, rows = _columns(result)
+    fits = result.get("fits")
+    caption = (f"{result.get('script')} on a phantom {result['gpu']} ({format_size(result['device_bytes'])})")
+    lines = _verdict(result) + _notes(result)
+    body = "".join(f"<div>{escape(line)}</div>" for line in lines)
+    where = (f"<div style='font-size:11px;color:#555'>snapshots and logs: {escape(result['out_dir'])}</div>"
+             if result.get("out_dir") else "")
+    badge = verdict_badge(bool(fits)) if fits is not None else ""
+    return f"<div><b>vramguard dryrun</b> {badge}" + table(headers, rows, caption) + body + where + "</div>"
+
+
+# ------------------------------------------------------------------ the dry run
+
+
+class _Runner:
+    def __init__(self, script, args, gpu, memory, context, steps, snapshot, echo, out_dir, notebook,
+                 stdout, stderr):
+        from ._phantom import environ
+
+        self.script, self.args = script, list(args)
+        self.gpu = gpu
+        self.memory = memory
+        self.context, self.steps, self.snapshot, self.echo = context, steps, snapshot, echo
+        self.out_dir, self.notebook = out_dir, notebook
+        self.stdout, self.stderr = stdout, stderr
+        self.environ = environ
+        self.environ(gpu.name, memory)  # the phantom's libraries exist, said before any run
+
+    def say(self, text):
+        try:
+            print(f"vramguard dryrun: {text}", file=self.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
+
+    def run(self, allocator, label, memory=None, args=None, extra_env=None, snapshot=None):
+        env = dict(self.environ(self.gpu.name, memory or self.memory))
+        if allocator == "expandable":
+            env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+        env.update(extra_env or {})
+        size = format_size(int(memory or self.memory))
+        self.say(f"{label}: running on a phantom {self.gpu.name} of {size}")
+        result = run_child(self.script, self.args if args is None else args, allocator, _child_env(env),
+                           self.out_dir, label, notebook=self.notebook, context=self.context,
+                           steps=self.steps, snapshot=self.snapshot if snapshot is None else snapshot,
+                           echo=self.echo,
+                           stdout=self.stdout, stderr=self.stderr)
+        verdict = {True: "fits", False: "out of memory", None: "failed"}[result.get("fits")]
+        self.say(f"{label}: {verdict}, peak allocated {_size(result.get('peak_allocated_bytes'))}, "
+                 f"reserved {_size(result.get('peak_reserved_bytes'))} ({result.get('elapsed_s', 0):.1f}s)")
+        return result
+
+    def min_memory(self, allocator, full):
+        """The smallest device (a multiple of GRANULE, or the full one) on
+        which the run fits, by bisection: below the context plus the peak
+        allocated nothing can fit; the context plus the peak reserved is
+        tried first, as the likely answer."""
+        top = int(self.memory)
+        if not full.get("fits"):
+            return None
+        need = self.context + int(full.get("peak_allocated_bytes") or 0)
+        lo = max(0, (need - 1) // GRANULE * GRANULE)  # does not fit
+        hi = top  # fits
+        guess = -(-(self.context + int(full.get("peak_reserved_bytes") or 0)) // GRANULE) * GRANULE
+        tried = {}
+
+        def fits(size):
+            r = self.run(allocator, f"{allocator} {format_size(size)}", memory=size, snapshot=False)
+            tried[size] = r
+            return bool(r.get("fits"))
+
+        if lo < guess < hi:
+            if fits(guess):
+                hi = guess
+            else:
+                lo = guess
+        while hi - lo > GRANULE:
+            mid = (lo + hi) // 2 // GRANULE * GRANULE
+            if mid <= lo:
+                mid = lo + GRANULE
+            if mid >= hi:
+                break
+            if fits(mid):
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    def sweep(self, allocator, name, values):
+        """Each value in turn until the first that does not fit."""
+        runs, largest = [], None
+        for value in values:
+            token = "{" + name + "}"
+            if any(token in a for a in self.args):
+                args, env = [a.replace(token, str(value)) for a in self.args], {}
+            else:
+                args, env = self.args, {name: str(value)}
+            r = self.run(allocator, f"{allocator} {name}={value}", args=args, extra_env=env)
+            r["sweep_value"] = value
+            runs.append(r)
+            if not r.get("fits"):
+                break
+            largest = value
+        return largest, runs
+
+
+def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memory=False, sweep=None,
+           out=None, steps=None, context=CONTEXT_ALLOWANCE, snapshot=True, echo=True, stdout=None,
+           stderr=None):
+    """Run `script` with `args` on a phantom `gpu` once per allocator and
+    return a DryRunResult: per allocator its peak allocated and reserved
+    bytes, whether it fits, its first out-of-memory (line and request).
+
+    gpu: a preset (vramguard.PRESETS). allocators: some of "native",
+    "expandable", "vramguard" (a list, or "native,vramguard"). memory: the
+    device's bytes instead of the preset's total ("8GiB"). min_memory: also
+    find each allocator's smallest device (more runs: about log2 of the
+    range / 16 MiB). sweep: "BATCH=1,2,4,8": each value substituted for
+    "{BATCH}" in the arguments (or set as the variable BATCH when no
+    argument has it), in order, until one does not fit. out: the directory
+    for snapshots, logs and results (default: a new temporary one). steps:
+    stop each run after that many optimizer steps. context: the bytes the
+    CUDA context holds on the device (default 400 MiB, as on a real card).
+    echo: pass the script's output through (prefixed by its run)."""
+    allocators = parse_allocators(allocators)
+    preset = _check_gpu(gpu)
+    sweep_spec = parse_sweep(sweep) if sweep is not None else None
+    if sweep_spec and min_memory:
+        raise DryRunInputError("--min-memory and --sweep cannot be combined: run --min-memory on one value")
+    script = _check_script(script)
+    device = _check_size(memory, "memory") if memory is not None else preset.total_bytes
+    context = _check_size(context, "context") if context is not None else 0
+    if device <= context:
+        raise DryRunInputError(f"--memory {format_size(device)} leaves nothing beside the CUDA context's "
+                               f"{format_size(context)}")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise DryRunInputError(f"--steps must be a whole number above 0, got {steps!r}")
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise DryRunInputError(f"PyTorch is not installed in this Python ({sys.executable}): "
+                               "a dry run runs the script with it")
+    out_dir = os.path.abspath(out) if out else tempfile.mkdtemp(prefix="vramguard-dryrun-")
+    os.makedirs(out_dir, exist_ok=True)
+    stdout = sys.stdout if stdout is None else stdout
+    stderr = sys.stderr if stderr is None else stderr
+    runner = _Runner(script, args, preset, device, context, steps, snapshot, echo, out_dir,
+                     script.endswith(".ipynb"), stdout, stderr)
+    result = DryRunResult(gpu=preset.name, device_bytes=device, context_bytes=context, script=script,
+                          args=[str(a) for a in args], out_dir=out_dir, steps=steps,
+                          allocators=list(allocators), min_memory=bool(min_memory))
+    if sweep_spec:
+        result["sweep"] = {"name": sweep_spec[0], "values": sweep_spec[1]}
+    started = time.monotonic()
+    for allocator in allocators:
+        if sweep_spec:
+            largest, runs = runner.sweep(allocator, *sweep_spec)
+            chosen = next((r for r in runs if r["sweep_value"] == largest), runs[0])
+            run = {k: v for k, v in chosen.items() if k != "sweep_value"}
+            run["largest_batch"] = largest
+            run["fits"] = largest is not None
+            run["sweep"] = [dict({k: r.get(k) for k in ("fits", "peak_allocated_bytes", "peak_reserved_bytes",
+                                                         "first_oom", "error")}, value=r["sweep_value"])
+                            for r in runs]
+            if largest is not None and not runs[-1].get("fits"):
+                run["first_oom"] = runs[-1].get("first_oom")  # where the next value broke
+                run["error"] = runs[-1].get("error")
+            if run.get("first_oom"):
+                run["first_oom"] = dict(run["first_oom"], value=runs[-1]["sweep_value"])
+        else:
+            run = runner.run(allocator, allocator)
+            if min_memory:
+                run["min_memory_bytes"] = runner.min_memory(allocator, run)
+        result[allocator] = run
+    runs = result.runs.values()
+    result["torch"] = next((r.get("torch") for r in runs if r.get("torch")), None)
+    rss = [r.get("host_peak_rss_bytes") for r in runs if r.get("host_peak_rss_bytes")]
+    result["host_peak_rss_bytes"] = max(rss) if rss else None
+    reads = [r.get("d2h_reads") for r in runs if r.get("d2h_reads") is not None]
+    result["d2h_reads"] = max(reads) if reads else None
+    result["elapsed_s"] = round(time.monotonic() - started, 3)
+    deciding = [result["vramguard"]] if "vramguard" in result else list(runs)
+    result["fits"] = (True if all(r.get("fits") for r in deciding)
+                      else False if any(r.get("fits") is False for r in deciding) else None)
+    return result
+
+
+def exit_status(result):
+    """0: it fits (with vramguard, or with every allocator asked when
+    vramguard was not); 1: it does not; otherwise the script's own status
+    when it failed for another reason."""
+    deciding = [result["vramguard"]] if "vramguard" in result else list(DryRunResult(result).runs.values())
+    if all(r.get("fits") for r in deciding):
+        return 0
+    if any(r.get("fits") is False for r in deciding):
+        return 1
+    for r in deciding:
+        status = r.get("exit_status") or 0
+        if status:
+            return status
+    return 1
+
+
+def remove_out_dir(path):
+    shutil.rmtree(path, ignore_errors=True)
