@@ -12,6 +12,7 @@ On any machine:
 """
 from ._core import Heap, format_size, round_size
 from ._demo import example_trace
+from ._dryrun import DryRunResult, dryrun
 from ._find_batch import BatchSearch, find_max_batch
 from ._import import load_trace
 from ._ipython import meter
@@ -45,5 +46,5 @@ __all__ = [
     "dump_snapshot", "snapshot",
     "MAX_STACK_DEPTH", "StackTable", "format_frame", "live_by_line",
     "LeakWarning", "OOMReport", "last_oom", "leak_check", "regions", "reset_regions", "step", "track",
-    "available_policies",
+    "available_policies", "DryRunResult", "dryrun",
 ]

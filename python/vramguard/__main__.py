@@ -102,7 +102,7 @@ def _dryrun(args):
         result = dryrun(args.script, *script_args, gpu=args.gpu, allocators=args.allocator,
                         memory=args.memory, min_memory=args.min_memory, sweep=args.sweep, out=args.out,
                         steps=args.steps, context=args.context, snapshot=not args.no_snapshot,
-                        echo=not args.quiet, stdout=echo_to, stderr=sys.stderr)
+                        echo=not args.quiet, stdout=echo_to, stderr=sys.stderr, jobs=args.jobs)
     except PhantomUnavailable as exc:
         raise BadInput(str(exc)) from None
     if args.json:
@@ -188,6 +188,8 @@ def main(argv=None):
     dry.add_argument("--steps", type=_positive_int, help="stop each run after this many optimizer steps")
     dry.add_argument("--context", default=str(CONTEXT_ALLOWANCE),
                      help="device memory the CUDA context holds (default 400MiB, as on a real card)")
+    dry.add_argument("--jobs", type=_positive_int,
+                     help="allocators run at once (default: one per two cores, at most three)")
     dry.add_argument("--out", help="directory for the memory snapshots, logs and results "
                                    "(default: a new temporary one, named in the report)")
     dry.add_argument("--no-snapshot", action="store_true", help="record no memory history (faster)")

@@ -185,32 +185,69 @@ def _child_env(env_extra):
     return env
 
 
-def _kill_group(proc):
-    """Ctrl-C for the child and everything it started (its own process
-    group), then SIGKILL for what is left after a grace period."""
-    for sig, wait in ((signal.SIGINT, KILL_GRACE_S), (signal.SIGKILL, 5.0)):
+def _signal_group(proc, sig):
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill_groups(procs):
+    """Ctrl-C for the children and everything they started (each its own
+    process group), then, after a grace period, SIGKILL for every group:
+    the leader may be gone while a DataLoader worker is not."""
+    for proc in procs:
+        _signal_group(proc, signal.SIGINT)
+    deadline = time.monotonic() + KILL_GRACE_S
+    for proc in procs:
         try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            proc.wait(timeout=wait)
-            if sig == signal.SIGINT:
-                # the leader is gone; its group may not be (a DataLoader worker)
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            return
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            continue
+            pass
+    for proc in procs:
+        _signal_group(proc, signal.SIGKILL)
+        try:
+            proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            pass
 
 
-def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, context=0, steps=0,
-              snapshot=True, echo=True, stdout=None, stderr=None):
+class _Live:
+    """The children running now, so that Ctrl-C ends all of them (runs of
+    several allocators at once, --jobs)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.procs = set()
+        self.cancelled = False
+
+    def add(self, proc):
+        with self.lock:
+            self.procs.add(proc)
+            cancelled = self.cancelled
+        if cancelled:
+            _kill_groups([proc])
+
+    def discard(self, proc):
+        with self.lock:
+            self.procs.discard(proc)
+
+    def cancel(self):
+        with self.lock:
+            self.cancelled = True
+            procs = list(self.procs)
+        _kill_groups(procs)
+
+
+def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, steps=0,
+              snapshot=True, echo=True, stdout=None, stderr=None, live=None):
     """Runs the script once in a child on the phantom; returns the child's
     figures (a dict), with `exit_status` and `log` added. Ctrl-C here ends
-    the child and its process group before KeyboardInterrupt goes on."""
+    the child and its process group (and those `live` holds) before
+    KeyboardInterrupt goes on."""
+    live = _Live() if live is None else live
+    if live.cancelled:
+        raise KeyboardInterrupt
     stem = re.sub(r"[^A-Za-z0-9_.=-]+", "_", label)
     result_path = os.path.join(out_dir, f"{stem}.json")
     log_path = os.path.join(out_dir, f"{stem}.log")
@@ -218,7 +255,7 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, c
         if os.path.exists(path):
             os.unlink(path)
     cmd = [sys.executable, "-m", "vramguard._dryrun_child", "--allocator", allocator,
-           "--result", result_path, "--context", str(int(context)), "--steps", str(int(steps or 0))]
+           "--result", result_path, "--steps", str(int(steps or 0))]
     if snapshot:
         cmd += ["--snapshot", os.path.join(out_dir, f"{stem}.pickle")]
     if notebook:
@@ -230,6 +267,7 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, c
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)
+        live.add(proc)
         prefix = f"[{label}] "
         threads = [_Forward(proc.stdout, stdout if echo else None, prefix, log),
                    _Forward(proc.stderr, stderr if echo else None, prefix, log)]
@@ -238,19 +276,17 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, c
         try:
             rc = proc.wait()
         except BaseException:
-            _kill_group(proc)
+            live.cancel()
             for t in threads:
                 t.join(timeout=1.0)
             raise
+        finally:
+            live.discard(proc)
         for t in threads:
             t.join()
         proc.stdout.close()
         proc.stderr.close()
-        # the script's leftovers (a worker that outlived it) go with the run
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        _signal_group(proc, signal.SIGKILL)  # the script's leftovers (a worker that outlived it) go with it
     status = rc if rc >= 0 else 128 - rc  # killed by signal N: what a shell says, 128 + N
     try:
         with open(result_path, encoding="utf-8") as f:
@@ -263,7 +299,7 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, c
             "error": (f"the run ended without its figures (killed by signal {-rc})" if rc < 0
                       else f"the run ended without its figures (exit status {rc})"),
         }
-        if rc == 130:
+        if rc == 130 or live.cancelled:
             raise KeyboardInterrupt
     result["exit_status"] = status
     result["log"] = log_path
@@ -313,7 +349,8 @@ def _fits_word(fits):
 def _oom_text(run, sweep_name=None):
     oom = run.get("first_oom")
     if not oom:
-        return "-" if run.get("error") is None else run["error"][:60]
+        error = run.get("error")
+        return "-" if error is None else (error if len(error) <= 48 else error[:47] + "...")
     where = oom.get("line") or "unknown line"
     request = oom.get("request_bytes")
     text = f"{where} ({_size(request)})" if request else where
@@ -378,11 +415,12 @@ def _verdict(result):
     if result.get("min_memory"):
         sizes = {n: r.get("min_memory_bytes") for n, r in runs.items() if r.get("min_memory_bytes")}
         if sizes:
-            best = min(sizes, key=sizes.get)
+            least = min(sizes.values())
+            best = _names([n for n, size in sizes.items() if size == least])
             smallest = [p.name for p in sorted(PRESETS.values(), key=lambda p: p.total_bytes)
-                        if p.total_bytes >= sizes[best]]
+                        if p.total_bytes >= least]
             card = f" (the smallest preset that holds it: {smallest[0]})" if smallest else ""
-            out.append(f"Smallest device: {format_size(sizes[best])} with {best}{card}, "
+            out.append(f"Smallest device: {format_size(least)} with {best}{card}, "
                        f"exact to {GRANULE >> 20} MiB, the CUDA context's "
                        f"{format_size(result.get('context_bytes', 0))} included.")
         else:
@@ -468,6 +506,7 @@ class _Runner:
         self.out_dir, self.notebook = out_dir, notebook
         self.stdout, self.stderr = stdout, stderr
         self.environ = environ
+        self.live = _Live()
         self.environ(gpu.name, memory)  # the phantom's libraries exist, said before any run
 
     def say(self, text):
@@ -478,16 +517,17 @@ class _Runner:
 
     def run(self, allocator, label, memory=None, args=None, extra_env=None, snapshot=None):
         env = dict(self.environ(self.gpu.name, memory or self.memory))
+        env["VG_FAKECUDA_CONTEXT"] = str(int(self.context))  # held from the start, as by a real context
         if allocator == "expandable":
             env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
         env.update(extra_env or {})
         size = format_size(int(memory or self.memory))
         self.say(f"{label}: running on a phantom {self.gpu.name} of {size}")
         result = run_child(self.script, self.args if args is None else args, allocator, _child_env(env),
-                           self.out_dir, label, notebook=self.notebook, context=self.context,
+                           self.out_dir, label, notebook=self.notebook,
                            steps=self.steps, snapshot=self.snapshot if snapshot is None else snapshot,
                            echo=self.echo,
-                           stdout=self.stdout, stderr=self.stderr)
+                           stdout=self.stdout, stderr=self.stderr, live=self.live)
         verdict = {True: "fits", False: "out of memory", None: "failed"}[result.get("fits")]
         self.say(f"{label}: {verdict}, peak allocated {_size(result.get('peak_allocated_bytes'))}, "
                  f"reserved {_size(result.get('peak_reserved_bytes'))} ({result.get('elapsed_s', 0):.1f}s)")
@@ -549,7 +589,7 @@ class _Runner:
 
 def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memory=False, sweep=None,
            out=None, steps=None, context=CONTEXT_ALLOWANCE, snapshot=True, echo=True, stdout=None,
-           stderr=None):
+           stderr=None, jobs=None):
     """Run `script` with `args` on a phantom `gpu` once per allocator and
     return a DryRunResult: per allocator its peak allocated and reserved
     bytes, whether it fits, its first out-of-memory (line and request).
@@ -564,7 +604,8 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     for snapshots, logs and results (default: a new temporary one). steps:
     stop each run after that many optimizer steps. context: the bytes the
     CUDA context holds on the device (default 400 MiB, as on a real card).
-    echo: pass the script's output through (prefixed by its run)."""
+    echo: pass the script's output through (prefixed by its run). jobs:
+    allocators run at once (default: one per two cores, at most three)."""
     allocators = parse_allocators(allocators)
     preset = _check_gpu(gpu)
     sweep_spec = parse_sweep(sweep) if sweep is not None else None
@@ -578,6 +619,10 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
                                f"{format_size(context)}")
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise DryRunInputError(f"--steps must be a whole number above 0, got {steps!r}")
+    if jobs is None:
+        jobs = default_jobs(allocators)
+    elif isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise DryRunInputError(f"--jobs must be a whole number above 0, got {jobs!r}")
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
@@ -595,25 +640,29 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     if sweep_spec:
         result["sweep"] = {"name": sweep_spec[0], "values": sweep_spec[1]}
     started = time.monotonic()
-    for allocator in allocators:
-        if sweep_spec:
-            largest, runs = runner.sweep(allocator, *sweep_spec)
-            chosen = next((r for r in runs if r["sweep_value"] == largest), runs[0])
-            run = {k: v for k, v in chosen.items() if k != "sweep_value"}
-            run["largest_batch"] = largest
-            run["fits"] = largest is not None
-            run["sweep"] = [dict({k: r.get(k) for k in ("fits", "peak_allocated_bytes", "peak_reserved_bytes",
-                                                         "first_oom", "error")}, value=r["sweep_value"])
-                            for r in runs]
-            if largest is not None and not runs[-1].get("fits"):
-                run["first_oom"] = runs[-1].get("first_oom")  # where the next value broke
-                run["error"] = runs[-1].get("error")
-            if run.get("first_oom"):
-                run["first_oom"] = dict(run["first_oom"], value=runs[-1]["sweep_value"])
-        else:
+
+    def one(allocator):
+        if not sweep_spec:
             run = runner.run(allocator, allocator)
             if min_memory:
                 run["min_memory_bytes"] = runner.min_memory(allocator, run)
+            return run
+        largest, runs = runner.sweep(allocator, *sweep_spec)
+        chosen = next((r for r in runs if r["sweep_value"] == largest), runs[0])
+        run = {k: v for k, v in chosen.items() if k != "sweep_value"}
+        run["largest_batch"] = largest
+        run["fits"] = largest is not None
+        run["sweep"] = [dict({k: r.get(k) for k in ("fits", "peak_allocated_bytes", "peak_reserved_bytes",
+                                                     "first_oom", "error")}, value=r["sweep_value"])
+                        for r in runs]
+        if largest is not None and not runs[-1].get("fits"):
+            run["first_oom"] = runs[-1].get("first_oom")  # where the next value broke
+            run["error"] = runs[-1].get("error")
+        if run.get("first_oom"):
+            run["first_oom"] = dict(run["first_oom"], value=runs[-1]["sweep_value"])
+        return run
+
+    for allocator, run in zip(allocators, _each(one, allocators, jobs, runner.live)):
         result[allocator] = run
     runs = result.runs.values()
     result["torch"] = next((r.get("torch") for r in runs if r.get("torch")), None)
@@ -626,6 +675,34 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     result["fits"] = (True if all(r.get("fits") for r in deciding)
                       else False if any(r.get("fits") is False for r in deciding) else None)
     return result
+
+
+def default_jobs(allocators):
+    """Allocators run at once: one per two cores, no more than there are
+    allocators (a run keeps a core busy, and its PyTorch takes ~0.6 GiB of
+    host memory)."""
+    return max(1, min(len(allocators), (os.cpu_count() or 1) // 2))
+
+
+def _each(fn, items, jobs, live):
+    """[fn(item) for item in items], `jobs` at a time in threads; Ctrl-C
+    (in this, the main thread) ends every child running."""
+    if jobs <= 1 or len(items) <= 1:
+        return [fn(item) for item in items]
+    from concurrent.futures import ThreadPoolExecutor, wait
+
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="vramguard-dryrun")
+    futures = [pool.submit(fn, item) for item in items]
+    try:
+        pending = set(futures)
+        while pending:  # a timeout, so that Ctrl-C reaches this thread
+            _, pending = wait(pending, timeout=0.2)
+    except BaseException:
+        live.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return [f.result() for f in futures]
 
 
 def exit_status(result):

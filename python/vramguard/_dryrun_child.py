@@ -2,12 +2,11 @@
 notebook) on a phantom GPU, under one allocator, in a process of its own.
 
     python -m vramguard._dryrun_child --allocator native --result R.json \
-        [--snapshot S.pickle] [--context BYTES] [--steps N] [--notebook] -- SCRIPT ARGS...
+        [--snapshot S.pickle] [--steps N] [--notebook] -- SCRIPT ARGS...
 
-The parent sets the phantom's environment (vramguard._phantom.environ) and
-PYTORCH_CUDA_ALLOC_CONF for `expandable`. Here: the CUDA context's memory
-is taken from the device as a real context takes it (a plain cudaMalloc,
-outside PyTorch's allocator), vramguard is installed for `vramguard`, the
+The parent sets the phantom's environment (vramguard._phantom.environ, the
+CUDA context's memory in VG_FAKECUDA_CONTEXT) and PYTORCH_CUDA_ALLOC_CONF
+for `expandable`. Here: vramguard is installed for `vramguard`, the
 memory history is recorded with stacks, and the script runs as __main__
 with its own sys.argv. Whatever happens to it (it ends, it exits, it runs
 out of memory, it raises), the figures go to the result file as JSON; the
@@ -192,32 +191,15 @@ class Run:
         self.error = None
         self.exit_status = 0
         self.stopped_at_steps = False
-        self.context_ptr = None
         self.fake = ctypes.CDLL(None)
         self.history = False
 
     # --------------------------------------------------------- before
 
-    def hold_context(self):
-        """The memory a CUDA context takes on a real card, taken from the
-        phantom device by a plain cudaMalloc (no PyTorch allocator sees it),
-        so that mem_get_info and the point of out-of-memory are a real
-        card's. It does not start PyTorch's CUDA."""
-        nbytes = self.opts.context
-        if nbytes <= 0 or not hasattr(self.fake, "cudaMalloc"):
-            return
-        ptr = ctypes.c_void_p()
-        rc = self.fake.cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t(nbytes))
-        if rc != 0:
-            _say(f"the device cannot hold the CUDA context's {_mib(nbytes)} (cudaMalloc error {rc})")
-        else:
-            self.context_ptr = ptr
-
     def setup(self):
         import torch
 
         self.torch = torch
-        self.hold_context()
         if self.opts.allocator == "vramguard":
             import vramguard
 
@@ -402,7 +384,7 @@ class Run:
             "stopped_at_steps": self.stopped_at_steps,
             "d2h_reads": self.counter("vg_fakecuda_d2h_reads", ctypes.c_long),
             "device_peak_bytes": device_peak,
-            "context_bytes": self.opts.context if self.context_ptr is not None else 0,
+            "context_bytes": _context_bytes(),
             "host_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "snapshot": None,
             "compiled": _compiled(),
@@ -425,6 +407,13 @@ def _compiled():
         except Exception:
             frames = 0
     return {"torch_compile": bool(frames), "triton": "triton" in sys.modules}
+
+
+def _context_bytes():
+    try:
+        return int(os.environ.get("VG_FAKECUDA_CONTEXT", "0"))
+    except ValueError:
+        return None
 
 
 def _exit_code(code):
@@ -475,7 +464,6 @@ def parse(argv):
     parser.add_argument("--allocator", choices=ALLOCATORS, required=True)
     parser.add_argument("--result", required=True)
     parser.add_argument("--snapshot")
-    parser.add_argument("--context", type=int, default=0)
     parser.add_argument("--steps", type=int, default=0)
     parser.add_argument("--notebook", action="store_true")
     parser.add_argument("script")

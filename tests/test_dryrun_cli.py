@@ -1,0 +1,120 @@
+"""`python -m vramguard dryrun` on input it cannot run: one line on
+stderr, status 2, before anything starts (no PyTorch, no phantom needed)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from vramguard._dryrun import DryRunInputError, parse_allocators, parse_sweep
+
+
+def dryrun(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "vramguard", "dryrun", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=60)
+
+
+def check_refused(proc, said):
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("vramguard: "), proc.stderr
+    assert said in proc.stderr, proc.stderr
+    assert proc.stdout == ""
+
+
+@pytest.fixture
+def script(tmp_path):
+    (tmp_path / "train.py").write_text("print('never run')\n")
+    return tmp_path
+
+
+def test_an_unknown_gpu_names_the_presets(script):
+    check_refused(dryrun("--gpu", "T5", "train.py", cwd=script), "unknown GPU 'T5': one of T4, L4")
+
+
+def test_a_missing_script_is_named(tmp_path):
+    check_refused(dryrun("--gpu", "T4", "nothere.py", "--batch", "8", cwd=tmp_path),
+                  "nothere.py: No such file or directory")
+
+
+def test_no_script_at_all(tmp_path):
+    check_refused(dryrun("--gpu", "T4", cwd=tmp_path), "no script given")
+
+
+def test_a_directory_is_not_a_script(tmp_path):
+    (tmp_path / "models").mkdir()
+    check_refused(dryrun("models", cwd=tmp_path), "models: is a directory, not a script")
+
+
+def test_a_broken_notebook_is_refused(tmp_path):
+    (tmp_path / "nb.ipynb").write_text("{not json")
+    check_refused(dryrun("nb.ipynb", cwd=tmp_path), "nb.ipynb: not a Jupyter notebook")
+
+
+@pytest.mark.parametrize("sweep, said", [
+    ("BATCH", "expected NAME=V1,V2,..."),
+    ("BATCH=", "expected NAME=V1,V2,..."),
+    ("BATCH=1,x,4", "'x' is not a whole number above 0"),
+    ("BATCH=0,1", "'0' is not a whole number above 0"),
+    ("BATCH=4,2", "the values must increase"),
+    ("1BATCH=1,2", "expected NAME=V1,V2,..."),
+])
+def test_bad_sweep_syntax(script, sweep, said):
+    check_refused(dryrun("--sweep", sweep, "train.py", cwd=script), said)
+
+
+def test_an_unknown_allocator(script):
+    check_refused(dryrun("--allocator", "native,cudaMallocAsync", "train.py", cwd=script),
+                  "unknown allocator 'cudamallocasync': choose from native, expandable, vramguard")
+
+
+def test_min_memory_and_sweep_do_not_combine(script):
+    check_refused(dryrun("--min-memory", "--sweep", "BATCH=1,2", "train.py", cwd=script),
+                  "--min-memory and --sweep cannot be combined")
+
+
+def test_a_bad_memory_size(script):
+    check_refused(dryrun("--memory", "lots", "train.py", cwd=script), "--memory 'lots'")
+
+
+def test_a_device_smaller_than_its_context(script):
+    check_refused(dryrun("--memory", "100MiB", "train.py", cwd=script), "leaves nothing beside the CUDA context")
+
+
+def test_parsers():
+    assert parse_sweep("BATCH=1,2,4,8,16") == ("BATCH", [1, 2, 4, 8, 16])
+    assert parse_sweep(" seq_len = 128 , 256 ".replace(" = ", "=")) == ("seq_len", [128, 256])
+    assert parse_allocators("vramguard, native,vramguard") == ("vramguard", "native")
+    assert parse_allocators(["Expandable"]) == ("expandable",)
+    with pytest.raises(DryRunInputError):
+        parse_allocators("")
+
+
+def test_install_kernel_refuses_an_unknown_gpu(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "vramguard", "install-kernel", "--gpu", "T5",
+                           "--prefix", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    check_refused(proc, "unknown GPU 'T5'")
+    proc = subprocess.run([sys.executable, "-m", "vramguard", "install-kernel", "--prefix", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    check_refused(proc, "--gpu is required")
+
+
+def test_install_kernel_writes_and_removes_a_kernelspec(tmp_path):
+    """Where the phantom's libraries are not built the install says so in
+    one line; where they are, kernel.json carries the phantom's variables."""
+    proc = subprocess.run([sys.executable, "-m", "vramguard", "install-kernel", "--gpu", "t4",
+                           "--prefix", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    spec_dir = tmp_path / "share" / "jupyter" / "kernels" / "vramguard-phantom-t4"
+    if proc.returncode == 2:
+        assert "phantom GPU is not built" in proc.stderr, proc.stderr
+        return
+    assert proc.returncode == 0, proc.stderr
+    spec = json.loads((spec_dir / "kernel.json").read_text())
+    assert spec["display_name"] == "Python 3 (phantom T4)"
+    assert spec["env"]["VG_FAKECUDA_PHANTOM"] == "1" and "libcudart" in spec["env"]["LD_PRELOAD"]
+    assert spec["env"]["VG_FAKECUDA_MEM"] == "15828320256"
+    assert spec["argv"][:3] == [sys.executable, "-m", "ipykernel_launcher"]
+    proc = subprocess.run([sys.executable, "-m", "vramguard", "install-kernel", "--remove", "--gpu", "T4",
+                           "--prefix", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert not spec_dir.exists()

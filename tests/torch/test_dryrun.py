@@ -1,0 +1,362 @@
+"""`python -m vramguard dryrun` and vramguard.dryrun() end to end: the real
+PyTorch in children on the phantom GPU (csrc/phantom), once per allocator.
+
+The scripts here allocate with torch.empty and elementwise ops, which the
+phantom runs whatever the state of its cuBLAS and cuDNN; the model-based
+cases (examples/) wait for matmul on the phantom and skip until then. Each
+case keeps its runs few and small: a child costs about two seconds (its
+PyTorch import), so the allocators a case does not need are left out and
+the devices are small (--memory).
+"""
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from hookrun import SHARED_CACHE
+from test_fakecuda_torch import preload
+
+pytestmark = pytest.mark.torch
+
+ROOT = Path(__file__).resolve().parents[2]
+MiB = 1 << 20
+GiB = 1 << 30
+CONTEXT = 400 * MiB  # what a dry run's CUDA context holds by default
+
+
+def _env():
+    preload()  # fails the test, saying how to build it, when the phantom is not built
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("VRAMGUARD_")}
+    env["XDG_CACHE_HOME"] = str(SHARED_CACHE)  # the out-of-memory shim, built once
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python")] + [p for p in env.get("PYTHONPATH", "").split(
+        os.pathsep) if p])
+    return env
+
+
+def write(tmp_path, name, code):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(code))
+    return path
+
+
+def dryrun(tmp_path, *args, expect=None):
+    """Runs the CLI with --json in tmp_path; returns (the object, stderr)."""
+    proc = subprocess.run([sys.executable, "-m", "vramguard", "dryrun", "--json", "--out", str(tmp_path / "out"),
+                           *args], capture_output=True, text=True, cwd=tmp_path, env=_env(), timeout=300)
+    if expect is not None:
+        assert proc.returncode == expect, f"exit {proc.returncode}\n{proc.stdout}{proc.stderr}"
+    assert proc.stdout.count("\n") == 1, proc.stdout + proc.stderr  # one JSON object, nothing else
+    return json.loads(proc.stdout), proc.stderr
+
+
+def report(result):
+    from vramguard._dryrun import format_report
+
+    return format_report(result)
+
+
+# ------------------------------------------------------------------ the flow
+
+
+def test_a_script_end_to_end(tmp_path):
+    """torch.empty and elementwise ops: the same peak allocated to the byte
+    under the three allocators, the JSON's keys, the script's arguments and
+    output passed through, a snapshot per run, the table."""
+    write(tmp_path, "train.py", """
+        import sys, torch
+        MiB = 1 << 20
+        n = int(sys.argv[2])
+        w = torch.empty(n * MiB, dtype=torch.uint8, device="cuda")
+        x = torch.zeros(3 * MiB + 100, device="cuda") + 1        # an elementwise op
+        del x
+        y = torch.empty(7 * MiB, dtype=torch.uint8, device="cuda")
+        print("hello from the script", sys.argv[1:])
+    """)
+    result, stderr = dryrun(tmp_path, "--gpu", "T4", "--memory", "1GiB", "train.py", "--size", "96", expect=0)
+    assert result["gpu"] == "T4" and result["torch"].startswith("2.")
+    assert result["host_peak_rss_bytes"] > 0 and result["fits"] is True
+    peaks = set()
+    for name in ("native", "expandable", "vramguard"):
+        run = result[name]
+        assert run["fits"] is True and run["first_oom"] is None and run["exit_status"] == 0, run
+        assert run["peak_reserved_bytes"] >= run["peak_allocated_bytes"] > 96 * MiB
+        assert run["context_bytes"] == CONTEXT
+        peaks.add(run["peak_allocated_bytes"])
+        assert Path(run["snapshot"]).is_file()
+        assert f"[{name}] hello from the script ['--size', '96']" in stderr
+    assert len(peaks) == 1, peaks  # to the byte
+    # 96 MiB + the zeros (12 MiB + 400 bytes, 512-rounded) + its +1 result
+    assert peaks == {96 * MiB + 2 * (12 * MiB + 512)}
+    with open(result["native"]["snapshot"], "rb") as f:
+        snap = pickle.load(f)
+    assert any(e["action"] == "alloc" for e in snap["device_traces"][0])
+    text = report(result)
+    assert "native" in text and "Fits on a T4 of 1.00 GiB with every allocator tried." in text
+    assert "120.00 MiB" in text
+
+
+def test_the_python_api_returns_a_result_with_html(tmp_path, monkeypatch):
+    import io
+
+    import vramguard
+
+    for key, value in _env().items():
+        monkeypatch.setenv(key, value)
+    write(tmp_path, "s.py", """
+        import torch
+        x = torch.empty(10 << 20, dtype=torch.uint8, device="cuda")
+        print("printed")
+    """)
+    out, err = io.StringIO(), io.StringIO()
+    result = vramguard.dryrun(str(tmp_path / "s.py"), gpu="T4", allocators="native", memory="1GiB",
+                              out=str(tmp_path / "out"), stdout=out, stderr=err)
+    assert isinstance(result, vramguard.DryRunResult)
+    assert result.fits is True and result.native["peak_allocated_bytes"] == 10 * MiB
+    assert result["native"] is result.native and "vramguard" not in result
+    assert "[native] printed" in out.getvalue() and "native: running" in err.getvalue()
+    html = result._repr_html_()
+    assert "<table" in html and "10.00 MiB" in html and "FITS" in html
+    assert str(result).startswith("vramguard dryrun: ")
+
+
+def test_a_notebook(tmp_path):
+    """Code cells in order, magics and shell lines left out with a note, the
+    out-of-memory named by cell and line."""
+    cells = [
+        "%matplotlib inline\nimport torch\nMiB = 1 << 20",
+        "!nvidia-smi\nx = torch.empty(100 * MiB, dtype=torch.uint8, device='cuda')\nprint('cell 2 ran')",
+        "%%bash\necho never",
+        "def more():\n    return torch.empty(2 << 30, dtype=torch.uint8, device='cuda')\ny = more()",
+    ]
+    nb = {"cells": [{"cell_type": "markdown", "source": ["# a title"], "metadata": {}}]
+          + [{"cell_type": "code", "source": c.splitlines(True), "metadata": {}, "outputs": [],
+              "execution_count": None} for c in cells],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (tmp_path / "nb.ipynb").write_text(json.dumps(nb))
+    result, stderr = dryrun(tmp_path, "--memory", "1GiB", "--allocator", "native,vramguard", "--no-snapshot",
+                            "nb.ipynb", expect=1)
+    for name in ("native", "vramguard"):
+        run = result[name]
+        assert run["fits"] is False and run["peak_allocated_bytes"] == 100 * MiB
+        assert run["first_oom"]["line"] == "nb.ipynb[cell 4]:2", run["first_oom"]
+        assert run["first_oom"]["request_bytes"] == 2 * GiB
+        assert f"[{name}] cell 2 ran" in stderr
+        assert "cell 1, line 1: %matplotlib inline; cell 2, line 1: !nvidia-smi; cell 3: %%bash cell skipped" \
+            in stderr
+    assert "never" not in stderr
+
+
+def test_a_sweep_keeps_the_largest_batch_that_fits(tmp_path):
+    """64 MiB + BATCH x 200 MiB on a 1 GiB device whose context holds
+    400 MiB: 624 MiB free, so BATCH=2 fits (464 MiB) and 3 (664 MiB) does
+    not; 4 is never tried."""
+    write(tmp_path, "sweep.py", """
+        import os, sys, torch
+        MiB = 1 << 20
+        batch = int(sys.argv[2]) if len(sys.argv) > 2 else int(os.environ["BATCH"])
+        print("batch", batch)
+        w = torch.empty(64 * MiB, dtype=torch.uint8, device="cuda")
+        act = torch.empty(batch * 200 * MiB, dtype=torch.uint8, device="cuda")
+    """)
+    result, stderr = dryrun(tmp_path, "--memory", "1GiB", "--allocator", "native,vramguard", "--no-snapshot",
+                            "--sweep", "BATCH=1,2,3,4", "sweep.py", "--batch", "{BATCH}", expect=0)
+    assert result["sweep"] == {"name": "BATCH", "values": [1, 2, 3, 4]}
+    for name in ("native", "vramguard"):
+        run = result[name]
+        assert run["largest_batch"] == 2 and run["fits"] is True
+        assert [s["value"] for s in run["sweep"]] == [1, 2, 3]
+        assert [s["fits"] for s in run["sweep"]] == [True, True, False]
+        assert run["peak_allocated_bytes"] == 464 * MiB
+        assert run["first_oom"]["line"] == "sweep.py:7" and run["first_oom"]["request_bytes"] == 600 * MiB
+        assert run["first_oom"]["value"] == 3
+        assert f"[{name} BATCH=3] batch 3" in stderr and "batch 4" not in stderr
+    assert "largest BATCH" in report(result)
+
+
+def test_a_sweep_sets_the_variable_when_no_argument_names_it(tmp_path):
+    write(tmp_path, "sweep.py", """
+        import os, torch
+        act = torch.empty(int(os.environ["BATCH"]) * (300 << 20), dtype=torch.uint8, device="cuda")
+    """)
+    result, _ = dryrun(tmp_path, "--memory", "1GiB", "--allocator", "native", "--no-snapshot",
+                       "--sweep", "BATCH=1,2,3", "sweep.py", expect=0)
+    assert result["native"]["largest_batch"] == 2
+
+
+def test_an_out_of_memory_names_the_line_and_the_request(tmp_path):
+    write(tmp_path, "oom.py", """
+        import torch
+        GiB = 1 << 30
+
+        def grow(n):
+            return [torch.empty(GiB // 2, dtype=torch.uint8, device="cuda") for _ in range(n)]
+
+        keep = grow(2)
+        big = torch.empty(GiB, dtype=torch.uint8, device="cuda")
+    """)
+    result, stderr = dryrun(tmp_path, "--memory", "2GiB", "--no-snapshot", "oom.py", expect=1)
+    assert result["fits"] is False
+    for name in ("native", "expandable", "vramguard"):
+        run = result[name]
+        assert run["fits"] is False and run["exit_status"] == 1 and run["error"] is None
+        assert run["first_oom"]["line"] == "oom.py:9", run["first_oom"]
+        assert run["first_oom"]["request_bytes"] == GiB
+        assert "out of memory" in run["first_oom"]["message"].lower()
+        assert run["peak_allocated_bytes"] == GiB
+    text = report(result)
+    assert "oom.py:9 (1.00 GiB)" in text and "Does not fit on a T4 of 2.00 GiB with any allocator tried." in text
+
+
+def test_a_crashing_script_passes_its_error_and_status_through(tmp_path):
+    write(tmp_path, "crash.py", """
+        import torch
+        x = torch.empty(1 << 20, device="cuda")
+
+        def step():
+            raise ValueError("the data loader broke")
+
+        step()
+    """)
+    result, stderr = dryrun(tmp_path, "--allocator", "native", "--no-snapshot", "crash.py", expect=1)
+    run = result["native"]
+    assert run["error"] == "ValueError: the data loader broke" and run["exit_status"] == 1
+    assert run["fits"] is None and run["first_oom"] is None and run["peak_allocated_bytes"] == 4 * MiB
+    assert "Traceback (most recent call last)" in stderr and 'crash.py", line 6, in step' in stderr
+    assert "_dryrun_child" not in stderr and "runpy" not in stderr  # the runner's frames are left out
+    assert "the script failed: ValueError: the data loader broke (exit status 1)" in report(result)
+    write(tmp_path, "exits.py", """
+        import sys, torch
+        x = torch.empty(1 << 20, device="cuda")
+        sys.exit(3)
+    """)
+    result, _ = dryrun(tmp_path, "--allocator", "native", "--no-snapshot", "exits.py", expect=3)
+    assert result["native"]["exit_status"] == 3 and result["native"]["fits"] is None
+
+
+def test_reading_device_values_adds_the_note(tmp_path):
+    write(tmp_path, "reads.py", """
+        import torch
+        x = torch.ones(4, device="cuda") * 3
+        if x.sum().item() > 0:                 # zeros on a phantom: not taken
+            y = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    """)
+    result, _ = dryrun(tmp_path, "--allocator", "native", "--no-snapshot", "reads.py", expect=0)
+    if result["native"]["d2h_reads"] is None:
+        pytest.skip("this phantom counts no device-to-host reads (vg_fakecuda_d2h_reads)")
+    assert result["native"]["d2h_reads"] >= 1 and result["d2h_reads"] >= 1
+    assert result["native"]["peak_allocated_bytes"] < 1 << 20  # the branch a real run takes was not
+    assert ("values read back from a phantom device are zeros; data-dependent shapes and control flow may "
+            "differ from a real run") in report(result)
+
+
+def test_min_memory_of_a_known_sequence(tmp_path):
+    """30 MiB, freed, then 40 MiB: PyTorch's cache holds 70 MiB at the
+    peak, but on a smaller device its out-of-memory path frees the cached
+    30 MiB and retries, so the smallest device is the context + 40 MiB,
+    rounded up to 16 MiB: 448 MiB, for both allocators."""
+    write(tmp_path, "seq.py", """
+        import torch
+        MiB = 1 << 20
+        a = torch.empty(30 * MiB, dtype=torch.uint8, device="cuda")
+        del a
+        b = torch.empty(40 * MiB, dtype=torch.uint8, device="cuda")
+    """)
+    result, stderr = dryrun(tmp_path, "--memory", "2GiB", "--allocator", "native,vramguard", "--no-snapshot",
+                            "--min-memory", "seq.py", expect=0)
+    assert result["native"]["peak_reserved_bytes"] == 70 * MiB
+    for name in ("native", "vramguard"):
+        assert result[name]["min_memory_bytes"] == 448 * MiB, (name, result[name])
+    assert "Smallest device: 448.00 MiB" in report(result)
+
+
+def _gone(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            state = next(line for line in f if line.startswith("State:"))
+    except (FileNotFoundError, StopIteration):
+        return True
+    return "Z" in state.split()[1]  # a zombie left to init: dead
+
+
+def test_ctrl_c_ends_the_run_and_its_children(tmp_path):
+    write(tmp_path, "slow.py", """
+        import os, subprocess, time, torch
+        x = torch.empty(1 << 20, device="cuda")
+        p = subprocess.Popen(["sleep", "60"])
+        print("pids", os.getpid(), p.pid, flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-m", "vramguard", "dryrun", "--no-snapshot", "--allocator", "native",
+                             "slow.py"], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("[native] pids"), line + proc.stderr.read()
+        pids = [int(p) for p in line.split()[2:]]
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert time.monotonic() - started < 10
+    assert "vramguard: interrupted" in err and "Traceback" not in err
+    deadline = time.monotonic() + 5
+    while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(_gone(p) for p in pids), pids
+
+
+# ------------------------------------------------------------------ models (they need matmul)
+
+_matmul = {}
+
+
+def matmul_works():
+    """Whether the phantom runs a cuBLAS matmul (its stand-in landed)."""
+    if "ok" not in _matmul:
+        from vramguard._phantom import environ
+
+        env = dict(_env(), **environ("T4"))
+        proc = subprocess.run([sys.executable, "-c", "import torch; a = torch.ones(8, 8, device='cuda'); "
+                               "(a @ a).sum(); torch.cuda.synchronize()"],
+                              capture_output=True, text=True, env=env, timeout=120)
+        _matmul["ok"] = proc.returncode == 0
+    return _matmul["ok"]
+
+
+@pytest.fixture
+def needs_matmul():
+    if not matmul_works():
+        pytest.skip("the phantom has no cuBLAS yet: matmuls fail (CUBLAS_STATUS_NOT_INITIALIZED)")
+
+
+def test_the_mlp_example(tmp_path, needs_matmul):
+    result, stderr = dryrun(tmp_path, "--no-snapshot", "--allocator", "native,vramguard", "--steps", "2",
+                            str(ROOT / "examples" / "train_mlp.py"), "--batch", "64", "--hidden", "1024",
+                            expect=0)
+    for name in ("native", "vramguard"):
+        run = result[name]
+        assert run["fits"] is True and run["steps"] == 2 and run["peak_allocated_bytes"] > 50 * MiB
+        assert "vramguard dryrun: step 2" in stderr
+    assert result["native"]["peak_allocated_bytes"] == result["vramguard"]["peak_allocated_bytes"]
+    assert "values read back from a phantom device are zeros" in report(result)  # loss.item()
+
+
+def test_the_gpt2_example(tmp_path, needs_matmul):
+    pytest.importorskip("transformers")
+    result, stderr = dryrun(tmp_path, "--no-snapshot", "--allocator", "vramguard",
+                            str(ROOT / "examples" / "train_gpt2.py"), "--batch", "2", "--seq", "128",
+                            "--layers", "2", "--embd", "128", "--steps", "2", expect=0)
+    run = result["vramguard"]
+    assert run["fits"] is True and run["steps"] == 2 and run["peak_allocated_bytes"] > 10 * MiB
+    assert run["compiled"]["torch_compile"] is False
