@@ -102,7 +102,8 @@ def _dryrun(args):
         result = dryrun(args.script, *script_args, gpu=args.gpu, allocators=args.allocator,
                         memory=args.memory, min_memory=args.min_memory, sweep=args.sweep, out=args.out,
                         steps=args.steps, context=args.context, snapshot=not args.no_snapshot,
-                        echo=not args.quiet, stdout=echo_to, stderr=sys.stderr, jobs=args.jobs)
+                        echo=not args.quiet, stdout=echo_to, stderr=sys.stderr, jobs=args.jobs,
+                        no_compile=args.no_compile)
     except PhantomUnavailable as exc:
         raise BadInput(str(exc)) from None
     if args.json:
@@ -192,6 +193,9 @@ def main(argv=None):
                      help="allocators run at once (default: one per two cores, at most three)")
     dry.add_argument("--out", help="directory for the memory snapshots, logs and results "
                                    "(default: a new temporary one, named in the report)")
+    dry.add_argument("--no-compile", action="store_true",
+                     help="turn torch.compile off (TORCH_COMPILE_DISABLE=1): a phantom cannot build Triton "
+                          "kernels, so a script that compiles measures eager mode instead")
     dry.add_argument("--no-snapshot", action="store_true", help="record no memory history (faster)")
     dry.add_argument("--quiet", action="store_true", help="do not pass the script's output through "
                                                           "(it is still in the logs)")

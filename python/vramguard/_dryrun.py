@@ -434,9 +434,14 @@ def _notes(result):
     reads = [r.get("d2h_reads") for r in runs if r.get("d2h_reads") is not None]
     if reads and max(reads) > 0:
         notes.append(f"The program read device values back {max(reads):,} times: {READS_NOTE}.")
-    if any((r.get("compiled") or {}).get("torch_compile") for r in runs):
-        notes.append("torch.compile was used: its Triton kernels are not run on a phantom, and a compiled "
-                     "graph's memory may differ from the card's (autotuning, its workspace).")
+    if result.get("no_compile"):
+        notes.append("torch.compile was turned off (--no-compile): the figures are eager mode's, usually "
+                     "more than a compiled model's (no fusion).")
+    elif any((r.get("compiled") or {}).get("torch_compile") for r in runs):
+        failed = any(r.get("error") for r in runs)
+        notes.append("torch.compile was used: a phantom cannot build its Triton kernels"
+                     + ("; run again with --no-compile for eager mode's figures (an upper bound, usually)."
+                        if failed else ", and a compiled graph's memory may differ from the card's."))
     exts = sorted({e for r in runs for e in (r.get("extensions") or [])})
     if exts:
         notes.append(f"Custom CUDA extensions loaded: {', '.join(exts)}: their kernels compute nothing "
@@ -507,6 +512,7 @@ class _Runner:
         self.stdout, self.stderr = stdout, stderr
         self.environ = environ
         self.live = _Live()
+        self.extra_env = {}
         self.environ(gpu.name, memory)  # the phantom's libraries exist, said before any run
 
     def say(self, text):
@@ -518,6 +524,7 @@ class _Runner:
     def run(self, allocator, label, memory=None, args=None, extra_env=None, snapshot=None):
         env = dict(self.environ(self.gpu.name, memory or self.memory))
         env["VG_FAKECUDA_CONTEXT"] = str(int(self.context))  # held from the start, as by a real context
+        env.update(self.extra_env)
         if allocator == "expandable":
             env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
         env.update(extra_env or {})
@@ -589,7 +596,7 @@ class _Runner:
 
 def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memory=False, sweep=None,
            out=None, steps=None, context=CONTEXT_ALLOWANCE, snapshot=True, echo=True, stdout=None,
-           stderr=None, jobs=None):
+           stderr=None, jobs=None, no_compile=False):
     """Run `script` with `args` on a phantom `gpu` once per allocator and
     return a DryRunResult: per allocator its peak allocated and reserved
     bytes, whether it fits, its first out-of-memory (line and request).
@@ -605,7 +612,9 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     stop each run after that many optimizer steps. context: the bytes the
     CUDA context holds on the device (default 400 MiB, as on a real card).
     echo: pass the script's output through (prefixed by its run). jobs:
-    allocators run at once (default: one per two cores, at most three)."""
+    allocators run at once (default: one per two cores, at most three).
+    no_compile: torch.compile off (TORCH_COMPILE_DISABLE=1), for scripts
+    that use it: a phantom cannot build Triton kernels."""
     allocators = parse_allocators(allocators)
     preset = _check_gpu(gpu)
     sweep_spec = parse_sweep(sweep) if sweep is not None else None
@@ -634,9 +643,12 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     stderr = sys.stderr if stderr is None else stderr
     runner = _Runner(script, args, preset, device, context, steps, snapshot, echo, out_dir,
                      script.endswith(".ipynb"), stdout, stderr)
+    if no_compile:
+        runner.extra_env["TORCH_COMPILE_DISABLE"] = "1"
     result = DryRunResult(gpu=preset.name, device_bytes=device, context_bytes=context, script=script,
                           args=[str(a) for a in args], out_dir=out_dir, steps=steps,
-                          allocators=list(allocators), min_memory=bool(min_memory))
+                          allocators=list(allocators), min_memory=bool(min_memory),
+                          no_compile=bool(no_compile))
     if sweep_spec:
         result["sweep"] = {"name": sweep_spec[0], "values": sweep_spec[1]}
     started = time.monotonic()
