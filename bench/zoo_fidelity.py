@@ -15,6 +15,7 @@ allocation sequences change between releases.
 """
 import argparse
 import glob
+import gzip
 import json
 import os
 import subprocess
@@ -26,11 +27,15 @@ ROOT = os.path.dirname(HERE)
 
 
 def load(directory):
-    """{(model, allocator): result} of the JSON files in `directory`."""
+    """{(model, allocator): result} of the JSON files in `directory`
+    (gzipped or not)."""
     results = {}
-    for path in sorted(glob.glob(os.path.join(directory, "*.json"))):
-        with open(path) as f:
+    paths = glob.glob(os.path.join(directory, "*.json")) + glob.glob(os.path.join(directory, "*.json.gz"))
+    for path in sorted(paths):
+        with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
             r = json.load(f)
+        if not isinstance(r, dict) or "model" not in r:  # another result kept beside them
+            continue
         results[(r["model"], r["allocator"])] = r
     return results
 
