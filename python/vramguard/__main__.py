@@ -24,7 +24,6 @@ import os
 import stat
 import sys
 
-from ._presets import CONTEXT_ALLOWANCE
 from ._report import POLICIES
 from ._units import parse_budget, parse_size
 
@@ -187,8 +186,8 @@ def main(argv=None):
                      help="e.g. BATCH=1,2,4,8: each value replaces {BATCH} in ARGS (or is the variable "
                           "BATCH when no argument has it), in order until one does not fit")
     dry.add_argument("--steps", type=_positive_int, help="stop each run after this many optimizer steps")
-    dry.add_argument("--context", default=str(CONTEXT_ALLOWANCE),
-                     help="device memory the CUDA context holds (default 400MiB, as on a real card)")
+    dry.add_argument("--context", help="device memory the CUDA context holds (default: the card's, "
+                                       "400MiB unless measured)")
     dry.add_argument("--jobs", type=_positive_int,
                      help="allocators run at once (default: one per two cores, at most three)")
     dry.add_argument("--out", help="directory for the memory snapshots, logs and results "

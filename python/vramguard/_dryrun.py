@@ -28,7 +28,7 @@ import threading
 import time
 
 from ._core import format_size
-from ._presets import CONTEXT_ALLOWANCE, PRESETS, find_preset, preset_names
+from ._presets import PRESETS, find_preset, preset_names
 
 __all__ = ["ALLOCATORS", "DryRunResult", "dryrun", "format_report", "parse_allocators", "parse_sweep"]
 
@@ -39,6 +39,10 @@ GRANULE = 16 << 20
 KILL_GRACE_S = 2.0
 READS_NOTE = ("values read back from a phantom device are zeros; data-dependent shapes and control "
               "flow may differ from a real run")
+#: Errors that say the phantom lacks a library, not that the script is wrong.
+_PHANTOM_GAPS = (("CUDNN_STATUS_NOT_INITIALIZED", "cuDNN"), ("CUBLAS_STATUS_NOT_INITIALIZED", "cuBLAS"),
+                 ("CUFFT_", "cuFFT"), ("CURAND_STATUS", "cuRAND"), ("CUSOLVER_STATUS", "cuSOLVER"),
+                 ("CUSPARSE_STATUS", "cuSPARSE"))
 _SWEEP = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.+)$")
 
 
@@ -454,6 +458,10 @@ def _notes(result):
     for r in runs:
         if r.get("error"):
             notes.append(f"{r['allocator']}: the script failed: {r['error']} (exit status {r.get('exit_status')}).")
+    missing = sorted({lib for r in runs for key, lib in _PHANTOM_GAPS if key in (r.get("error") or "")})
+    if missing:
+        notes.append(f"That failure is the phantom's, not the script's: this build of the phantom GPU has no "
+                     f"stand-in for {_names(missing)}.")
     return notes
 
 
@@ -595,7 +603,7 @@ class _Runner:
 
 
 def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memory=False, sweep=None,
-           out=None, steps=None, context=CONTEXT_ALLOWANCE, snapshot=True, echo=True, stdout=None,
+           out=None, steps=None, context=None, snapshot=True, echo=True, stdout=None,
            stderr=None, jobs=None, no_compile=False):
     """Run `script` with `args` on a phantom `gpu` once per allocator and
     return a DryRunResult: per allocator its peak allocated and reserved
@@ -610,7 +618,8 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     argument has it), in order, until one does not fit. out: the directory
     for snapshots, logs and results (default: a new temporary one). steps:
     stop each run after that many optimizer steps. context: the bytes the
-    CUDA context holds on the device (default 400 MiB, as on a real card).
+    CUDA context holds on the device (default: the preset's, 400 MiB
+    unless measured on the card).
     echo: pass the script's output through (prefixed by its run). jobs:
     allocators run at once (default: one per two cores, at most three).
     no_compile: torch.compile off (TORCH_COMPILE_DISABLE=1), for scripts
@@ -622,7 +631,7 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
         raise DryRunInputError("--min-memory and --sweep cannot be combined: run --min-memory on one value")
     script = _check_script(script)
     device = _check_size(memory, "memory") if memory is not None else preset.total_bytes
-    context = _check_size(context, "context") if context is not None else 0
+    context = _check_size(context, "context") if context is not None else preset.context_bytes
     if device <= context:
         raise DryRunInputError(f"--memory {format_size(device)} leaves nothing beside the CUDA context's "
                                f"{format_size(context)}")
