@@ -20,7 +20,8 @@ def main():
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--layers", type=int, help="transformer blocks (default GPT-2's 12)")
-    parser.add_argument("--embd", type=int, help="embedding width (default GPT-2's 768)")
+    parser.add_argument("--embd", type=int,
+                        help="embedding width, a multiple of its 12 heads (default GPT-2's 768)")
     parser.add_argument("--checkpointing", action="store_true", help="gradient checkpointing")
     args = parser.parse_args()
 

@@ -78,7 +78,8 @@ def test_a_bad_memory_size(script):
 
 
 def test_a_device_smaller_than_its_context(script):
-    check_refused(dryrun("--memory", "100MiB", "train.py", cwd=script), "leaves nothing beside the CUDA context")
+    check_refused(dryrun("--memory", "100MiB", "train.py", cwd=script),
+                  "leaves nothing beside the CUDA context")
 
 
 def test_parsers():

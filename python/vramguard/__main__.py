@@ -202,7 +202,8 @@ def main(argv=None):
     dry.add_argument("script", nargs="?", help="a .py script or a .ipynb notebook")
     dry.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     dry.set_defaults(run=_dryrun)
-    ker = sub.add_parser("install-kernel", help="a Jupyter kernel whose GPU is a phantom (--remove: uninstall)")
+    ker = sub.add_parser("install-kernel",
+                         help="a Jupyter kernel whose GPU is a phantom (--remove: uninstall)")
     ker.add_argument("--gpu", help="the card (T4, L4, ...); with --remove, left out: every phantom kernel")
     ker.add_argument("--memory", help="the device's memory instead of the card's total")
     ker.add_argument("--allocator", default="native", choices=("native", "expandable"))

@@ -457,7 +457,8 @@ def _notes(result):
         notes.append(f"Each run stopped after {result.get('steps')} optimizer steps (--steps).")
     for r in runs:
         if r.get("error"):
-            notes.append(f"{r['allocator']}: the script failed: {r['error']} (exit status {r.get('exit_status')}).")
+            notes.append(f"{r['allocator']}: the script failed: {r['error']} "
+                         f"(exit status {r.get('exit_status')}).")
     missing = sorted({lib for r in runs for key, lib in _PHANTOM_GAPS if key in (r.get("error") or "")})
     if missing:
         notes.append(f"That failure is the phantom's, not the script's: this build of the phantom GPU has no "
@@ -484,7 +485,8 @@ def format_report(result):
     if rss:
         lines.append(f"Host memory: peak RSS {format_size(rss)} (the largest run's).")
     if result.get("out_dir"):
-        lines.append(f"Snapshots and logs (memory snapshots open at pytorch.org/memory_viz): {result['out_dir']}")
+        lines.append("Snapshots and logs (memory snapshots open at pytorch.org/memory_viz): "
+                     f"{result['out_dir']}")
     return "\n".join(lines)
 
 

@@ -27,6 +27,8 @@ def _spec(preset, memory=None, allocator="native"):
     from ._phantom import environ
 
     env = dict(environ(preset.name, memory))
+    # the CUDA context's share of the device, held from the start as on the card
+    env.setdefault("VG_FAKECUDA_CONTEXT", str(int(preset.context_bytes)))
     if allocator == "expandable":
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     return {

@@ -48,8 +48,8 @@ def write(tmp_path, name, code):
 
 def dryrun(tmp_path, *args, expect=None):
     """Runs the CLI with --json in tmp_path; returns (the object, stderr)."""
-    proc = subprocess.run([sys.executable, "-m", "vramguard", "dryrun", "--json", "--out", str(tmp_path / "out"),
-                           *args], capture_output=True, text=True, cwd=tmp_path, env=_env(), timeout=300)
+    cmd = [sys.executable, "-m", "vramguard", "dryrun", "--json", "--out", str(tmp_path / "out"), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=_env(), timeout=300)
     if expect is not None:
         assert proc.returncode == expect, f"exit {proc.returncode}\n{proc.stdout}{proc.stderr}"
     assert proc.stdout.count("\n") == 1, proc.stdout + proc.stderr  # one JSON object, nothing else
@@ -148,8 +148,8 @@ def test_a_notebook(tmp_path):
         assert run["first_oom"]["line"] == "nb.ipynb[cell 4]:2", run["first_oom"]
         assert run["first_oom"]["request_bytes"] == 2 * GiB
         assert f"[{name}] cell 2 ran" in stderr
-        assert "cell 1, line 1: %matplotlib inline; cell 2, line 1: !nvidia-smi; cell 3: %%bash cell skipped" \
-            in stderr
+        assert ("cell 1, line 1: %matplotlib inline; cell 2, line 1: !nvidia-smi; "
+                "cell 3: %%bash cell skipped") in stderr
     assert "never" not in stderr
 
 
@@ -211,7 +211,8 @@ def test_an_out_of_memory_names_the_line_and_the_request(tmp_path):
         assert "out of memory" in run["first_oom"]["message"].lower()
         assert run["peak_allocated_bytes"] == GiB
     text = report(result)
-    assert "oom.py:9 (1.00 GiB)" in text and "Does not fit on a T4 of 2.00 GiB with any allocator tried." in text
+    assert "oom.py:9 (1.00 GiB)" in text
+    assert "Does not fit on a T4 of 2.00 GiB with any allocator tried." in text
 
 
 def test_a_crashing_script_passes_its_error_and_status_through(tmp_path):
@@ -240,9 +241,10 @@ def test_a_crashing_script_passes_its_error_and_status_through(tmp_path):
     assert result["native"]["exit_status"] == 3 and result["native"]["fits"] is None
 
 
-def test_reading_device_values_adds_the_note(tmp_path):
+def test_reading_device_values_and_extensions_add_notes(tmp_path):
     write(tmp_path, "reads.py", """
-        import torch
+        import sys, types, torch
+        sys.modules["flash_attn"] = types.ModuleType("flash_attn")   # as if the library were loaded
         x = torch.ones(4, device="cuda") * 3
         if x.sum().item() > 0:                 # zeros on a phantom: not taken
             y = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
@@ -252,8 +254,11 @@ def test_reading_device_values_adds_the_note(tmp_path):
         pytest.skip("this phantom counts no device-to-host reads (vg_fakecuda_d2h_reads)")
     assert result["native"]["d2h_reads"] >= 1 and result["d2h_reads"] >= 1
     assert result["native"]["peak_allocated_bytes"] < 1 << 20  # the branch a real run takes was not
+    text = report(result)
     assert ("values read back from a phantom device are zeros; data-dependent shapes and control flow may "
-            "differ from a real run") in report(result)
+            "differ from a real run") in text
+    assert result["native"]["extensions"] == ["flash_attn"]
+    assert "Custom CUDA extensions loaded: flash_attn:" in text
 
 
 def test_min_memory_of_a_known_sequence(tmp_path):
@@ -293,8 +298,8 @@ def test_ctrl_c_ends_the_run_and_its_children(tmp_path):
         print("pids", os.getpid(), p.pid, flush=True)
         time.sleep(60)
     """)
-    proc = subprocess.Popen([sys.executable, "-m", "vramguard", "dryrun", "--no-snapshot", "--allocator", "native",
-                             "slow.py"], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+    cmd = [sys.executable, "-m", "vramguard", "dryrun", "--no-snapshot", "--allocator", "native", "slow.py"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
@@ -348,7 +353,10 @@ def test_the_mlp_example(tmp_path, needs_matmul):
         run = result[name]
         assert run["fits"] is True and run["steps"] == 2 and run["peak_allocated_bytes"] > 50 * MiB
         assert "vramguard dryrun: step 2" in stderr
-    assert result["native"]["peak_allocated_bytes"] == result["vramguard"]["peak_allocated_bytes"]
+    # the same tensors; PyTorch's allocator hands out a large block whole when
+    # what splitting it would leave is 1 MiB or less, so its blocks can be larger
+    native, ours = result["native"]["peak_allocated_bytes"], result["vramguard"]["peak_allocated_bytes"]
+    assert 0 <= native - ours <= 2 * MiB, (native, ours)
     assert "values read back from a phantom device are zeros" in report(result)  # loss.item()
 
 
@@ -356,7 +364,66 @@ def test_the_gpt2_example(tmp_path, needs_matmul):
     pytest.importorskip("transformers")
     result, stderr = dryrun(tmp_path, "--no-snapshot", "--allocator", "vramguard",
                             str(ROOT / "examples" / "train_gpt2.py"), "--batch", "2", "--seq", "128",
-                            "--layers", "2", "--embd", "128", "--steps", "2", expect=0)
+                            "--layers", "2", "--embd", "192", "--steps", "2", expect=0)
     run = result["vramguard"]
     assert run["fits"] is True and run["steps"] == 2 and run["peak_allocated_bytes"] > 10 * MiB
     assert run["compiled"]["torch_compile"] is False
+
+
+def test_a_caught_out_of_memory_still_counts(tmp_path):
+    """The script catches the error and goes on: the run does not fit, and
+    PyTorch's memory history names the line (vramguard's records no stack
+    for the failure, so its line is unknown)."""
+    write(tmp_path, "caught.py", """
+        import torch
+        try:
+            x = torch.empty(3 << 30, dtype=torch.uint8, device="cuda")
+        except torch.OutOfMemoryError:
+            print("caught it")
+        y = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+    """)
+    result, stderr = dryrun(tmp_path, "--memory", "2GiB", "--allocator", "native,vramguard", "caught.py",
+                            expect=1)
+    for name in ("native", "vramguard"):
+        run = result[name]
+        assert run["fits"] is False and run["exit_status"] == 0 and f"[{name}] caught it" in stderr
+        assert run["first_oom"]["caught"] is True and run["first_oom"]["request_bytes"] == 3 << 30
+    assert result["native"]["first_oom"]["line"] == "caught.py:4"
+    assert "caught.py:4 (3.00 GiB) caught" in report(result)
+
+
+def test_a_phantom_jupyter_kernel(tmp_path):
+    """install-kernel writes a kernelspec whose kernel runs on the phantom:
+    the card's name and total, the context's share taken; --remove."""
+    pytest.importorskip("ipykernel")
+    manager = pytest.importorskip("jupyter_client.manager")
+    prefix = tmp_path / "prefix"
+    cli = [sys.executable, "-m", "vramguard", "install-kernel", "--gpu", "T4", "--prefix", str(prefix)]
+    proc = subprocess.run(cli, capture_output=True, text=True, env=_env(), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    env = dict(_env(), JUPYTER_PATH=str(prefix / "share" / "jupyter"))
+    old = dict(os.environ)
+    os.environ.update(env)
+    try:
+        km, kc = manager.start_new_kernel(kernel_name="vramguard-phantom-t4")
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    out = []
+
+    def hook(msg):
+        if msg["msg_type"] in ("stream", "error"):
+            out.append(msg["content"].get("text") or msg["content"].get("evalue"))
+
+    try:
+        kc.execute_interactive("import torch; x = torch.empty(1 << 30, dtype=torch.uint8, device='cuda'); "
+                               "print(torch.cuda.get_device_name(0), *torch.cuda.mem_get_info())",
+                               output_hook=hook, timeout=120)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    total = 15_828_320_256
+    assert out == [f"Tesla T4 {total - CONTEXT - GiB} {total}\n"], out
+    proc = subprocess.run(cli + ["--remove"], capture_output=True, text=True, env=_env(), timeout=60)
+    assert proc.returncode == 0 and "removed" in proc.stdout, proc.stderr
+    assert not (prefix / "share" / "jupyter" / "kernels" / "vramguard-phantom-t4").exists()
