@@ -24,6 +24,7 @@ import os
 import stat
 import sys
 
+from ._presets import preset_names
 from ._report import POLICIES
 from ._units import parse_budget, parse_size
 
@@ -174,8 +175,7 @@ def main(argv=None):
                     "and reports each one's peak allocated and reserved memory, whether it fits, and its "
                     "first out-of-memory line. Exit status 0 when it fits with vramguard (or with every "
                     "allocator asked), 1 when not, 2 bad input, 130 Ctrl-C, else the script's own.")
-    dry.add_argument("--gpu", default="T4", help="the card: T4, L4, A100-40GB, A100-80GB, V100-16GB, "
-                                                 "H100-80GB (default T4)")
+    dry.add_argument("--gpu", default="T4", help=f"the card: {preset_names()} (default T4)")
     dry.add_argument("--allocator", default="native,expandable,vramguard",
                      help="comma-separated, of native (PyTorch's), expandable (PyTorch's with "
                           "expandable_segments:True), vramguard (default: all three)")
@@ -195,7 +195,9 @@ def main(argv=None):
     dry.add_argument("--no-compile", action="store_true",
                      help="turn torch.compile off (TORCH_COMPILE_DISABLE=1): a phantom cannot build Triton "
                           "kernels, so a script that compiles measures eager mode instead")
-    dry.add_argument("--no-snapshot", action="store_true", help="record no memory history (faster)")
+    dry.add_argument("--no-snapshot", action="store_true",
+                     help="record no memory history and write no snapshot (faster; an out-of-memory the "
+                          "script catches then has no line)")
     dry.add_argument("--quiet", action="store_true", help="do not pass the script's output through "
                                                           "(it is still in the logs)")
     dry.add_argument("--json", action="store_true", help="one JSON object on stdout instead of the table")
