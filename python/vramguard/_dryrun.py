@@ -401,6 +401,8 @@ def _verdict(result):
     gpu = _device(result)
     sweep = result.get("sweep")
     fit = [n for n, r in runs.items() if r.get("fits")]
+    oom = [n for n, r in runs.items() if r.get("fits") is False]
+    failed = [n for n, r in runs.items() if r.get("fits") is None]
     if sweep:
         lines = []
         for n, r in runs.items():
@@ -410,11 +412,15 @@ def _verdict(result):
     elif len(fit) == len(runs):
         head = f"Fits on a {gpu} with {'every allocator tried' if len(runs) > 1 else fit[0]}."
     elif fit:
-        head = f"Fits on a {gpu} with {_names(fit)}; not with {_names(n for n in runs if n not in fit)}."
-    elif any(r.get("fits") is False for r in runs.values()):
+        head = f"Fits on a {gpu} with {_names(fit)}" + (f"; not with {_names(oom)}" if oom else "") + "."
+    elif oom and not failed:
         head = f"Does not fit on a {gpu} with any allocator tried."
+    elif oom:
+        head = f"Does not fit on a {gpu} with {_names(oom)}."
     else:
         head = "The script failed before its end: whether it fits is not known."
+    if failed and (fit or oom):
+        head += f" With {_names(failed)} the script failed before its end (below)."
     out = [head]
     if result.get("min_memory"):
         sizes = {n: r.get("min_memory_bytes") for n, r in runs.items() if r.get("min_memory_bytes")}
@@ -452,6 +458,16 @@ def _notes(result):
                      "here, and memory they take outside PyTorch's allocator is not in the peaks above.")
     if runs and not any(r.get("used_cuda", True) for r in runs):
         notes.append("The script never used the GPU (torch.cuda was never initialised): nothing to measure.")
+    took_over = [r["allocator"] for r in runs if r.get("script_installed_vramguard")]
+    if took_over:
+        notes.append(f"The script calls vramguard.install() itself: the {_names(took_over)} "
+                     f"run{'s' if len(took_over) > 1 else ''} ran under vramguard too.")
+    expected = {"expandable": "expandable_segments:True"}
+    own = sorted({r.get("alloc_conf") for r in runs
+                  if r.get("alloc_conf") and r.get("alloc_conf") != expected.get(r["allocator"])})
+    if own:
+        notes.append(f"The script sets PYTORCH_CUDA_ALLOC_CONF itself ({'; '.join(own)}): the runs used its "
+                     "setting where it was made before CUDA started.")
     stopped = [r for r in runs if r.get("stopped_at_steps")]
     if stopped:
         notes.append(f"Each run stopped after {result.get('steps')} optimizer steps (--steps).")

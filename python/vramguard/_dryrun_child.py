@@ -208,12 +208,25 @@ class Run:
                 vramguard.start_recording(stacks=True, name="dryrun")
                 self.history = True
         elif self.opts.snapshot:
-            try:
-                torch.cuda.memory._record_memory_history(max_entries=HISTORY_ENTRIES, stacks="python")
-                self.history = True
-            except Exception as exc:  # an older PyTorch without stacks="python"
-                _say(f"memory history not recorded: {exc}")
+            # Started when CUDA starts, not now: recording makes PyTorch's
+            # allocator "used", and a script that calls vramguard.install()
+            # itself (or sets PYTORCH_CUDA_ALLOC_CONF) must still be able to.
+            lazy = getattr(torch.cuda, "_lazy_call", None)
+            if lazy is not None and not torch.cuda.is_initialized():
+                lazy(self.start_history)
+            else:
+                self.start_history()
         self.hook_steps()
+
+    def start_history(self):
+        torch = self.torch
+        if "vramguard" in sys.modules and sys.modules["vramguard"].is_installed():
+            return  # the script installed vramguard: PyTorch's history is refused under it
+        try:
+            torch.cuda.memory._record_memory_history(max_entries=HISTORY_ENTRIES, stacks="python")
+            self.history = True
+        except Exception as exc:  # an older PyTorch without stacks="python"
+            _say(f"memory history not recorded: {exc}")
 
     def hook_steps(self):
         """A line on stderr per optimizer step (the first three, then every
@@ -388,6 +401,10 @@ class Run:
             "host_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "snapshot": None,
             "compiled": _compiled(),
+            # what the script changed itself: its own vramguard.install(), its own allocator settings
+            "script_installed_vramguard": (self.opts.allocator != "vramguard" and "vramguard" in sys.modules
+                                           and sys.modules["vramguard"].is_installed()),
+            "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or None,
             "extensions": sorted(m for m in EXTENSIONS if m in sys.modules),
             "torch": torch.__version__,
             "elapsed_s": round(time.monotonic() - started, 3),

@@ -416,3 +416,19 @@ def test_a_phantom_jupyter_kernel(tmp_path):
     proc = subprocess.run(cli + ["--remove"], capture_output=True, text=True, env=_env(), timeout=60)
     assert proc.returncode == 0 and "removed" in proc.stdout, proc.stderr
     assert not (prefix / "share" / "jupyter" / "kernels" / "vramguard-phantom-t4").exists()
+
+
+def test_a_script_that_installs_vramguard_itself(tmp_path):
+    """The native run's memory history waits for CUDA to start, so the
+    script's own vramguard.install() still works there, and the report says
+    that run was vramguard's."""
+    write(tmp_path, "own.py", """
+        import torch, vramguard
+        vramguard.install()
+        x = torch.empty(100 << 20, dtype=torch.uint8, device="cuda")
+        print(vramguard.summary().splitlines()[0])
+    """)
+    result, stderr = dryrun(tmp_path, "--memory", "1GiB", "--allocator", "native", "own.py", expect=0)
+    run = result["native"]
+    assert run["fits"] is True and run["peak_allocated_bytes"] == 100 * MiB and run["script_installed_vramguard"]
+    assert "the native run ran under vramguard too" in report(result)
