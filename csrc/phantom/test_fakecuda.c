@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../c/harness.h"
+#include "../../tests/c/harness.h"
 #include "fakecuda.h"
 
 #define MiB (1ull << 20)
