@@ -20,8 +20,8 @@ FC_SRC = csrc/phantom
 FC_CFLAGS = -O2 -g -fPIC -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
             -Wstrict-prototypes -Wmissing-prototypes
 FC_CORE = core_devices core_attrs core_memory core_knobs core_errors
-FC_DRV = $(FC_CORE) drv_device drv_context drv_memory drv_vmm drv_entry
-FC_RT = rt_errors rt_device rt_memory rt_stream rt_module
+FC_DRV = $(FC_CORE) drv_device drv_context drv_memory drv_vmm drv_module drv_entry
+FC_RT = rt_errors rt_device rt_memory rt_stream rt_module rt_launch
 FC_HDRS = $(wildcard $(FC_SRC)/*.h) $(FC_SRC)/shim/crt/host_defines.h
 
 .PHONY: fakecuda fakecuda-libs test-fakecuda test-fakecuda-san check-torch
@@ -45,7 +45,7 @@ test-fakecuda-san:
 ifdef FAKECUDA_CONF
 include $(FAKECUDA_CONF)
 
-FC_INC = -I$(CUDA_INC) -I$(FC_SRC)/shim -I$(FC_SRC) -I$(FAKECUDA)
+FC_INC = -I$(CUDA_INC) -I$(FC_SRC)/shim -I$(FC_SRC) -I$(FAKECUDA) -Itests/c
 FC_RUNTIME = $(FAKECUDA)/libcudart.so.$(CUDA_MAJOR)
 FC_DRIVER = $(FAKECUDA)/libcuda.so.1
 FC_NVML = $(FAKECUDA)/libnvidia-ml.so.1
@@ -96,7 +96,7 @@ $(FC_NVML): $(FAKECUDA)/obj/nvml.o $(FC_SRC)/libnvidia-ml.map $(FC_DRIVER)
 	$(CC) -shared -o $@ -Wl,-soname,libnvidia-ml.so.1 -Wl,--version-script=$(FC_SRC)/libnvidia-ml.map \
 		-Wl,--no-undefined -Wl,-rpath,'$$ORIGIN' $(FAKECUDA)/obj/nvml.o -L$(FAKECUDA) -l:libcuda.so.1
 
-$(FAKECUDA)/test_fakecuda: $(FC_SRC)/test_fakecuda.c $(FC_HDRS) $(FC_RUNTIME) $(FC_DRIVER)
+$(FAKECUDA)/test_fakecuda: tests/c/test_fakecuda.c $(FC_HDRS) $(FC_RUNTIME) $(FC_DRIVER)
 	$(CC) $(FC_CFLAGS) $(FC_INC) -o $@ $< -Wl,-rpath,'$$ORIGIN' -L$(FAKECUDA) \
 		-l:libcudart.so.$(CUDA_MAJOR) -l:libcuda.so.1 -lpthread
 
