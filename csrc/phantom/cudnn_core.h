@@ -53,8 +53,11 @@ enum vgdnn_counted {
 /* Counts the call and traces it (VG_FAKECUDA_TRACE). */
 void vgdnn_count(enum vgdnn_counted which);
 
-/* Test knobs, exported (fakecuda.h documents them). */
+/* For tests, exported (README.md, "cuDNN"): calls of a counted function
+ * by name (-1 for another name), the stubs' calls, the backend descriptors
+ * alive (the user's and those they reference). */
 long vg_phantom_cudnn_calls(const char *name);
+long vg_phantom_cudnn_unsupported_calls(void);
 long vg_phantom_cudnn_live_descriptors(void);
 
 /* ---- errors ---------------------------------------------------------- */

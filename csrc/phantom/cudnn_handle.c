@@ -249,9 +249,17 @@ size_t vgdnn_workspace_bytes(void)
 /* A function the stand-in does not implement: one line on stderr the first
  * time each is called (`said` is the stub's own flag), counted with the
  * fake CUDA's stubs (vg_fakecuda_unsupported_calls, _last_unsupported). */
+static long unsupported_calls;
+
+long vg_phantom_cudnn_unsupported_calls(void)
+{
+    return __atomic_load_n(&unsupported_calls, __ATOMIC_RELAXED);
+}
+
 int vgdnn_unsupported(const char *name, int *said);
 int vgdnn_unsupported(const char *name, int *said)
 {
+    __atomic_add_fetch(&unsupported_calls, 1, __ATOMIC_RELAXED);
     vgfc_unsupported(name);
     if (!__atomic_exchange_n(said, 1, __ATOMIC_RELAXED))
         fprintf(stderr, "vramguard cuDNN stand-in: %s is not implemented "

@@ -23,7 +23,7 @@ FC_CFLAGS = -O2 -g -fPIC -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
 FC_CORE = core_devices core_attrs core_memory core_knobs core_errors
 FC_DRV = $(FC_CORE) drv_device drv_context drv_memory drv_vmm drv_module drv_entry
 FC_RT = rt_errors rt_device rt_memory rt_stream rt_module rt_launch
-FC_HDRS = $(wildcard $(FC_SRC)/*.h) $(FC_SRC)/shim/crt/host_defines.h
+FC_HDRS = $(filter-out $(FC_SRC)/cudnn_%,$(wildcard $(FC_SRC)/*.h)) $(FC_SRC)/shim/crt/host_defines.h
 
 .PHONY: fakecuda fakecuda-libs test-fakecuda test-fakecuda-san check-torch
 
@@ -124,6 +124,7 @@ FC_DNN_OBJ = $(FC_DNN:%=$(FAKECUDA)/obj/%.o)
 FC_CUDNN = $(FAKECUDA)/libcudnn.so.$(CUDNN_MAJOR)
 $(FC_DNN_OBJ): FC_INC += -I$(CUDNN_INC)
 $(FC_DNN_OBJ): FC_CFLAGS += -Wno-deprecated-declarations
+$(FC_DNN_OBJ): $(wildcard $(FC_SRC)/cudnn_*.h)
 $(FC_GEN)/cudnn_stubs_gen.c $(FC_GEN)/cudnn_status_gen.c $(FC_GEN)/libcudnn.map &: \
 		$(FC_DNN_OBJ) $(FC_SRC)/gen_fakecuda.py
 	@mkdir -p $(@D)

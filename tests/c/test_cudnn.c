@@ -24,6 +24,7 @@
 #define MiB (1ull << 20)
 
 long vg_phantom_cudnn_calls(const char *name);
+long vg_phantom_cudnn_unsupported_calls(void);
 long vg_phantom_cudnn_live_descriptors(void);
 
 static void *dev_alloc(size_t bytes)
@@ -65,10 +66,11 @@ static void test_handle_and_versions(void)
 static void test_stubs(void)
 {
     cudnnLRNDescriptor_t lrn;
-    long before = vg_fakecuda_unsupported_calls();
+    long before = vg_fakecuda_unsupported_calls(), own = vg_phantom_cudnn_unsupported_calls();
     CHECK_EQ(cudnnCreateLRNDescriptor(&lrn), CUDNN_STATUS_NOT_SUPPORTED);
     CHECK_EQ(cudnnCreateLRNDescriptor(&lrn), CUDNN_STATUS_NOT_SUPPORTED);
     CHECK_EQ(vg_fakecuda_unsupported_calls(), before + 2);
+    CHECK_EQ(vg_phantom_cudnn_unsupported_calls(), own + 2);
     CHECK(strcmp(vg_fakecuda_last_unsupported(), "cudnnCreateLRNDescriptor") == 0);
     char msg[256];
     cudnnGetLastErrorString(msg, sizeof msg);
