@@ -37,7 +37,8 @@ fakecuda:
 test-fakecuda: fakecuda
 	$(FAKECUDA)/test_fakecuda
 	$(FAKECUDA)/test_cuda_vmm
-	if [ -x $(FAKECUDA)/test_cudnn ]; then $(FAKECUDA)/test_cudnn; fi
+	test ! -e $(FAKECUDA)/test_cublas || $(FAKECUDA)/test_cublas
+	test ! -e $(FAKECUDA)/test_cudnn || $(FAKECUDA)/test_cudnn
 
 # The same, the fake built with AddressSanitizer and UBSan, in its own directory.
 test-fakecuda-san:
@@ -111,6 +112,56 @@ $(FAKECUDA)/test_cuda_vmm: tests/c/test_cuda_vmm.c $(LIB_SRC:csrc/%.c=$(BUILD)/$
 	$(CC) $(FLAGS_$(FC_VG_BUILD)) $(DEBUG) $(CWARN) $(INC) -I$(FC_SRC) -o $@ $< $(filter %.o,$^) \
 		-Wl,-rpath,'$$ORIGIN' -L$(FAKECUDA) -l:libcudart.so.$(CUDA_MAJOR) -l:libcuda.so.1 $(LIBS)
 
+# ---- cuBLAS and cuBLASLt stand-ins (README.md, "cuBLAS") -----------------
+# libcublas.so.N and libcublasLt.so.N, built when find_cuda.py found the
+# cuBLAS wheel: the hand-written entry points below, stubs for the rest of
+# what the real library exports and its version script (gen_cublas.py
+# library, from nm of the real one), and cuBLASLt's attribute sizes
+# (gen_cublas.py attrs, from cublasLt.h). Both link the fake runtime and
+# driver, found beside them ($ORIGIN). test_cublas calls every hand-written
+# entry point.
+ifneq ($(CUBLAS_LIB),)
+FC_CUBLAS = cublas cublas_blas cublas_common
+FC_CUBLASLT = cublaslt cublas_common
+FC_CUBLAS_SO = $(FAKECUDA)/libcublas.so.$(CUDA_MAJOR)
+FC_CUBLASLT_SO = $(FAKECUDA)/libcublasLt.so.$(CUDA_MAJOR)
+FC_CUBLAS_PRELOAD = $(abspath $(FC_CUBLAS_SO)) $(abspath $(FC_CUBLASLT_SO))
+FC_INC += -I$(CUBLAS_INC)
+FC_CUBLAS_LINK = -Wl,--no-undefined -Wl,-rpath,'$$ORIGIN' -L$(FAKECUDA) \
+                 -l:libcudart.so.$(CUDA_MAJOR) -l:libcuda.so.1
+
+fakecuda-libs: $(FC_CUBLAS_SO) $(FC_CUBLASLT_SO) $(FAKECUDA)/test_cublas
+
+$(FC_GEN)/cublaslt_attrs_gen.c: $(FC_SRC)/gen_cublas.py $(FAKECUDA_CONF)
+	@mkdir -p $(@D)
+	$(FC_PY) $(FC_SRC)/gen_cublas.py attrs --include $(CUBLAS_INC) --out $@
+$(FC_GEN)/cublas_stubs_gen.c $(FC_GEN)/libcublas.map &: $(FC_CUBLAS:%=$(FAKECUDA)/obj/%.o) \
+		$(FC_SRC)/gen_cublas.py $(FC_SRC)/gen_fakecuda.py
+	@mkdir -p $(@D)
+	$(FC_PY) $(FC_SRC)/gen_cublas.py library --real $(CUBLAS_LIB) --stubs $(FC_GEN)/cublas_stubs_gen.c \
+		--map $(FC_GEN)/libcublas.map $(FC_CUBLAS:%=$(FAKECUDA)/obj/%.o)
+$(FC_GEN)/cublaslt_stubs_gen.c $(FC_GEN)/libcublasLt.map &: $(FC_CUBLASLT:%=$(FAKECUDA)/obj/%.o) \
+		$(FC_SRC)/gen_cublas.py $(FC_SRC)/gen_fakecuda.py
+	@mkdir -p $(@D)
+	$(FC_PY) $(FC_SRC)/gen_cublas.py library --real $(CUBLASLT_LIB) --stubs $(FC_GEN)/cublaslt_stubs_gen.c \
+		--map $(FC_GEN)/libcublasLt.map $(FC_CUBLASLT:%=$(FAKECUDA)/obj/%.o)
+
+FC_CUBLAS_OBJ = $(FC_CUBLAS:%=$(FAKECUDA)/obj/%.o) $(FAKECUDA)/obj/cublas_stubs_gen.o
+FC_CUBLASLT_OBJ = $(FC_CUBLASLT:%=$(FAKECUDA)/obj/%.o) $(FAKECUDA)/obj/cublaslt_attrs_gen.o \
+                  $(FAKECUDA)/obj/cublaslt_stubs_gen.o
+$(FC_CUBLAS_SO): $(FC_CUBLAS_OBJ) $(FC_GEN)/libcublas.map $(FC_RUNTIME) $(FC_DRIVER)
+	$(CC) -shared -o $@ -Wl,-soname,libcublas.so.$(CUDA_MAJOR) \
+		-Wl,--version-script=$(FC_GEN)/libcublas.map $(FC_CUBLAS_OBJ) $(FC_CUBLAS_LINK)
+$(FC_CUBLASLT_SO): $(FC_CUBLASLT_OBJ) $(FC_GEN)/libcublasLt.map $(FC_RUNTIME) $(FC_DRIVER)
+	$(CC) -shared -o $@ -Wl,-soname,libcublasLt.so.$(CUDA_MAJOR) \
+		-Wl,--version-script=$(FC_GEN)/libcublasLt.map $(FC_CUBLASLT_OBJ) $(FC_CUBLAS_LINK)
+
+$(FAKECUDA)/test_cublas: tests/c/test_cublas.c $(FC_HDRS) $(FC_CUBLAS_SO) $(FC_CUBLASLT_SO)
+	$(CC) $(FC_CFLAGS) $(FC_INC) -o $@ $< -l:libcublas.so.$(CUDA_MAJOR) \
+		-l:libcublasLt.so.$(CUDA_MAJOR) $(FC_CUBLAS_LINK) -lpthread
+endif
+# ---- end of the cuBLAS stand-ins ------------------------------------------
+
 # ---- the cuDNN stand-in (csrc/phantom/cudnn_*.c) -----------------------------
 # libcudnn.so.M, built when find_cuda.py found PyTorch's cuDNN wheel: the
 # hand-written files, the generator's stubs, version script and status names
@@ -122,6 +173,7 @@ ifneq ($(CUDNN_INC),)
 FC_DNN = cudnn_handle cudnn_legacy_desc cudnn_legacy_ops cudnn_backend cudnn_execute
 FC_DNN_OBJ = $(FC_DNN:%=$(FAKECUDA)/obj/%.o)
 FC_CUDNN = $(FAKECUDA)/libcudnn.so.$(CUDNN_MAJOR)
+FC_CUDNN_PRELOAD = $(abspath $(FC_CUDNN))
 $(FC_DNN_OBJ): FC_INC += -I$(CUDNN_INC)
 $(FC_DNN_OBJ): FC_CFLAGS += -Wno-deprecated-declarations
 $(FC_DNN_OBJ): $(wildcard $(FC_SRC)/cudnn_*.h)
@@ -145,7 +197,8 @@ endif
 
 # What LD_PRELOAD needs, for scripts: the libraries, absolute paths.
 $(FAKECUDA)/LD_PRELOAD: $(FAKECUDA_CONF) $(FC_SRC)/fakecuda.mk
-	echo "$(abspath $(FC_RUNTIME)) $(abspath $(FC_DRIVER)) $(abspath $(FC_NVML))$(if $(FC_CUDNN), $(abspath $(FC_CUDNN)))" > $@
+	echo "$(abspath $(FC_RUNTIME)) $(abspath $(FC_DRIVER)) $(abspath $(FC_NVML)) $(FC_CUBLAS_PRELOAD) $(FC_CUDNN_PRELOAD)" \
+		| sed 's/  */ /g; s/ *$$//' > $@
 endif
 
 # The real PyTorch on the fake. Its own environment, so that `make check`
