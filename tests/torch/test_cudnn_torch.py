@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 
-from fakegpu import run as run_vramguard
+from fakegpu import EPILOGUE, run as run_vramguard
 from test_fakecuda_torch import MiB, preload, run, values
 
 pytestmark = pytest.mark.torch
@@ -31,8 +31,20 @@ def calls(name):
     return dnn.vg_phantom_cudnn_calls(name.encode())
 dnn.vg_phantom_cudnn_unsupported_calls.restype = ctypes.c_long
 assert torch.backends.cudnn.is_available() and torch.backends.cudnn.enabled
-import atexit
-atexit.register(lambda: print("unimplemented=%d" % dnn.vg_phantom_cudnn_unsupported_calls()))
+"""
+
+# Scripts end with os._exit: an autograd worker thread still dropping the
+# last graph task while the interpreter finalizes can die in pthread_exit
+# ("terminate called without an active exception", SIGABRT), a race of
+# PyTorch's at exit that the fake's speed makes likely.
+QUICK_EXIT = """
+import os
+sys.stdout.flush()
+os._exit(0)
+"""
+
+UNIMPLEMENTED = """
+print("unimplemented=%d" % dnn.vg_phantom_cudnn_unsupported_calls())
 """
 
 
@@ -43,7 +55,7 @@ def _stand_in_built():
 
 
 def cudnn_run(code, **env):
-    v = values(run(CUDNN + textwrap.dedent(code), **env))
+    v = values(run(CUDNN + textwrap.dedent(code) + UNIMPLEMENTED + QUICK_EXIT, **env))
     assert v["unimplemented"] == "0"
     return v
 
@@ -164,7 +176,7 @@ def test_under_vramguards_allocator():
         out["allocated"] = [torch.cuda.memory_allocated(), heap()["allocated_bytes.all.current"]]
         out["ever_allocated"] = heap()["allocated_bytes.all.allocated"]
         out["executes"] = fake.vg_phantom_cudnn_calls(b"cudnnBackendExecute")
-    """, VG_PHANTOM_CUDNN_WORKSPACE="1MiB")
+    """, EPILOGUE, QUICK_EXIT, VG_PHANTOM_CUDNN_WORKSPACE="1MiB")
     assert out["grad"] == [4, 3, 32, 32]
     assert out["allocated"][0] == out["allocated"][1] > 0
     assert out["executes"] == 3           # forward, backward data, backward filter
