@@ -79,6 +79,8 @@ def run_phantom(gpu_result, gpu, out):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("VRAMGUARD_", "VG_FAKECUDA_")) and k != "PYTORCH_CUDA_ALLOC_CONF"}
     env.update(_phantom.environ(gpu))
+    if os.environ.get("ZOO_PRELOAD"):  # a phantom built for another torch than this tree's
+        env["LD_PRELOAD"] = os.environ["ZOO_PRELOAD"]
     env["PYTHONPATH"] = os.path.join(ROOT, "python")
     model, alloc = gpu_result["model"], gpu_result["allocator"]
     path = os.path.join(out, f"{model}.{alloc}.json")

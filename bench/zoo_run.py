@@ -17,17 +17,23 @@ phantom must reproduce. Runs the same on a GPU and on a phantom.
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-ALLOCATORS = ("native", "expandable", "vramguard", "vramguard-segments")
+# "given": whatever the process was started with (a dry run chooses it).
+ALLOCATORS = ("native", "expandable", "vramguard", "vramguard-segments", "given")
 
 
 def _select_allocator(name, budget):
     """Before torch touches CUDA."""
+    if name == "given":
+        import torch
+
+        return torch
     if name == "expandable":
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     else:
@@ -44,6 +50,15 @@ def _select_allocator(name, budget):
         total = torch.cuda.get_device_properties(0).total_memory
         torch.cuda.set_per_process_memory_fraction(parse_size(budget) / total)
     return torch
+
+
+def _rss_now():
+    """Resident bytes now (Linux), else the peak so far."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _history_sizes(torch):
@@ -66,7 +81,11 @@ def run(args):
         "sms": props.multi_processor_count, "total_memory": props.total_memory,
         "context_bytes": total - free0 - torch.cuda.memory_reserved(), "budget": args.budget,
     }
-    native = not args.allocator.startswith("vramguard")
+    # The host's resident memory before the model exists: the program's own
+    # (interpreter, torch, the CUDA libraries), what a phantom adds to is
+    # measured against it.
+    result["host_rss_start_bytes"] = _rss_now()
+    native = args.allocator in ("native", "expandable")
     if native and args.history:
         torch.cuda.memory._record_memory_history(max_entries=args.history, context=None, stacks="python")
     times = []
@@ -85,6 +104,7 @@ def run(args):
     result["batch"] = args.batch or zoo_models.default_batch(args.model, args.size)
     result["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
     result["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+    result["host_peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     result["step_seconds"] = times
     if len(times) > 1:
         result["median_step_seconds"] = statistics.median(times[1:])

@@ -3,7 +3,8 @@
 #
 #   make fakecuda        build/fakecuda/libcudart.so.N, libcuda.so.1 and
 #                        libnvidia-ml.so.1, for the CUDA major of the
-#                        PyTorch that TORCH_PYTHON has
+#                        PyTorch that TORCH_PYTHON has, and the cuDNN
+#                        stand-in libcudnn.so.M when its cuDNN wheel is there
 #   make test-fakecuda   the fake's own C test, then the CUDA provider's virtual
 #                        memory calls over it (test-fakecuda-san: sanitized)
 #   make check-torch     the real PyTorch (tests/torch-requirements.txt) in
@@ -22,7 +23,7 @@ FC_CFLAGS = -O2 -g -fPIC -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
 FC_CORE = core_devices core_attrs core_memory core_knobs core_errors
 FC_DRV = $(FC_CORE) drv_device drv_context drv_memory drv_vmm drv_module drv_entry
 FC_RT = rt_errors rt_device rt_memory rt_stream rt_module rt_launch
-FC_HDRS = $(wildcard $(FC_SRC)/*.h) $(FC_SRC)/shim/crt/host_defines.h
+FC_HDRS = $(filter-out $(FC_SRC)/cudnn_%,$(wildcard $(FC_SRC)/*.h)) $(FC_SRC)/shim/crt/host_defines.h
 
 .PHONY: fakecuda fakecuda-libs test-fakecuda test-fakecuda-san check-torch
 
@@ -37,6 +38,7 @@ test-fakecuda: fakecuda
 	$(FAKECUDA)/test_fakecuda
 	$(FAKECUDA)/test_cuda_vmm
 	test ! -e $(FAKECUDA)/test_cublas || $(FAKECUDA)/test_cublas
+	test ! -e $(FAKECUDA)/test_cudnn || $(FAKECUDA)/test_cudnn
 
 # The same, the fake built with AddressSanitizer and UBSan, in its own directory.
 test-fakecuda-san:
@@ -160,10 +162,43 @@ $(FAKECUDA)/test_cublas: tests/c/test_cublas.c $(FC_HDRS) $(FC_CUBLAS_SO) $(FC_C
 endif
 # ---- end of the cuBLAS stand-ins ------------------------------------------
 
+# ---- the cuDNN stand-in (csrc/phantom/cudnn_*.c) -----------------------------
+# libcudnn.so.M, built when find_cuda.py found PyTorch's cuDNN wheel: the
+# hand-written files, the generator's stubs, version script and status names
+# (gen_fakecuda.py cudnn, from the real libcudnn.so.M and its headers), one
+# link with the real soname and version node. The fake driver provides the
+# device's memory and knobs. -Wno-deprecated-declarations: cuDNN 9 marks
+# deprecated the legacy API PyTorch still calls.
+ifneq ($(CUDNN_INC),)
+FC_DNN = cudnn_handle cudnn_legacy_desc cudnn_legacy_ops cudnn_backend cudnn_execute
+FC_DNN_OBJ = $(FC_DNN:%=$(FAKECUDA)/obj/%.o)
+FC_CUDNN = $(FAKECUDA)/libcudnn.so.$(CUDNN_MAJOR)
+FC_CUDNN_PRELOAD = $(abspath $(FC_CUDNN))
+$(FC_DNN_OBJ): FC_INC += -I$(CUDNN_INC)
+$(FC_DNN_OBJ): FC_CFLAGS += -Wno-deprecated-declarations
+$(FC_DNN_OBJ): $(wildcard $(FC_SRC)/cudnn_*.h)
+$(FC_GEN)/cudnn_stubs_gen.c $(FC_GEN)/cudnn_status_gen.c $(FC_GEN)/libcudnn.map &: \
+		$(FC_DNN_OBJ) $(FC_SRC)/gen_fakecuda.py
+	@mkdir -p $(@D)
+	$(FC_PY) $(FC_SRC)/gen_fakecuda.py cudnn --lib $(CUDNN_LIB) --include $(CUDNN_INC) \
+		--stubs $(FC_GEN)/cudnn_stubs_gen.c --status $(FC_GEN)/cudnn_status_gen.c \
+		--map $(FC_GEN)/libcudnn.map $(FC_DNN_OBJ)
+FC_CUDNN_OBJ = $(FC_DNN_OBJ) $(FAKECUDA)/obj/cudnn_stubs_gen.o $(FAKECUDA)/obj/cudnn_status_gen.o
+$(FC_CUDNN): $(FC_CUDNN_OBJ) $(FC_GEN)/libcudnn.map $(FC_DRIVER)
+	$(CC) -shared -o $@ -Wl,-soname,libcudnn.so.$(CUDNN_MAJOR) -Wl,--version-script=$(FC_GEN)/libcudnn.map \
+		-Wl,--no-undefined -Wl,-rpath,'$$ORIGIN' $(FC_CUDNN_OBJ) -L$(FAKECUDA) -l:libcuda.so.1 -lpthread
+$(FAKECUDA)/test_cudnn: tests/c/test_cudnn.c $(FC_HDRS) $(FC_CUDNN) $(FC_RUNTIME) $(FC_DRIVER)
+	$(CC) $(FC_CFLAGS) -Wno-deprecated-declarations $(FC_INC) -I$(CUDNN_INC) -o $@ $< \
+		-Wl,-rpath,'$$ORIGIN' -L$(FAKECUDA) -l:libcudnn.so.$(CUDNN_MAJOR) \
+		-l:libcudart.so.$(CUDA_MAJOR) -l:libcuda.so.1 -lpthread
+fakecuda-libs: $(FC_CUDNN) $(FAKECUDA)/test_cudnn
+endif
+# ---- end of the cuDNN stand-in ---------------------------------------------------
+
 # What LD_PRELOAD needs, for scripts: the libraries, absolute paths.
 $(FAKECUDA)/LD_PRELOAD: $(FAKECUDA_CONF) $(FC_SRC)/fakecuda.mk
-	echo "$(abspath $(FC_RUNTIME)) $(abspath $(FC_DRIVER)) $(abspath $(FC_NVML)) $(FC_CUBLAS_PRELOAD)" \
-		| sed 's/ *$$//' > $@
+	echo "$(abspath $(FC_RUNTIME)) $(abspath $(FC_DRIVER)) $(abspath $(FC_NVML)) $(FC_CUBLAS_PRELOAD) $(FC_CUDNN_PRELOAD)" \
+		| sed 's/  */ /g; s/ *$$//' > $@
 endif
 
 # The real PyTorch on the fake. Its own environment, so that `make check`

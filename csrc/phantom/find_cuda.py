@@ -7,6 +7,9 @@ make variables for the fake's build (csrc/phantom/fakecuda.mk):
     CUBLAS_INC := <the cuBLAS wheel's include directory>
     CUBLAS_LIB := <its libcublas.so.N>
     CUBLASLT_LIB := <its libcublasLt.so.N>
+    CUDNN_INC := <the cuDNN wheel's include directory, or empty>
+    CUDNN_LIB := <its libcudnn.so.M, or empty>
+    CUDNN_MAJOR := M
 
 PyTorch is not imported (that takes seconds and loads the real runtime):
 its CUDA version is read from torch/version.py, and the runtime from pip's
@@ -19,6 +22,10 @@ way (nvidia/cu13 for CUDA 13, nvidia/cublas for CUDA 12), or in
 VG_FAKECUDA_CUBLAS (an unpacked wheel's nvidia/... directory, with lib/ and
 include/). Without it the CUBLAS_ variables are empty and the stand-ins are
 not built.
+
+cuDNN is optional too: without the nvidia-cudnn wheel beside PyTorch (or
+VG_FAKECUDA_CUDNN naming a libcudnn.so.M whose ../include has cudnn.h),
+CUDNN_INC is empty and the cuDNN stand-in is not built.
 """
 import importlib.util
 import os
@@ -82,6 +89,24 @@ def wheel_cublas(major):
     return None
 
 
+def wheel_cudnn():
+    """The cuDNN wheel's (include directory, libcudnn.so.M), or None."""
+    given = os.environ.get("VG_FAKECUDA_CUDNN")
+    if given:
+        libs = [Path(given)]
+    else:
+        spec = importlib.util.find_spec("nvidia")
+        roots = list(spec.submodule_search_locations) if spec else []
+        libs = [lib for root in roots for lib in sorted(Path(root).glob("cudnn/lib/libcudnn.so.*"))]
+    for lib in libs:
+        inc = lib.parent.parent / "include"
+        if re.fullmatch(r"libcudnn\.so\.\d+", lib.name) and (inc / "cudnn.h").is_file():
+            return inc, lib
+    if given:
+        fail("%s is not a libcudnn.so.M with ../include/cudnn.h" % given)
+    return None
+
+
 def main():
     inc, lib = os.environ.get("VG_FAKECUDA_INCLUDE"), os.environ.get("VG_FAKECUDA_CUDART")
     if inc or lib:
@@ -101,6 +126,10 @@ def main():
     print("CUBLAS_INC := %s" % inc)
     print("CUBLAS_LIB := %s" % lib)
     print("CUBLASLT_LIB := %s" % lt)
+    cudnn = wheel_cudnn()
+    print("CUDNN_INC := %s" % (cudnn[0].resolve() if cudnn else ""))
+    print("CUDNN_LIB := %s" % (cudnn[1].resolve() if cudnn else ""))
+    print("CUDNN_MAJOR := %s" % (cudnn[1].name.rsplit(".", 1)[1] if cudnn else ""))
 
 
 if __name__ == "__main__":
