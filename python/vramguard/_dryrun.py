@@ -305,7 +305,7 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, s
         }
         if rc == 130 or live.cancelled:
             raise KeyboardInterrupt
-    result["exit_status"] = status
+    result.setdefault("exit_status", status)  # the script's own, which the child wrote
     result["log"] = log_path
     result.setdefault("elapsed_s", round(time.monotonic() - started, 3))
     return result

@@ -267,7 +267,9 @@ class Run:
         except SystemExit as exc:
             self.exit_status = _exit_code(exc.code)
             if exc.code not in (None, 0) and not isinstance(exc.code, int):
-                print(exc.code, file=sys.stderr)
+                print(exc.code, file=sys.stderr)  # what Python prints for sys.exit("message")
+            if self.exit_status:
+                self.error = f"SystemExit: {exc.code}"
         except KeyboardInterrupt:
             raise
         except BaseException as exc:
@@ -502,10 +504,21 @@ def main(argv=None):
         result = run.result(started)
     except KeyboardInterrupt:
         os._exit(130)
-    sys.stdout.flush()
-    sys.stderr.flush()
     _write_json(opts.result, result)
-    return run.exit_status
+    # The script's atexit handlers run, then the process ends without the
+    # interpreter's finalization, where PyTorch's autograd threads can die
+    # in a race (SIGABRT) once the figures are already written.
+    import atexit
+
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(run.exit_status)
 
 
 if __name__ == "__main__":
