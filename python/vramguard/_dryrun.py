@@ -130,9 +130,16 @@ def _check_size(value, what):
 # ------------------------------------------------------------------ one child
 
 
+#: One lock for every echo and log write: the lines of a run's two pipes (and
+#: of runs at once) never cut into each other.
+_WRITE_LOCK = threading.Lock()
+
+
 class _Forward(threading.Thread):
-    """Copies one pipe of the child to a stream, each line prefixed, and to
-    the run's log file."""
+    """Copies one pipe of the child to a stream, whole lines at a time (a
+    line ends at \n or \r), each prefixed, and to the run's log file. A
+    child's print() reaches the pipe in pieces; a piece is held until its
+    line is complete, so that lines from stdout and stderr never mix."""
 
     def __init__(self, pipe, stream, prefix, log):
         super().__init__(daemon=True)
@@ -142,7 +149,7 @@ class _Forward(threading.Thread):
         import codecs
 
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        at_start = True
+        pending = ""
         while True:
             try:
                 chunk = os.read(self.pipe.fileno(), 65536)
@@ -150,25 +157,31 @@ class _Forward(threading.Thread):
                 break
             if not chunk:
                 break
-            text = decoder.decode(chunk)
+            pending += decoder.decode(chunk)
+            cut = max(pending.rfind("\n"), pending.rfind("\r"))
+            if cut < 0 and len(pending) < 65536:
+                continue
+            cut = cut if cut >= 0 else len(pending) - 1
+            self.emit(pending[:cut + 1])
+            pending = pending[cut + 1:]
+        pending += decoder.decode(b"", final=True)
+        if pending:
+            self.emit(pending, end="\n")
+
+    def emit(self, text, end=""):
+        echo = "".join(self.prefix + line for line in text.splitlines(True)) + end
+        with _WRITE_LOCK:
             if self.log is not None:
                 try:
-                    self.log.write(text)
+                    self.log.write(text + end)
                 except (OSError, ValueError):
                     pass
-            if self.stream is None or not text:
-                continue
-            out = []
-            for piece in text.splitlines(True):
-                if at_start:
-                    out.append(self.prefix)
-                out.append(piece)
-                at_start = piece.endswith(("\n", "\r"))
-            try:
-                self.stream.write("".join(out))
-                self.stream.flush()
-            except (OSError, ValueError):
-                self.stream = None  # a closed stream stops the echo, never the run
+            if self.stream is not None:
+                try:
+                    self.stream.write(echo)
+                    self.stream.flush()
+                except (OSError, ValueError):
+                    self.stream = None  # a closed stream stops the echo, never the run
 
 
 def _child_env(env_extra):
@@ -542,10 +555,11 @@ class _Runner:
         self.environ(gpu.name, memory)  # the phantom's libraries exist, said before any run
 
     def say(self, text):
-        try:
-            print(f"vramguard dryrun: {text}", file=self.stderr, flush=True)
-        except (OSError, ValueError):
-            pass
+        with _WRITE_LOCK:
+            try:
+                print(f"vramguard dryrun: {text}", file=self.stderr, flush=True)
+            except (OSError, ValueError):
+                pass
 
     def run(self, allocator, label, memory=None, args=None, extra_env=None, snapshot=None):
         env = dict(self.environ(self.gpu.name, memory or self.memory))
