@@ -9,29 +9,27 @@
 #   make check-torch     the real PyTorch (tests/torch-requirements.txt) in
 #                        .venv-torch, on the fake, runs the tests marked torch
 #
-# `fakecuda` first asks TORCH_PYTHON where the CUDA runtime wheel is
-# (find_cuda.py, into build/fakecuda/cuda.mk), then builds with that
-# configuration in a second make, so that the library names and the headers
-# are known when the rules are read.
+# `fakecuda` runs the builder (csrc/phantom/build.py, the same one that
+# vramguard._phantom.preload() runs on first use) under TORCH_PYTHON: it
+# finds that PyTorch's CUDA runtime wheel, generates, compiles and links the
+# libraries into $(FAKECUDA) (whole, atomically, and only when what it reads
+# changed), with their LD_PRELOAD listing and cuda.mk (CUDA_INC, CUDART_LIB,
+# CUDA_MAJOR). A second make then builds the C tests against them, with that
+# configuration known when the rules are read. The libraries themselves are
+# the builder's table (LIBRARIES in build.py), not make rules.
 
 TORCH_PYTHON ?= python3
 FAKECUDA = build/fakecuda
 FC_SRC = csrc/phantom
 FC_CFLAGS = -O2 -g -fPIC -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
             -Wstrict-prototypes -Wmissing-prototypes
-FC_CORE = core_devices core_attrs core_memory core_knobs core_errors
-FC_DRV = $(FC_CORE) drv_device drv_context drv_memory drv_vmm drv_entry
-FC_RT = rt_errors rt_device rt_memory rt_stream rt_module
 FC_HDRS = $(wildcard $(FC_SRC)/*.h) $(FC_SRC)/shim/crt/host_defines.h
 
-.PHONY: fakecuda fakecuda-libs test-fakecuda test-fakecuda-san check-torch
+.PHONY: fakecuda fakecuda-tests test-fakecuda test-fakecuda-san check-torch
 
 fakecuda:
-	@mkdir -p $(FAKECUDA)
-	$(TORCH_PYTHON) $(FC_SRC)/find_cuda.py > $(FAKECUDA)/cuda.mk.new
-	@if cmp -s $(FAKECUDA)/cuda.mk.new $(FAKECUDA)/cuda.mk; then rm $(FAKECUDA)/cuda.mk.new; \
-	 else mv $(FAKECUDA)/cuda.mk.new $(FAKECUDA)/cuda.mk; fi
-	@$(MAKE) --no-print-directory fakecuda-libs FAKECUDA_CONF=$(FAKECUDA)/cuda.mk
+	$(TORCH_PYTHON) $(FC_SRC)/build.py --out $(FAKECUDA) --cc "$(CC)"
+	@$(MAKE) --no-print-directory fakecuda-tests FAKECUDA_CONF=$(FAKECUDA)/cuda.mk
 
 test-fakecuda: fakecuda
 	$(FAKECUDA)/test_fakecuda
@@ -45,59 +43,14 @@ test-fakecuda-san:
 ifdef FAKECUDA_CONF
 include $(FAKECUDA_CONF)
 
-FC_INC = -I$(CUDA_INC) -I$(FC_SRC)/shim -I$(FC_SRC) -I$(FAKECUDA)
+FC_INC = -I$(CUDA_INC) -I$(FC_SRC)/shim -I$(FC_SRC)
 FC_RUNTIME = $(FAKECUDA)/libcudart.so.$(CUDA_MAJOR)
 FC_DRIVER = $(FAKECUDA)/libcuda.so.1
-FC_NVML = $(FAKECUDA)/libnvidia-ml.so.1
-FC_GEN = $(FAKECUDA)/gen
-FC_PY = python3
 
-fakecuda-libs: $(FC_RUNTIME) $(FC_DRIVER) $(FC_NVML) $(FAKECUDA)/test_fakecuda $(FAKECUDA)/test_cuda_vmm \
-		$(FAKECUDA)/LD_PRELOAD
+fakecuda-tests: $(FAKECUDA)/test_fakecuda $(FAKECUDA)/test_cuda_vmm
 
-$(FAKECUDA)/obj/%.o: $(FC_SRC)/%.c $(FC_HDRS) $(FAKECUDA_CONF)
-	@mkdir -p $(@D)
-	$(CC) $(FC_CFLAGS) $(FC_INC) -c $< -o $@
-$(FAKECUDA)/obj/%.o: $(FC_GEN)/%.c $(FC_HDRS)
-	@mkdir -p $(@D)
-	$(CC) $(FC_CFLAGS) -Wno-missing-prototypes $(FC_INC) -c $< -o $@
-
-# The driver: its stubs, version script and cuGetProcAddress table follow
-# cuda.h; the error names follow both headers.
-$(FC_GEN)/errors_gen.c: $(FC_SRC)/gen_fakecuda.py $(FAKECUDA_CONF)
-	@mkdir -p $(@D)
-	$(FC_PY) $(FC_SRC)/gen_fakecuda.py errors --include $(CUDA_INC) --out $@
-$(FC_GEN)/drv_stubs_gen.c $(FC_GEN)/procs_gen.c $(FC_GEN)/libcuda.map &: \
-		$(FC_DRV:%=$(FAKECUDA)/obj/%.o) $(FC_SRC)/gen_fakecuda.py
-	@mkdir -p $(@D)
-	$(FC_PY) $(FC_SRC)/gen_fakecuda.py driver --include $(CUDA_INC) --cc "$(CC)" \
-		--stubs $(FC_GEN)/drv_stubs_gen.c --procs $(FC_GEN)/procs_gen.c --map $(FC_GEN)/libcuda.map \
-		$(FC_DRV:%=$(FAKECUDA)/obj/%.o)
-FC_DRV_OBJ = $(FC_DRV:%=$(FAKECUDA)/obj/%.o) $(FAKECUDA)/obj/errors_gen.o \
-             $(FAKECUDA)/obj/procs_gen.o $(FAKECUDA)/obj/drv_stubs_gen.o
-$(FC_DRIVER): $(FC_DRV_OBJ) $(FC_GEN)/libcuda.map
-	$(CC) -shared -o $@ -Wl,-soname,libcuda.so.1 -Wl,--version-script=$(FC_GEN)/libcuda.map \
-		-Wl,--no-undefined $(FC_DRV_OBJ) -lpthread -ldl
-
-# The runtime: stubs and version script follow the real libcudart.so.N. It
-# needs the fake driver, found beside it ($ORIGIN) when preloaded.
-$(FC_GEN)/rt_stubs_gen.c $(FC_GEN)/libcudart.map &: $(FC_RT:%=$(FAKECUDA)/obj/%.o) $(FC_SRC)/gen_fakecuda.py
-	@mkdir -p $(@D)
-	$(FC_PY) $(FC_SRC)/gen_fakecuda.py runtime --cudart $(CUDART_LIB) \
-		--stubs $(FC_GEN)/rt_stubs_gen.c --map $(FC_GEN)/libcudart.map $(FC_RT:%=$(FAKECUDA)/obj/%.o)
-FC_RT_OBJ = $(FC_RT:%=$(FAKECUDA)/obj/%.o) $(FAKECUDA)/obj/rt_stubs_gen.o
-$(FC_RUNTIME): $(FC_RT_OBJ) $(FC_GEN)/libcudart.map $(FC_DRIVER)
-	$(CC) -shared -o $@ -Wl,-soname,libcudart.so.$(CUDA_MAJOR) \
-		-Wl,--version-script=$(FC_GEN)/libcudart.map -Wl,--no-undefined -Wl,-rpath,'$$ORIGIN' \
-		$(FC_RT_OBJ) -L$(FAKECUDA) -l:libcuda.so.1 -lpthread
-
-# NVML: without it PyTorch's expandable segments crash (see nvml.c).
-$(FC_NVML): $(FAKECUDA)/obj/nvml.o $(FC_SRC)/libnvidia-ml.map $(FC_DRIVER)
-	$(CC) -shared -o $@ -Wl,-soname,libnvidia-ml.so.1 -Wl,--version-script=$(FC_SRC)/libnvidia-ml.map \
-		-Wl,--no-undefined -Wl,-rpath,'$$ORIGIN' $(FAKECUDA)/obj/nvml.o -L$(FAKECUDA) -l:libcuda.so.1
-
-$(FAKECUDA)/test_fakecuda: $(FC_SRC)/test_fakecuda.c $(FC_HDRS) $(FC_RUNTIME) $(FC_DRIVER)
-	$(CC) $(FC_CFLAGS) $(FC_INC) -o $@ $< -Wl,-rpath,'$$ORIGIN' -L$(FAKECUDA) \
+$(FAKECUDA)/test_fakecuda: $(FC_SRC)/test_fakecuda.c $(FC_HDRS) tests/c/harness.h $(FC_RUNTIME) $(FC_DRIVER)
+	$(CC) $(FC_CFLAGS) $(FC_INC) -Itests/c -o $@ $< -Wl,-rpath,'$$ORIGIN' -L$(FAKECUDA) \
 		-l:libcudart.so.$(CUDA_MAJOR) -l:libcuda.so.1 -lpthread
 
 # The CUDA provider's virtual memory calls over this fake (tests/c/test_cuda_vmm.c),
@@ -108,10 +61,6 @@ $(FAKECUDA)/test_cuda_vmm: tests/c/test_cuda_vmm.c $(LIB_SRC:csrc/%.c=$(BUILD)/$
 		$(FC_RUNTIME) $(FC_DRIVER)
 	$(CC) $(FLAGS_$(FC_VG_BUILD)) $(DEBUG) $(CWARN) $(INC) -I$(FC_SRC) -o $@ $< $(filter %.o,$^) \
 		-Wl,-rpath,'$$ORIGIN' -L$(FAKECUDA) -l:libcudart.so.$(CUDA_MAJOR) -l:libcuda.so.1 $(LIBS)
-
-# What LD_PRELOAD needs, for scripts: the three libraries, absolute paths.
-$(FAKECUDA)/LD_PRELOAD: $(FAKECUDA_CONF) $(FC_SRC)/fakecuda.mk
-	echo "$(abspath $(FC_RUNTIME)) $(abspath $(FC_DRIVER)) $(abspath $(FC_NVML))" > $@
 endif
 
 # The real PyTorch on the fake. Its own environment, so that `make check`

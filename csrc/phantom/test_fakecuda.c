@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../c/harness.h"
+#include "harness.h" /* tests/c, the C tests' harness */
 #include "fakecuda.h"
 
 #define MiB (1ull << 20)
