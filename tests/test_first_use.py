@@ -333,13 +333,24 @@ def test_presets_total_and_usable_bytes():
         "T4": (15_828_320_256, 15_407_775_744), "L4": (23_583_784_960, 23_163_043_840),
         "A100-40GB": (42_298_834_944, 41_878_028_288), "A100-80GB": (84_987_740_160, 84_567_654_400),
         "V100-16GB": (16_945_512_448, 16_525_557_760), "H100-80GB": (85_028_896_768, 84_607_500_288),
+        "RTX-3090": (25_327_697_920, 24_907_874_304), "RTX-4090": (25_386_352_640, 24_966_594_560),
+        "L40S": (47_576_711_168, 47_156_559_872),
+        "H200": (150_109_945_856, 149_690_515_456),  # TODO: the floor of 143,156 MiB until measured
     }
     assert {n: (p.total_bytes, p.usable_bytes) for n, p in vramguard.PRESETS.items()} == expected
     assert str(vramguard.PRESETS["T4"]) == "T4: 14.35 GiB usable of 14.74 GiB (15,828,320,256 bytes)"
-    for name in ("t4", " T4 ", "a100_40gb", "a100 40GB"):
+    assert {n: (p.cuda_name, p.compute_capability, p.sm_count) for n, p in vramguard.PRESETS.items()} == {
+        "T4": ("Tesla T4", (7, 5), 40), "L4": ("NVIDIA L4", (8, 9), 58),
+        "A100-40GB": ("NVIDIA A100-SXM4-40GB", (8, 0), 108), "A100-80GB": ("NVIDIA A100-SXM4-80GB", (8, 0), 108),
+        "V100-16GB": ("Tesla V100-SXM2-16GB", (7, 0), 80), "H100-80GB": ("NVIDIA H100 80GB HBM3", (9, 0), 132),
+        "RTX-3090": ("NVIDIA GeForce RTX 3090", (8, 6), 82), "RTX-4090": ("NVIDIA GeForce RTX 4090", (8, 9), 128),
+        "L40S": ("NVIDIA L40S", (8, 9), 142), "H200": ("NVIDIA H200", (9, 0), 132),
+    }
+    for name in ("t4", " T4 ", "a100_40gb", "a100 40GB", "rtx 3090", "RTX_4090", "l40s", "h200"):
         assert vramguard.parse_size(name) == vramguard.PRESETS[name.strip().upper().replace("_", "-")
                                                                 .replace(" ", "-")].usable_bytes
-    with pytest.raises(ValueError, match=r"or a GPU preset \(T4, L4, A100-40GB, A100-80GB, V100-16GB, H100-80GB\)"):
+    with pytest.raises(ValueError, match=r"or a GPU preset \(T4, L4, A100-40GB, A100-80GB, V100-16GB, H100-80GB, "
+                                         r"RTX-3090, RTX-4090, L40S, H200\)"):
         vramguard.parse_size("A100")
 
 

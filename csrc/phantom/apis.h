@@ -68,7 +68,19 @@
     X(cudaEventSynchronize, 1)                                                   \
     X(cudaEventElapsedTime, 1)                                                   \
     X(cudaGetDriverEntryPoint, 0)                                                \
-    X(cudaGetDriverEntryPointByVersion, 0)
+    X(cudaGetDriverEntryPointByVersion, 0)                                       \
+    X(__cudaLaunchKernel, 1)                                                     \
+    X(cudaLaunchKernel, 1)                                                       \
+    X(cudaLaunchKernelExC, 1)                                                    \
+    X(cudaLaunchCooperativeKernel, 1)                                            \
+    X(cudaLaunchHostFunc, 1)                                                     \
+    X(cudaStreamAddCallback, 1)                                                  \
+    X(cudaFuncGetAttributes, 1)                                                  \
+    X(cudaFuncSetAttribute, 1)                                                   \
+    X(cudaKernelSetAttributeForDevice, 1)                                        \
+    X(cudaOccupancyMaxActiveBlocksPerMultiprocessor, 1)                          \
+    X(cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, 1)                 \
+    X(cudaMemcpyToSymbol, 1)
 
 #define VGFC_DRIVER_APIS(X)                                                      \
     X(cuInit, 0)                                                                 \
@@ -106,7 +118,23 @@
     X(cuMemUnmap, 1)                                                             \
     X(cuMemSetAccess, 1)                                                         \
     X(cuMemRetainAllocationHandle, 1)                                            \
-    X(cuMemGetAllocationPropertiesFromHandle, 1)
+    X(cuMemGetAllocationPropertiesFromHandle, 1)                                 \
+    X(cuModuleLoad, 1)                                                           \
+    X(cuModuleLoadData, 1)                                                       \
+    X(cuModuleLoadDataEx, 1)                                                     \
+    X(cuModuleUnload, 1)                                                         \
+    X(cuModuleGetFunction, 1)                                                    \
+    X(cuFuncGetAttribute, 1)                                                     \
+    X(cuFuncSetAttribute, 1)                                                     \
+    X(cuFuncSetCacheConfig, 1)                                                   \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 1)                            \
+    X(cuLaunchKernel, 1)                                                         \
+    X(cuLaunchKernelEx, 1)                                                       \
+    X(cuLaunchCooperativeKernel, 1)                                              \
+    X(cuLinkCreate, 1)                                                           \
+    X(cuLinkAddData, 1)                                                          \
+    X(cuLinkComplete, 1)                                                         \
+    X(cuLinkDestroy, 1)
 
 enum vgfc_api {
 #define VGFC_API_ENUM(name, sticky) VGFC_API_##name,

@@ -108,7 +108,7 @@ LIBRARIES = (
     # It sits on the fake driver, found beside it ($ORIGIN) when preloaded.
     Library(
         soname="libcudart.so.{major}",
-        sources=("rt_errors", "rt_device", "rt_memory", "rt_stream", "rt_module"),
+        sources=("rt_errors", "rt_device", "rt_memory", "rt_stream", "rt_module", "rt_launch"),
         steps=(Step("gen_fakecuda.py", ("runtime", "--cudart", "{cudart}", "--stubs", "{gen}/rt_stubs_gen.c",
                                         "--map", "{gen}/libcudart.map", "{objects}"),
                     compile=("rt_stubs_gen.c",)),),
@@ -120,7 +120,7 @@ LIBRARIES = (
     # cuGetProcAddress table follow cuda.h; the error names both headers.
     Library(
         soname="libcuda.so.1",
-        sources=CORE + ("drv_device", "drv_context", "drv_memory", "drv_vmm", "drv_entry"),
+        sources=CORE + ("drv_device", "drv_context", "drv_memory", "drv_vmm", "drv_module", "drv_entry"),
         steps=(Step("gen_fakecuda.py", ("errors", "--include", "{cuda_inc}", "--out", "{gen}/errors_gen.c"),
                     compile=("errors_gen.c",)),
                Step("gen_fakecuda.py", ("driver", "--include", "{cuda_inc}", "--cc", "{cc}",

@@ -34,6 +34,12 @@ size_t vgfc_capacity(int dev);
 int vgfc_cc_major(void);
 int vgfc_cc_minor(void);
 const char *vgfc_device_name(void);
+int vgfc_sm_count(void);
+/* VG_FAKECUDA_PHANTOM: device memory is address space without host pages;
+ * copies into it are dropped and copies out of it read zeros. */
+int vgfc_phantom(void);
+/* Device memory the CUDA context holds on each device (VG_FAKECUDA_CONTEXT). */
+size_t vgfc_context_bytes(void);
 int vgfc_driver_version(void);
 /* Fills 16 bytes. */
 void vgfc_device_uuid(int dev, unsigned char uuid[16]);
@@ -101,6 +107,12 @@ void vgfc_mem_reset_peaks(void); /* peaks restart at the bytes in use */
 
 /* Fresh address space: readable and writable, committed when touched. */
 void *vgfc_map_anonymous(size_t size);
+
+/* Copies and sets of device memory, once their ends are checked: memmove
+ * and memset, except on a phantom, where nothing moves into or within the
+ * device and what is read from it is zeros (each such read counted). */
+void vgfc_copy(void *dst, const void *src, size_t n, int dst_on_device, int src_on_device);
+void vgfc_fill(void *dst, int value, size_t n);
 
 /* ---- knobs (core_knobs.c) --------------------------------------------- */
 

@@ -1,7 +1,8 @@
 /* Device attributes, one table for cuDeviceGetAttribute, cudaDeviceGetAttribute
  * (same numbering) and cudaGetDeviceProperties (filled from here), so the
- * three never disagree. The numbers are an H100-like part; memory and the
- * compute capability come from the knobs. Attributes not listed are 0, the
+ * three never disagree. The numbers are an H100-like part; memory, the
+ * compute capability and the multiprocessor count come from the knobs, and
+ * the limits kernels are chosen by follow the compute capability. Attributes not listed are 0, the
  * answer for a feature the device lacks.
  */
 #include "core.h"
@@ -37,6 +38,35 @@ void vg_fakecuda_set_vmm(int supported)
     __atomic_store_n(&vmm_supported, supported != 0, __ATOMIC_RELAXED);
 }
 
+/* The limits PyTorch picks kernels by, per compute capability, from the
+ * CUDA C Programming Guide's table of technical specifications: shared
+ * memory per block (opt-in) and per multiprocessor, threads and blocks per
+ * multiprocessor. A phantom T4 must not offer a kernel an H100's 227 KiB. */
+struct cc_limits {
+    int major, minor;
+    int smem_block_optin_kib, smem_sm_kib, threads_sm, blocks_sm;
+};
+
+static const struct cc_limits cc_table[] = {
+    {7, 0, 96, 96, 2048, 32},   /* V100 */
+    {7, 5, 64, 64, 1024, 16},   /* T4 */
+    {8, 0, 163, 164, 2048, 32}, /* A100 */
+    {8, 6, 99, 100, 1536, 16},  /* A10G, RTX 3090 */
+    {8, 9, 99, 100, 1536, 24},  /* L4, RTX 4090 */
+    {9, 0, 227, 228, 2048, 32}, /* H100, H200 */
+};
+
+/* The entry for the configured capability: the newest not above it. */
+static const struct cc_limits *limits(void)
+{
+    int cc = vgfc_cc_major() * 10 + vgfc_cc_minor();
+    const struct cc_limits *best = &cc_table[0];
+    for (size_t i = 0; i < sizeof cc_table / sizeof cc_table[0]; i++)
+        if (cc_table[i].major * 10 + cc_table[i].minor <= cc)
+            best = &cc_table[i];
+    return best;
+}
+
 static int attribute(CUdevice_attribute attr, int dev)
 {
     switch (attr) {
@@ -52,8 +82,8 @@ static int attribute(CUdevice_attribute attr, int dev)
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: return 65535;
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: return 65535;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: return 48 << 10;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: return 227 << 10;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: return 228 << 10;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: return limits()->smem_block_optin_kib << 10;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: return limits()->smem_sm_kib << 10;
     case CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK: return 1 << 10;
     case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: return 64 << 10;
     case CU_DEVICE_ATTRIBUTE_WARP_SIZE: return 32;
@@ -69,9 +99,9 @@ static int attribute(CUdevice_attribute attr, int dev)
     case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: return 512;
     case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT: return 32;
     case CU_DEVICE_ATTRIBUTE_SURFACE_ALIGNMENT: return 512;
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: return 132;
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: return 2048;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: return 32;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: return vgfc_sm_count();
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: return limits()->threads_sm;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: return limits()->blocks_sm;
     case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: return 2;
     case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP: return 1;
     case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: return 1;

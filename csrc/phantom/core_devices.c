@@ -7,6 +7,13 @@
  *                                      repeats (default 16GiB)
  *   VG_FAKECUDA_CC=9.0                 compute capability (default 9.0)
  *   VG_FAKECUDA_NAME="..."             device name
+ *   VG_FAKECUDA_SMS=132                multiprocessor count (default 132)
+ *   VG_FAKECUDA_CONTEXT=0              device memory the CUDA context takes
+ *                                      on each device from the start, so that
+ *                                      free memory reads as on a real card
+ *                                      (default 0: tests assert exact bytes)
+ *   VG_FAKECUDA_PHANTOM=1              the phantom GPU: device memory has no
+ *                                      host pages (core_memory.c)
  *
  * A malformed value aborts with a message: a test that silently ran on a
  * different device than it asked for would prove nothing.
@@ -30,7 +37,8 @@ struct CUctx_st {
 static struct {
     int count;
     size_t capacity[VGFC_MAX_DEVICES];
-    int cc_major, cc_minor;
+    size_t context;
+    int cc_major, cc_minor, sm_count, phantom;
     char name[256];
 } cfg;
 
@@ -97,6 +105,9 @@ static void read_config(void)
     const char *devices = getenv("VG_FAKECUDA_DEVICES");
     const char *cc = getenv("VG_FAKECUDA_CC");
     const char *name = getenv("VG_FAKECUDA_NAME");
+    const char *sms = getenv("VG_FAKECUDA_SMS");
+    const char *context = getenv("VG_FAKECUDA_CONTEXT");
+    const char *phantom = getenv("VG_FAKECUDA_PHANTOM");
 
     int listed = 1;
     cfg.capacity[0] = DEFAULT_MEM;
@@ -122,6 +133,21 @@ static void read_config(void)
             config_error("VG_FAKECUDA_CC", cc, "want major.minor, like 8.6");
     }
     snprintf(cfg.name, sizeof cfg.name, "%s", name && *name ? name : "vramguard fake GPU");
+    cfg.sm_count = 132;
+    if (sms && *sms) {
+        char *end;
+        long n = strtol(sms, &end, 10);
+        if (*end || n < 1 || n > 1024)
+            config_error("VG_FAKECUDA_SMS", sms, "want 1 to 1024");
+        cfg.sm_count = (int)n;
+    }
+    if (context && *context && parse_size(context, &cfg.context) != 0)
+        config_error("VG_FAKECUDA_CONTEXT", context, "want a size like 400MiB");
+    if (phantom && *phantom) {
+        if (strcmp(phantom, "0") != 0 && strcmp(phantom, "1") != 0)
+            config_error("VG_FAKECUDA_PHANTOM", phantom, "want 0 or 1");
+        cfg.phantom = phantom[0] == '1';
+    }
     for (int i = 0; i < VGFC_MAX_DEVICES; i++)
         primary[i].device = i;
 }
@@ -176,6 +202,24 @@ int vgfc_cc_minor(void)
 {
     config();
     return cfg.cc_minor;
+}
+
+int vgfc_sm_count(void)
+{
+    config();
+    return cfg.sm_count;
+}
+
+int vgfc_phantom(void)
+{
+    config();
+    return cfg.phantom;
+}
+
+size_t vgfc_context_bytes(void)
+{
+    config();
+    return cfg.context;
 }
 
 const char *vgfc_device_name(void)

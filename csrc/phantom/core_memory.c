@@ -7,8 +7,14 @@
  * instead of crashing the test.
  *
  * Each device counts the bytes it has handed out against its capacity;
- * cudaMemGetInfo reports exactly capacity - used, no rounding and no
- * reserve, so tests can assert exact numbers.
+ * cudaMemGetInfo reports exactly capacity - used - the context's bytes
+ * (VG_FAKECUDA_CONTEXT, 0 unless set), no rounding, so tests can assert
+ * exact numbers.
+ *
+ * On a phantom (VG_FAKECUDA_PHANTOM=1) device memory is address space with
+ * no host pages behind it, so a dry run's host memory does not grow with
+ * the device memory it uses; copies and sets go through vgfc_copy and
+ * vgfc_fill, which leave it untouched.
  */
 #include "core.h"
 
@@ -40,6 +46,44 @@ void *vgfc_map_anonymous(size_t size)
     void *p = mmap(NULL, page_round(size), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     return p == MAP_FAILED ? NULL : p;
+}
+
+/* A phantom's device memory: addresses only. Nothing may touch it (copies
+ * and sets skip it), and a stray host access faults rather than silently
+ * committing pages: a 40 GiB phantom stays free of host memory. */
+static void *map_device(size_t size)
+{
+    if (!vgfc_phantom())
+        return vgfc_map_anonymous(size);
+    void *p = mmap(NULL, page_round(size), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static long d2h_reads;
+
+void vgfc_copy(void *dst, const void *src, size_t n, int dst_on_device, int src_on_device)
+{
+    if (!vgfc_phantom()) {
+        memmove(dst, src, n);
+    } else if (!dst_on_device) {
+        if (src_on_device) {
+            memset(dst, 0, n);
+            __atomic_add_fetch(&d2h_reads, 1, __ATOMIC_RELAXED);
+        } else {
+            memmove(dst, src, n);
+        }
+    }
+}
+
+void vgfc_fill(void *dst, int value, size_t n)
+{
+    if (!vgfc_phantom())
+        memset(dst, value, n);
+}
+
+long vg_fakecuda_d2h_reads(void)
+{
+    return __atomic_load_n(&d2h_reads, __ATOMIC_RELAXED);
 }
 
 /* ---- the range table (callers hold the lock) --------------------------- */
@@ -102,7 +146,8 @@ static void erase(size_t i)
 static int charge_locked(int dev, size_t size)
 {
     size_t capacity = vgfc_capacity(dev); /* a knob may have lowered it below used */
-    if (stats[dev].used > capacity || size > capacity - stats[dev].used)
+    size_t held = stats[dev].used + vgfc_context_bytes();
+    if (held > capacity || size > capacity - held)
         return VGFC_OUT_OF_MEMORY;
     stats[dev].used += size;
     stats[dev].live++;
@@ -137,7 +182,7 @@ size_t vgfc_mem_used(int dev)
     pthread_mutex_lock(&lock);
     size_t used = stats[dev].used;
     pthread_mutex_unlock(&lock);
-    return used;
+    return used + vgfc_context_bytes(); /* what the device holds, as nvidia-smi counts it */
 }
 
 /* ---- allocations ------------------------------------------------------- */
@@ -149,7 +194,7 @@ int vgfc_mem_alloc(int dev, size_t size, enum vgfc_mem_kind kind, void **out)
         return VGFC_SUCCESS;
     if (dev >= 0 && vgfc_mem_charge(dev, size) != VGFC_SUCCESS)
         return VGFC_OUT_OF_MEMORY;
-    void *p = vgfc_map_anonymous(size);
+    void *p = dev >= 0 ? map_device(size) : vgfc_map_anonymous(size);
     if (!p) {
         if (dev >= 0)
             vgfc_mem_uncharge(dev, size);
@@ -270,7 +315,7 @@ long long vg_fakecuda_peak_bytes(int dev)
     pthread_mutex_lock(&lock);
     size_t peak = stats[dev].peak;
     pthread_mutex_unlock(&lock);
-    return (long long)peak;
+    return (long long)(peak + vgfc_context_bytes());
 }
 
 long vg_fakecuda_live_allocations(int dev)

@@ -73,3 +73,26 @@ CUresult cuGetErrorString(CUresult error, const char **str)
     *str = name ? (message ? message : name) : NULL;
     return *str ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
+
+#if CUDA_VERSION >= 13000
+/* The driver's own log messages (PyTorch registers for them at start): a
+ * phantom driver has none to give, so the callback is kept by no one. */
+static struct CUlogsCallbackEntry_st {
+    int unused;
+} logs_callback;
+
+CUresult cuLogsRegisterCallback(CUlogsCallback callback, void *user_data, CUlogsCallbackHandle *handle)
+{
+    (void)user_data;
+    if (!callback)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (handle)
+        *handle = &logs_callback;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuLogsUnregisterCallback(CUlogsCallbackHandle handle)
+{
+    return handle == &logs_callback ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+#endif

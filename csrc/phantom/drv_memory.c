@@ -69,7 +69,7 @@ CUresult cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t n)
     void *p = (void *)(uintptr_t)dst;
     if (n && vgfc_mem_check_device(p, n, -1) != VGFC_SUCCESS)
         return drv_error(CUDA_ERROR_INVALID_VALUE);
-    memset(p, value, n);
+    vgfc_fill(p, value, n);
     return CUDA_SUCCESS;
 }
 
@@ -80,8 +80,9 @@ CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t n, CUstrea
     uint32_t *p = (uint32_t *)(uintptr_t)dst;
     if (n > SIZE_MAX / 4 || (n && vgfc_mem_check_device(p, 4 * n, -1) != VGFC_SUCCESS))
         return drv_error(CUDA_ERROR_INVALID_VALUE);
-    for (size_t i = 0; i < n; i++)
-        p[i] = value;
+    if (!vgfc_phantom()) /* a phantom's device memory has no bytes to set */
+        for (size_t i = 0; i < n; i++)
+            p[i] = value;
     return CUDA_SUCCESS;
 }
 
@@ -93,7 +94,8 @@ CUresult cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t valu
     cuuint32_t *p = (cuuint32_t *)(uintptr_t)addr;
     if (vgfc_mem_check_device(p, sizeof *p, -1) != VGFC_SUCCESS)
         return drv_error(CUDA_ERROR_INVALID_VALUE);
-    __atomic_store_n(p, value, __ATOMIC_SEQ_CST);
+    if (!vgfc_phantom())
+        __atomic_store_n(p, value, __ATOMIC_SEQ_CST);
     return CUDA_SUCCESS;
 }
 

@@ -49,7 +49,7 @@ FC_DRIVER = $(FAKECUDA)/libcuda.so.1
 
 fakecuda-tests: $(FAKECUDA)/test_fakecuda $(FAKECUDA)/test_cuda_vmm
 
-$(FAKECUDA)/test_fakecuda: $(FC_SRC)/test_fakecuda.c $(FC_HDRS) tests/c/harness.h $(FC_RUNTIME) $(FC_DRIVER)
+$(FAKECUDA)/test_fakecuda: tests/c/test_fakecuda.c $(FC_HDRS) tests/c/harness.h $(FC_RUNTIME) $(FC_DRIVER)
 	$(CC) $(FC_CFLAGS) $(FC_INC) -Itests/c -o $@ $< -Wl,-rpath,'$$ORIGIN' -L$(FAKECUDA) \
 		-l:libcudart.so.$(CUDA_MAJOR) -l:libcuda.so.1 -lpthread
 

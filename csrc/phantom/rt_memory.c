@@ -1,6 +1,7 @@
 /* Runtime API: device and pinned host memory, memory info, copies and
  * sets. Device pointers are host pointers into the fake device memory
- * (core_memory.c), so a copy is a memmove once both ends are checked: a
+ * (core_memory.c), so a copy is a memmove once both ends are checked (on a
+ * phantom, vgfc_copy drops what goes to the device and reads zeros): a
  * device-side pointer must lie inside live device memory, else the call
  * fails with cudaErrorInvalidValue, as a real one does for a pointer it
  * does not know. Async calls complete before they return.
@@ -143,35 +144,42 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attrs, const 
 /* ---- copies and sets --------------------------------------------------- */
 
 /* Whether the end of a copy `kind` says is on the device, or (Default) the
- * memory table does, lies in device memory: 0, or cudaErrorInvalidValue. */
-static int check_end(const void *ptr, size_t size, int on_device, int inferred)
+ * memory table does, lies in device memory: 0, or cudaErrorInvalidValue.
+ * *on_device: where the end turned out to be. */
+static int check_end(const void *ptr, size_t size, int *on_device, int inferred)
 {
     vgfc_range r;
     if (inferred)
-        on_device = vgfc_mem_find(ptr, &r) && r.device >= 0;
-    return on_device ? vgfc_mem_check_device(ptr, size, -1) : VGFC_SUCCESS;
+        *on_device = vgfc_mem_find(ptr, &r) && r.device >= 0;
+    return *on_device ? vgfc_mem_check_device(ptr, size, -1) : VGFC_SUCCESS;
 }
 
+/* Which ends of a copy are device memory, once both are checked. */
+struct ends {
+    int dst_dev, src_dev;
+};
+
 static cudaError_t check_copy(void *dst, const void *src, size_t span_dst, size_t span_src,
-                              enum cudaMemcpyKind kind)
+                              enum cudaMemcpyKind kind, struct ends *ends)
 {
     if ((unsigned)kind > cudaMemcpyDefault)
         return rt_error(cudaErrorInvalidMemcpyDirection);
     int inferred = kind == cudaMemcpyDefault;
-    int dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-    int src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    ends->dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    ends->src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
     if ((span_dst || span_src) && (!dst || !src))
         return rt_error(cudaErrorInvalidValue);
-    if (check_end(dst, span_dst, dst_dev, inferred) || check_end(src, span_src, src_dev, inferred))
+    if (check_end(dst, span_dst, &ends->dst_dev, inferred) || check_end(src, span_src, &ends->src_dev, inferred))
         return rt_error(cudaErrorInvalidValue);
     return cudaSuccess;
 }
 
 static cudaError_t copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind)
 {
-    cudaError_t err = n ? check_copy(dst, src, n, n, kind) : cudaSuccess;
+    struct ends ends;
+    cudaError_t err = n ? check_copy(dst, src, n, n, kind, &ends) : cudaSuccess;
     if (err == cudaSuccess && n)
-        memmove(dst, src, n);
+        vgfc_copy(dst, src, n, ends.dst_dev, ends.src_dev);
     return err;
 }
 
@@ -198,11 +206,13 @@ static cudaError_t copy_2d(void *dst, size_t dpitch, const void *src, size_t spi
     if (width > dpitch || width > spitch)
         return rt_error(cudaErrorInvalidPitchValue);
     /* Both ends span from their first byte to the last row's end. */
-    cudaError_t err = check_copy(dst, src, (height - 1) * dpitch + width, (height - 1) * spitch + width, kind);
+    struct ends ends;
+    cudaError_t err = check_copy(dst, src, (height - 1) * dpitch + width, (height - 1) * spitch + width, kind,
+                                 &ends);
     if (err != cudaSuccess)
         return err;
     for (size_t row = 0; row < height; row++)
-        memmove((char *)dst + row * dpitch, (const char *)src + row * spitch, width);
+        vgfc_copy((char *)dst + row * dpitch, (const char *)src + row * spitch, width, ends.dst_dev, ends.src_dev);
     return cudaSuccess;
 }
 
@@ -235,7 +245,7 @@ cudaError_t cudaMemcpyPeerAsync(void *dst, int dst_dev, const void *src, int src
         return cudaSuccess;
     if (vgfc_mem_check_device(dst, n, dst_dev) || vgfc_mem_check_device(src, n, src_dev))
         return rt_error(cudaErrorInvalidValue);
-    memmove(dst, src, n);
+    vgfc_copy(dst, src, n, 1, 1);
     return cudaSuccess;
 }
 
@@ -243,7 +253,7 @@ static cudaError_t set(void *dst, int value, size_t n)
 {
     if (n && vgfc_mem_check_device(dst, n, -1) != VGFC_SUCCESS)
         return rt_error(cudaErrorInvalidValue);
-    memset(dst, value, n);
+    vgfc_fill(dst, value, n);
     return cudaSuccess;
 }
 

@@ -51,8 +51,16 @@ class GpuPreset:
                 f"of {self.total_bytes / gib:.2f} GiB ({self.total_bytes:,} bytes)")
 
 
+#: TODO(H200): the exact total is to be measured on a real H200
+#: (torch.cuda.get_device_properties(0).total_memory) and put here. No public
+#: log with the byte count was found; the one public reading is PyTorch's
+#: total_memory=143156MB (whole MiB, rounded down), so this is that reading's
+#: floor: under the card's true total by less than 1 MiB.
+H200_TOTAL_BYTES = 143_156 * MiB
+
 # Totals vary by a few MiB with the driver and ECC setting; each is one
-# published reading (deviceQuery prints totalGlobalMem in bytes).
+# published reading (deviceQuery prints totalGlobalMem in bytes); a source
+# names other readings where they differ by more.
 PRESETS = {p.name: p for p in (
     GpuPreset("T4", 15_828_320_256,
               "Colab's Tesla T4 (ECC on): torch.cuda.get_device_properties(0).total_memory",
@@ -64,8 +72,8 @@ PRESETS = {p.name: p for p in (
               "deviceQuery on an NVIDIA A100-SXM4-40GB, driver 12.2 (bottlerocket-os/bottlerocket#3873)",
               "NVIDIA A100-SXM4-40GB", (8, 0), 108),
     GpuPreset("A100-80GB", 84_987_740_160,
-              "deviceQuery on an NVIDIA A100-SXM4-80GB, driver 12.2 (a public log; "
-              "other drivers read up to 81,158 MiB)",
+              "deviceQuery on an NVIDIA A100-SXM4-80GB, driver 12.2 (maximilianmbeck/vlstm_cuda, "
+              "README.md and CUDA_DEVICES_PROPS.md; driver 12.5 reads 81,158 MiB, thamada/nvidia-smi)",
               "NVIDIA A100-SXM4-80GB", (8, 0), 108),
     GpuPreset("V100-16GB", 16_945_512_448,
               "deviceQuery on a Tesla V100-SXM2-16GB (16,160 MiB, also PyTorch's "
@@ -73,8 +81,28 @@ PRESETS = {p.name: p for p in (
               "Tesla V100-SXM2-16GB", (7, 0), 80),
     GpuPreset("H100-80GB", 85_028_896_768,
               "deviceQuery on an NVIDIA H100 80GB HBM3, driver 12.8 (81,090 MiB; "
-              "PyTorch logs read 81,082 to 81,090 MiB)",
+              "PyTorch logs read 81,082 to 81,090 MiB, driver 12.7 81,106 MiB in "
+              "thamada/nvidia-smi nvsim/H100SXMx8_deviceQuery.py)",
               "NVIDIA H100 80GB HBM3", (9, 0), 132),
+    GpuPreset("RTX-3090", 25_327_697_920,
+              "deviceQuery on an NVIDIA GeForce RTX 3090, driver 12.6 (24,154 MiB; "
+              "thamada/nvidia-smi gls/RTX3090_deviceQuery.py; drivers 11.8 to 12.2 read "
+              "24,238 to 24,268 MiB)",
+              "NVIDIA GeForce RTX 3090", (8, 6), 82),
+    GpuPreset("RTX-4090", 25_386_352_640,
+              "deviceQuery on an NVIDIA GeForce RTX 4090, driver 12.4, Linux (24,210 MiB; "
+              "thamada/nvidia-smi gls/RTX4090_deviceQuery.py)",
+              "NVIDIA GeForce RTX 4090", (8, 9), 128),
+    GpuPreset("L40S", 47_576_711_168,
+              "deviceQuery on an NVIDIA L40S, driver 12.4 (45,373 MiB; alvarobartt/cuda-device-query "
+              "README.md; thamada/nvidia-smi nvsim/L40S_deviceQuery.py reads 45,589 MiB)",
+              "NVIDIA L40S", (8, 9), 142),
+    GpuPreset("H200", H200_TOTAL_BYTES,
+              "TODO: to be measured on a real H200. For now PyTorch's "
+              "_CudaDeviceProperties(name='NVIDIA H200', total_memory=143156MB, "
+              "multi_processor_count=132) (ai-bot-pro/achatbot, "
+              "deploy/modal/src/llm/vllm/vlm/skywork_r1v.py), at its floor",
+              "NVIDIA H200", (9, 0), 132),
 )}
 
 _BY_KEY = {name.upper(): preset for name, preset in PRESETS.items()}

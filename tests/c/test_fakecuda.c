@@ -11,11 +11,13 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness.h" /* tests/c, the C tests' harness */
+#include "harness.h"
 #include "fakecuda.h"
+#include "rt_launch.h"
 
 #define MiB (1ull << 20)
 #define GiB (1ull << 30)
@@ -235,11 +237,11 @@ static void test_streams_and_events(void)
 static void test_unsupported(void)
 {
     vg_fakecuda_reset();
-    dim3 one = {1, 1, 1};
-    CHECK_EQ(cudaLaunchKernel(NULL, one, one, NULL, 0, NULL), cudaErrorNotSupported);
+    void *managed = NULL;
+    CHECK_EQ(cudaMallocManaged(&managed, 64, cudaMemAttachGlobal), cudaErrorNotSupported);
     CHECK_EQ(cudaGetLastError(), cudaErrorNotSupported);
     CHECK_EQ(vg_fakecuda_unsupported_calls(), 1);
-    CHECK(strcmp(vg_fakecuda_last_unsupported(), "cudaLaunchKernel") == 0);
+    CHECK(strcmp(vg_fakecuda_last_unsupported(), "cudaMallocManaged") == 0);
     CHECK(strcmp(cudaGetErrorName(cudaErrorNotSupported), "cudaErrorNotSupported") == 0);
     CHECK(strcmp(cudaGetErrorString(cudaErrorMemoryAllocation), "out of memory") == 0);
     CHECK(strcmp(cudaGetErrorString(cudaErrorInvalidKernelImage), "cudaErrorInvalidKernelImage") == 0);
@@ -278,7 +280,64 @@ static void test_driver(void)
     CHECK_EQ(cuGetErrorName(CUDA_ERROR_ILLEGAL_ADDRESS, &msg), CUDA_SUCCESS);
     CHECK(strcmp(msg, "CUDA_ERROR_ILLEGAL_ADDRESS") == 0);
     /* A stub: found, and fails. */
-    CHECK_EQ(cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL), CUDA_ERROR_NOT_SUPPORTED);
+    CUdeviceptr managed = 0;
+    CHECK_EQ(cuMemAllocManaged(&managed, 64, CU_MEM_ATTACH_GLOBAL), CUDA_ERROR_NOT_SUPPORTED);
+}
+
+/* Kernels run nothing and succeed, through every path a library takes:
+ * nvcc's CUDA 13 stubs, the runtime's launch calls, and the driver's
+ * modules (NVRTC's and Triton's code). A block too large is refused. */
+static void test_launches(void)
+{
+    vg_fakecuda_reset();
+    dim3 one = {1, 1, 1}, big = {2048, 1, 1}, grid = {4096, 1, 1};
+    static const char stub = 0; /* a host stub's address stands for the kernel */
+#if CUDART_VERSION >= 13000
+    cudaKernel_t k = NULL;
+    CHECK_EQ(__cudaGetKernel(&k, &stub), cudaSuccess);
+    CHECK_EQ(__cudaLaunchKernel(k, grid, one, NULL, 0, NULL), cudaSuccess);
+    CHECK_EQ(vg_fakecuda_calls("__cudaLaunchKernel"), 1);
+#endif
+    CHECK_EQ(cudaLaunchKernel(&stub, grid, one, NULL, 0, NULL), cudaSuccess);
+    CHECK_EQ(cudaLaunchKernel(&stub, grid, big, NULL, 0, NULL), cudaErrorInvalidConfiguration);
+    cudaGetLastError();
+    cudaLaunchConfig_t config = {.gridDim = grid, .blockDim = one};
+    CHECK_EQ(cudaLaunchKernelExC(&config, &stub, NULL), cudaSuccess);
+    CHECK_EQ(vg_fakecuda_calls("cudaLaunchKernel"), 2); /* the refused one counts too */
+
+    struct cudaFuncAttributes attr;
+    CHECK_EQ(cudaFuncGetAttributes(&attr, &stub), cudaSuccess);
+    CHECK_EQ(attr.maxThreadsPerBlock, 1024);
+    int blocks = 0;
+    CHECK_EQ(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, &stub, 256, 0), cudaSuccess);
+    CHECK_EQ(blocks, 8); /* 2048 threads per multiprocessor on the default 9.0 */
+
+    CUmodule mod = NULL;
+    CUfunction fn = NULL;
+    CHECK_EQ(cuModuleLoadData(&mod, "any image"), CUDA_SUCCESS);
+    CHECK_EQ(cuModuleGetFunction(&fn, mod, "kernel"), CUDA_SUCCESS);
+    CHECK_EQ(cuLaunchKernel(fn, 8, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL), CUDA_SUCCESS);
+    CHECK_EQ(cuLaunchKernel(fn, 8, 1, 1, 2048, 1, 1, 0, NULL, NULL, NULL), CUDA_ERROR_INVALID_VALUE);
+    int regs = 0;
+    CHECK_EQ(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn), CUDA_SUCCESS);
+    CHECK(regs > 0);
+    CUlinkState link = NULL;
+    void *image = NULL;
+    size_t image_size = 0;
+    CHECK_EQ(cuLinkCreate(0, NULL, NULL, &link), CUDA_SUCCESS);
+    CHECK_EQ(cuLinkAddData(link, CU_JIT_INPUT_PTX, (void *)"ptx", 3, "k", 0, NULL, NULL), CUDA_SUCCESS);
+    CHECK_EQ(cuLinkComplete(link, &image, &image_size), CUDA_SUCCESS);
+    CHECK(image != NULL && image_size > 0);
+    CHECK_EQ(cuLinkDestroy(link), CUDA_SUCCESS);
+    CHECK_EQ(cuModuleUnload(mod), CUDA_SUCCESS);
+    CHECK_EQ(vg_fakecuda_unsupported_calls(), 0);
+
+    /* After an illegal access, launches fail as everything else does. */
+    vg_fakecuda_set_sticky_error(700);
+    CHECK_EQ(cudaLaunchKernel(&stub, grid, one, NULL, 0, NULL), cudaErrorIllegalAddress);
+    CHECK_EQ(cuLaunchKernel(fn, 8, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL), CUDA_ERROR_ILLEGAL_ADDRESS);
+    vg_fakecuda_reset();
+    cudaGetLastError();
 }
 
 static void test_vmm(void)
@@ -364,6 +423,36 @@ static int env_child(void)
     return 0;
 }
 
+/* A phantom (VG_FAKECUDA_PHANTOM=1, a 1 GiB device whose context takes
+ * 100 MiB): free memory reads as on a card with its context; a copy to
+ * the device and back reads zeros, counted; device memory has no host
+ * pages (touching it faults: the child dies of SIGSEGV when asked to). */
+static int phantom_child(int touch)
+{
+    size_t free_b = 0, total = 0;
+    if (cudaMemGetInfo(&free_b, &total) != cudaSuccess || total != 1024 * MiB || free_b != 924 * MiB)
+        return 1;
+    char *d = NULL;
+    if (cudaMalloc((void **)&d, 4 * MiB) != cudaSuccess)
+        return 2;
+    char host[64];
+    memset(host, 7, sizeof host);
+    if (cudaMemcpy(d, host, sizeof host, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemset(d, 1, 4 * MiB) != cudaSuccess ||
+        cudaMemcpy(d + 64, d, sizeof host, cudaMemcpyDeviceToDevice) != cudaSuccess)
+        return 3;
+    if (cudaMemcpy(host, d, sizeof host, cudaMemcpyDefault) != cudaSuccess || host[0] != 0 || host[63] != 0)
+        return 4;
+    if (vg_fakecuda_d2h_reads() != 1)
+        return 5;
+    if (cudaMalloc((void **)&d, 921 * MiB) != cudaErrorMemoryAllocation) /* 924 - 4 MiB free */
+        return 6;
+    cudaGetLastError();
+    if (touch)
+        d[0] = 1;
+    return 0;
+}
+
 /* Runs this program again with `env` in front; its exit status. */
 static int rerun(const char *env, const char *arg)
 {
@@ -388,12 +477,24 @@ static void test_env_knobs(void)
     CHECK(rerun("VG_FAKECUDA_MEM=12XB", "--env-child") >= 128);
     CHECK(rerun("VG_FAKECUDA_DEVICES=17", "--env-child") >= 128);
     CHECK(rerun("VG_FAKECUDA_FAIL=cudaMallocc:1:2", "--env-child") >= 128);
+    CHECK(rerun("VG_FAKECUDA_SMS=0", "--env-child") >= 128);
+    CHECK(rerun("VG_FAKECUDA_PHANTOM=yes", "--env-child") >= 128);
+    CHECK(rerun("VG_FAKECUDA_CONTEXT=lots", "--env-child") >= 128);
+}
+
+static void test_phantom(void)
+{
+    const char *env = "VG_FAKECUDA_PHANTOM=1 VG_FAKECUDA_MEM=1GiB VG_FAKECUDA_CONTEXT=100MiB";
+    CHECK_EQ(rerun(env, "--phantom-child"), 0);
+    CHECK_EQ(rerun(env, "--phantom-touch"), 128 + SIGSEGV);
 }
 
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--env-child") == 0)
         return env_child();
+    if (argc > 1 && strncmp(argv[1], "--phantom-", 10) == 0)
+        return phantom_child(strcmp(argv[1], "--phantom-touch") == 0);
     /* Before the first CUDA call, which reads them. */
     setenv("VG_FAKECUDA_DEVICES", "2", 1);
     setenv("VG_FAKECUDA_MEM", "1GiB,512MiB", 1);
@@ -407,8 +508,10 @@ int main(int argc, char **argv)
         {"streams_and_events", test_streams_and_events},
         {"unsupported", test_unsupported},
         {"driver", test_driver},
+        {"launches", test_launches},
         {"vmm", test_vmm},
         {"env_knobs", test_env_knobs},
+        {"phantom", test_phantom},
     };
     return harness_run(tests, sizeof tests / sizeof tests[0], argc > 1 ? argv[1] : NULL);
 }

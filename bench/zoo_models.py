@@ -1,0 +1,237 @@
+"""The zoo: real training (and one inference) loops, built on the device
+with no downloaded weights, one step function each.
+
+    step = build("gpt2", batch=8, size="full")     # size "small" for CI's CPUs
+    for _ in range(3):
+        step()
+
+The same builders run on a real GPU (tests/gpu/zoo_on_gpu.sh) and on a
+phantom one (bench/zoo.py), so that what they allocate can be set side by
+side. Models are created under `torch.device("cuda")`: their initialisation
+runs on the device (a phantom's kernels do nothing), not on the host's
+CPU (a tensor a step makes names its device: the context is gone by then).
+Every loop has fixed shapes and a fixed number of steps, never control
+flow on values read back, so a phantom (whose reads are zeros) takes the
+path a GPU takes.
+"""
+import random
+
+# name -> (builder, default batch, {size: options})
+SIZES = ("small", "full")
+
+
+def _optimizer(torch, model, kind="adamw"):
+    params = [p for p in model.parameters() if p.requires_grad]
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=0.01, momentum=0.9)
+    return torch.optim.AdamW(params, lr=1e-4)
+
+
+def _train_step(torch, model, opt, loss_fn):
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn()
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def _autocast(torch, enabled):
+    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=enabled)
+
+
+def mlp(torch, batch, size):
+    width = 1024 if size == "small" else 4096
+    layers = []
+    for _ in range(4):
+        layers += [torch.nn.Linear(width, width), torch.nn.GELU()]
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(width, 10))
+    x = torch.randn(batch, width)
+    y = torch.randint(0, 10, (batch,))
+    opt = _optimizer(torch, model)
+    return _train_step(torch, model, opt, lambda: torch.nn.functional.cross_entropy(model(x), y))
+
+
+def _gpt2_config(transformers, size, seq):
+    if size == "small":
+        return transformers.GPT2Config(n_layer=2, n_embd=256, n_head=4, n_positions=max(1024, seq))
+    return transformers.GPT2Config(n_positions=max(1024, seq))
+
+
+def gpt2(torch, batch, size, bf16=True, seq=None):
+    import transformers
+
+    seq = seq or (128 if size == "small" else 1024)
+    model = transformers.GPT2LMHeadModel(_gpt2_config(transformers, size, seq))
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq))
+    opt = _optimizer(torch, model)
+
+    def loss_fn():
+        with _autocast(torch, bf16):
+            return model(input_ids=ids, labels=ids).loss
+
+    return _train_step(torch, model, opt, loss_fn)
+
+
+def gpt2_fp32(torch, batch, size):
+    return gpt2(torch, batch, size, bf16=False)
+
+
+def gpt2_varlen(torch, batch, size):
+    """A new sequence length every step, as padding-free batches give: the
+    fragmentation case (each step's activations are a new set of sizes)."""
+    import transformers
+
+    top = 256 if size == "small" else 1024
+    model = transformers.GPT2LMHeadModel(_gpt2_config(transformers, size, top))
+    opt = _optimizer(torch, model)
+    lengths = random.Random(0)
+
+    def step():
+        seq = lengths.randrange(top // 8, top + 1)
+        ids = torch.randint(0, model.config.vocab_size, (batch, seq), device="cuda")  # made per step
+        opt.zero_grad(set_to_none=True)
+        with _autocast(torch, True):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def gpt2_generate(torch, batch, size):
+    """Inference with a growing KV cache: a fixed number of new tokens per
+    step (no stop on end-of-text, which would read values back)."""
+    import transformers
+
+    prompt, new = (32, 32) if size == "small" else (128, 256)
+    model = transformers.GPT2LMHeadModel(_gpt2_config(transformers, size, prompt + new)).eval()
+    ids = torch.randint(0, model.config.vocab_size, (batch, prompt))
+
+    @torch.no_grad()
+    def step():
+        with _autocast(torch, True):
+            out = model(input_ids=ids, use_cache=True)
+            past, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
+            for _ in range(new):
+                out = model(input_ids=token, past_key_values=past, use_cache=True)
+                past, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
+        return token
+
+    return step
+
+
+def llama(torch, batch, size):
+    """A Llama-style decoder of about 1.1B parameters (TinyLlama's shape),
+    bf16 autocast, gradient checkpointing."""
+    import transformers
+
+    if size == "small":
+        config = transformers.LlamaConfig(hidden_size=256, intermediate_size=704, num_hidden_layers=2,
+                                          num_attention_heads=8, num_key_value_heads=2, vocab_size=32000)
+        seq = 128
+    else:
+        config = transformers.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
+                                          num_attention_heads=32, num_key_value_heads=4, vocab_size=32000)
+        seq = 1024
+    model = transformers.LlamaForCausalLM(config)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    ids = torch.randint(0, config.vocab_size, (batch, seq))
+    opt = _optimizer(torch, model)
+
+    def loss_fn():
+        with _autocast(torch, True):
+            return model(input_ids=ids, labels=ids).loss
+
+    return _train_step(torch, model, opt, loss_fn)
+
+
+def bert(torch, batch, size):
+    """BERT-base fine-tuning for classification, sequence 512 (128 small)."""
+    import transformers
+
+    if size == "small":
+        config = transformers.BertConfig(hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+                                         intermediate_size=1024, num_labels=2)
+        seq = 128
+    else:
+        config = transformers.BertConfig(num_labels=2)
+        seq = 512
+    model = transformers.BertForSequenceClassification(config)
+    ids = torch.randint(0, config.vocab_size, (batch, seq))
+    labels = torch.randint(0, 2, (batch,))
+    opt = _optimizer(torch, model)
+
+    def loss_fn():
+        with _autocast(torch, True):
+            return model(input_ids=ids, labels=labels).loss
+
+    return _train_step(torch, model, opt, loss_fn)
+
+
+def _vision(torch, batch, size, arch, bf16, opt_kind):
+    import torchvision
+
+    model = getattr(torchvision.models, arch)(weights=None)
+    side = 64 if size == "small" else 224
+    if arch.startswith("vit"):
+        side = 224  # the patch embedding's positions fix the input size
+    x = torch.randn(batch, 3, side, side)
+    y = torch.randint(0, 1000, (batch,))
+    opt = _optimizer(torch, model, opt_kind)
+
+    def loss_fn():
+        with _autocast(torch, bf16):
+            return torch.nn.functional.cross_entropy(model(x), y)
+
+    return _train_step(torch, model, opt, loss_fn)
+
+
+def resnet18(torch, batch, size):
+    return _vision(torch, batch, size, "resnet18", False, "sgd")
+
+
+def resnet50(torch, batch, size):
+    return _vision(torch, batch, size, "resnet50", True, "sgd")
+
+
+def vit_b_16(torch, batch, size):
+    return _vision(torch, batch, size, "vit_b_16", True, "adamw")
+
+
+# name -> (builder, batch at full size, batch at small size)
+MODELS = {
+    "mlp": (mlp, 256, 32),
+    "gpt2": (gpt2, 8, 2),
+    "gpt2-fp32": (gpt2_fp32, 8, 2),
+    "gpt2-varlen": (gpt2_varlen, 8, 2),
+    "gpt2-generate": (gpt2_generate, 16, 2),
+    "llama-1b": (llama, 4, 2),
+    "bert": (bert, 32, 4),
+    "resnet18": (resnet18, 64, 4),
+    "resnet50": (resnet50, 64, 4),
+    "vit_b_16": (vit_b_16, 32, 2),
+}
+
+
+def default_batch(name, size="full"):
+    _, full, small = MODELS[name]
+    return full if size == "full" else small
+
+
+def build(torch, name, batch=None, size="full"):
+    """The step function of zoo model `name`, its model and data made on
+    the current CUDA device. batch None: the model's default for `size`."""
+    if name not in MODELS:
+        raise ValueError(f"unknown zoo model {name!r}: one of {', '.join(MODELS)}")
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}: one of {', '.join(SIZES)}")
+    builder = MODELS[name][0]
+    batch = batch or default_batch(name, size)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        return builder(torch, batch, size)

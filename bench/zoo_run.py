@@ -1,0 +1,126 @@
+"""One zoo model, one allocator, one process: its memory figures as JSON.
+
+    python bench/zoo_run.py gpt2 --allocator native --steps 3 --json out.json
+    python bench/zoo_run.py resnet50 --allocator vramguard --budget 14GiB
+
+Allocators: native (PyTorch's caching allocator), expandable (the same with
+expandable_segments:True), vramguard (the arena), vramguard-segments. The
+process must start clean (the allocator is chosen before CUDA starts).
+
+The figures: peak allocated and reserved (PyTorch's counters, which
+vramguard fills too), whether the steps ran or ran out of memory (and the
+request), the device's name, total memory and what the CUDA context held
+before the first tensor, the step times, and, under PyTorch's own allocator,
+the sizes of every allocation in order (its memory history), the sequence a
+phantom must reproduce. Runs the same on a GPU and on a phantom.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+ALLOCATORS = ("native", "expandable", "vramguard", "vramguard-segments")
+
+
+def _select_allocator(name, budget):
+    """Before torch touches CUDA."""
+    if name == "expandable":
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    else:
+        os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    import torch
+
+    if name.startswith("vramguard"):
+        import vramguard
+
+        vramguard.install(budget=budget, arena=name == "vramguard")
+    elif budget:
+        from vramguard import parse_size
+
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(parse_size(budget) / total)
+    return torch
+
+
+def _history_sizes(torch):
+    """The sizes of the allocations PyTorch's allocator recorded, in order."""
+    snap = torch.cuda.memory._snapshot()
+    traces = snap.get("device_traces") or [[]]
+    return [e["size"] for e in traces[0] if e.get("action") == "alloc"]
+
+
+def run(args):
+    torch = _select_allocator(args.allocator, args.budget)
+    import zoo_models
+
+    torch.cuda.init()
+    free0, total = torch.cuda.mem_get_info()
+    props = torch.cuda.get_device_properties(0)
+    result = {
+        "model": args.model, "allocator": args.allocator, "size": args.size, "steps": args.steps,
+        "torch": torch.__version__, "device": props.name, "cc": "%d.%d" % (props.major, props.minor),
+        "sms": props.multi_processor_count, "total_memory": props.total_memory,
+        "context_bytes": total - free0 - torch.cuda.memory_reserved(), "budget": args.budget,
+    }
+    native = not args.allocator.startswith("vramguard")
+    if native and args.history:
+        torch.cuda.memory._record_memory_history(max_entries=args.history, context=None, stacks="python")
+    times = []
+    try:
+        step = zoo_models.build(torch, args.model, args.batch, args.size)
+        for _ in range(args.steps):
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t)
+        result["fits"] = True
+    except torch.OutOfMemoryError as exc:
+        result["fits"] = False
+        result["oom"] = str(exc).splitlines()[0][:300]
+    result["batch"] = args.batch or zoo_models.default_batch(args.model, args.size)
+    result["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+    result["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+    result["step_seconds"] = times
+    if len(times) > 1:
+        result["median_step_seconds"] = statistics.median(times[1:])
+    stats = torch.cuda.memory_stats()
+    result["num_device_alloc"] = stats.get("num_device_alloc", 0)
+    result["num_device_free"] = stats.get("num_device_free", 0)
+    if native and args.history:
+        sizes = _history_sizes(torch)
+        result["allocations"] = len(sizes)
+        result["allocation_sizes"] = sizes
+    return result
+
+
+def main(argv=None):
+    import zoo_models
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model", choices=sorted(zoo_models.MODELS))
+    ap.add_argument("--allocator", choices=ALLOCATORS, default="native")
+    ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--size", choices=zoo_models.SIZES, default="full")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--budget", default=None, help="a size or preset: vramguard's budget, or a memory fraction")
+    ap.add_argument("--history", type=int, default=0,
+                    help="record this many allocator events (native, expandable) and report the sizes")
+    ap.add_argument("--json", help="write the result here (default: stdout)")
+    args = ap.parse_args(argv)
+    result = run(args)
+    text = json.dumps(result)
+    if args.json:
+        with open(args.json + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(args.json + ".tmp", args.json)
+    else:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()

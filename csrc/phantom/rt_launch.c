@@ -1,0 +1,189 @@
+/* Runtime API: kernel launches and what is asked of a kernel before one.
+ *
+ * No kernel runs here. A launch on a valid stream succeeds and does
+ * nothing (counted: vg_fakecuda_calls("__cudaLaunchKernel")), which is all
+ * a caching allocator's user needs: PyTorch makes the same allocations
+ * whether or not the kernels between them compute. What kernels would have
+ * written reads as whatever the memory held (on a phantom, zeros).
+ *
+ * CUDA 13's nvcc stubs launch through __cudaGetKernel + __cudaLaunchKernel;
+ * older code and libraries through cudaLaunchKernel and its Ex form.
+ * Host functions and stream callbacks run at once: every call here
+ * completes before it returns, so the stream is already where they wait.
+ */
+#include "rt.h"
+
+#include <stddef.h>
+
+#include "rt_launch.h"
+
+/* What every launch checks: a stream that exists, a block the device can
+ * run (a real launch fails with cudaErrorInvalidConfiguration otherwise,
+ * and PyTorch never sends one: a failure here is a fake's bug worth
+ * seeing). */
+static cudaError_t launch(dim3 grid, dim3 block, cudaStream_t stream)
+{
+    if (rt_stream_device(stream) < 0)
+        return rt_error(cudaErrorInvalidResourceHandle);
+    unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
+    if (threads == 0 || threads > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0)
+        return rt_error(cudaErrorInvalidConfiguration);
+    return cudaSuccess;
+}
+
+#if CUDART_VERSION >= 13000
+/* A kernel's handle is its host stub's address: nothing is looked up. */
+cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *func)
+{
+    if (!kernel || !func)
+        return rt_error(cudaErrorInvalidDeviceFunction);
+    *kernel = (cudaKernel_t)(uintptr_t)func;
+    return cudaSuccess;
+}
+
+cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void **args, size_t shared_mem,
+                               cudaStream_t stream)
+{
+    RT_ENTER(__cudaLaunchKernel);
+    (void)kernel, (void)args, (void)shared_mem;
+    return launch(grid, block, stream);
+}
+
+cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 grid, dim3 block, void **args, size_t shared_mem,
+                                    cudaStream_t stream)
+{
+    RT_ENTER(__cudaLaunchKernel);
+    (void)kernel, (void)args, (void)shared_mem;
+    return launch(grid, block, stream);
+}
+
+#endif
+
+cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shared_mem,
+                             cudaStream_t stream)
+{
+    RT_ENTER(cudaLaunchKernel);
+    (void)func, (void)args, (void)shared_mem;
+    return launch(grid, block, stream);
+}
+
+cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
+{
+    RT_ENTER(cudaLaunchKernelExC);
+    (void)func, (void)args;
+    if (!config)
+        return rt_error(cudaErrorInvalidValue);
+    return launch(config->gridDim, config->blockDim, config->stream);
+}
+
+cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shared_mem,
+                                        cudaStream_t stream)
+{
+    RT_ENTER(cudaLaunchCooperativeKernel);
+    (void)func, (void)args, (void)shared_mem;
+    return launch(grid, block, stream);
+}
+
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *user_data)
+{
+    RT_ENTER(cudaLaunchHostFunc);
+    if (!fn)
+        return rt_error(cudaErrorInvalidValue);
+    if (rt_stream_device(stream) < 0)
+        return rt_error(cudaErrorInvalidResourceHandle);
+    fn(user_data);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallback_t callback, void *user_data,
+                                  unsigned int flags)
+{
+    RT_ENTER(cudaStreamAddCallback);
+    if (!callback || flags != 0)
+        return rt_error(cudaErrorInvalidValue);
+    if (rt_stream_device(stream) < 0)
+        return rt_error(cudaErrorInvalidResourceHandle);
+    callback(stream, cudaSuccess, user_data);
+    return cudaSuccess;
+}
+
+/* ---- what callers ask of a kernel before launching it ------------------ */
+
+/* One answer for every kernel: a small one that any block size fits,
+ * compiled for the device's own architecture. */
+cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *func)
+{
+    RT_ENTER(cudaFuncGetAttributes);
+    if (!attr || !func)
+        return rt_error(cudaErrorInvalidDeviceFunction);
+    int arch = vgfc_cc_major() * 10 + vgfc_cc_minor();
+    *attr = (struct cudaFuncAttributes){
+        .maxThreadsPerBlock = 1024,
+        .numRegs = 32,
+        .ptxVersion = arch,
+        .binaryVersion = arch,
+        .maxDynamicSharedSizeBytes = 48 << 10,
+        .preferredShmemCarveout = -1,
+    };
+    return cudaSuccess;
+}
+
+cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value)
+{
+    RT_ENTER(cudaFuncSetAttribute);
+    (void)attr, (void)value;
+    return func ? cudaSuccess : rt_error(cudaErrorInvalidDeviceFunction);
+}
+
+#if CUDART_VERSION >= 13000
+cudaError_t cudaKernelSetAttributeForDevice(cudaKernel_t kernel, enum cudaFuncAttribute attr, int value, int device)
+{
+    RT_ENTER(cudaKernelSetAttributeForDevice);
+    (void)attr, (void)value;
+    if (!kernel)
+        return rt_error(cudaErrorInvalidDeviceFunction);
+    return vgfc_valid_device(device) ? cudaSuccess : rt_error(cudaErrorInvalidDevice);
+}
+#endif
+
+/* As many blocks as the multiprocessor's threads allow (PyTorch sizes some
+ * grids by this; the answer changes launches, never allocations). */
+static int blocks_per_sm(int block_size)
+{
+    int threads = 0;
+    vgfc_device_attribute(cudaDevAttrMaxThreadsPerMultiProcessor, vgfc_current_device(), &threads);
+    int blocks = block_size > 0 ? threads / block_size : 0;
+    return blocks < 1 ? 1 : blocks > 32 ? 32 : blocks;
+}
+
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *num_blocks, const void *func, int block_size,
+                                                          size_t dynamic_smem)
+{
+    RT_ENTER(cudaOccupancyMaxActiveBlocksPerMultiprocessor);
+    (void)dynamic_smem;
+    if (!num_blocks || !func)
+        return rt_error(cudaErrorInvalidValue);
+    *num_blocks = blocks_per_sm(block_size);
+    return cudaSuccess;
+}
+
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *num_blocks, const void *func,
+                                                                   int block_size, size_t dynamic_smem,
+                                                                   unsigned int flags)
+{
+    RT_ENTER(cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags);
+    (void)dynamic_smem, (void)flags;
+    if (!num_blocks || !func)
+        return rt_error(cudaErrorInvalidValue);
+    *num_blocks = blocks_per_sm(block_size);
+    return cudaSuccess;
+}
+
+/* A __constant__ or __device__ variable's bytes: no kernel reads them. */
+cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t count, size_t offset,
+                               enum cudaMemcpyKind kind)
+{
+    RT_ENTER(cudaMemcpyToSymbol);
+    (void)offset, (void)kind;
+    return symbol && (src || !count) ? cudaSuccess : rt_error(cudaErrorInvalidSymbol);
+}
