@@ -209,7 +209,6 @@ def run_builder(tmp_path, **env):
     proc = subprocess.run([sys.executable, "-S", str(BUILD_PY), "--out", str(tmp_path / "out")],
                           env=base, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
-    assert not (tmp_path / "out").exists()
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     return lines[0]
@@ -217,6 +216,7 @@ def run_builder(tmp_path, **env):
 
 def test_no_torch_is_one_line(tmp_path):
     line = run_builder(tmp_path)
+    assert not (tmp_path / "out").exists()
     assert line == "build.py: PyTorch is not installed for %s: the phantom GPU runs the PyTorch of " \
                    "the Python that builds it" % sys.executable
 
@@ -249,6 +249,23 @@ def test_no_compiler_is_one_line(tmp_path):
     assert line == "build.py: the phantom GPU needs a C compiler (cc): apt-get install gcc"
     line = run_builder(tmp_path, **dict(env, CC="no-such-compiler -O2"))
     assert line == "build.py: the phantom GPU needs a C compiler: no-such-compiler -O2 is not a command here (CC)"
+
+
+def test_refuses_what_it_cannot_own(tmp_path):
+    """An --out that is something else is not replaced, and a path that
+    LD_PRELOAD cannot carry is refused before any build."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler (cc)")
+    env = dummy_runtime(tmp_path / "cuda")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    line = run_builder(tmp_path, **env)
+    assert line == "build.py: %s is not a build of the phantom GPU: not replacing it" % (tmp_path / "out")
+    assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
+    spaced = tmp_path / "a b"
+    spaced.mkdir()
+    line = run_builder(spaced, **env)
+    assert line.startswith("build.py: LD_PRELOAD cannot name files under ")
 
 
 def test_preload_without_a_compiler_raises_one_line(tmp_path, monkeypatch):

@@ -240,11 +240,14 @@ class _RealLibraries:
 def compiler(cc=None):
     """The C compiler command as a list: `cc` (a string, words allowed),
     else $CC, else cc."""
-    given = cc if cc is not None else os.environ.get("CC") or "cc"
-    words = shlex.split(given)
+    given = cc if cc is not None else os.environ.get("CC")
+    if given is None:  # cc, else the usual names
+        words = [next((n for n in ("cc", "gcc", "clang") if shutil.which(n)), "cc")]
+    else:
+        words = shlex.split(given)
     path = shutil.which(words[0]) if words else None
     if path is None:
-        if given == "cc":
+        if given is None:
             raise BuildError("the phantom GPU needs a C compiler (cc): apt-get install gcc")
         raise BuildError("the phantom GPU needs a C compiler: %s is not a command here (CC)" % given)
     if shutil.which("nm") is None:
@@ -434,6 +437,12 @@ def _current(out, key):
     return preload
 
 
+def _ours(out):
+    """Whether the directory `out` may be replaced: empty, or a build (this
+    builder's, or the make rules' before it, which wrote cuda.mk)."""
+    return out.is_dir() and (not any(out.iterdir()) or any((out / n).exists() for n in ("build.json", "cuda.mk")))
+
+
 def _quiet(_line):
     pass
 
@@ -456,6 +465,8 @@ def build(out, cuda=None, cc=None, cflags=(), src=SRC, jobs=None, log=None, anno
     preload = _current(out, key)
     if preload:
         return Result(out, preload, False, time.perf_counter() - started, key)
+    if re.search(r"[\s:]", str(out)):
+        raise BuildError("LD_PRELOAD cannot name files under %s (a space or colon in the path)" % out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with _locked(out.parent / (".%s.lock" % out.name)):
         preload = _current(out, key)  # built by whoever held the lock
@@ -463,6 +474,8 @@ def build(out, cuda=None, cc=None, cflags=(), src=SRC, jobs=None, log=None, anno
             return Result(out, preload, False, time.perf_counter() - started, key)
         for stale in out.parent.glob(".%s.tmp-*" % out.name):  # killed builds (we hold the lock)
             shutil.rmtree(stale, ignore_errors=True)
+        if out.exists() and not _ours(out):
+            raise BuildError("%s is not a build of the phantom GPU: not replacing it" % out)
         if announce:
             announce(out)
         work = Path(tempfile.mkdtemp(prefix=".%s.tmp-" % out.name, dir=out.parent))
@@ -470,8 +483,6 @@ def build(out, cuda=None, cc=None, cflags=(), src=SRC, jobs=None, log=None, anno
         try:
             sonames = _build_into(work, cuda, cc, cflags, src, jobs or len(os.sched_getaffinity(0)), log)
             preload = " ".join(str(out / n) for n in sonames)
-            if re.search(r"[\s:]", str(out)):
-                raise BuildError("LD_PRELOAD cannot name files under %s (a space or colon in the path)" % out)
             (work / "LD_PRELOAD").write_text(preload + "\n")
             (work / "cuda.mk").write_text("CUDA_INC := %s\nCUDART_LIB := %s\nCUDA_MAJOR := %s\n"
                                           % (cuda.include, cuda.cudart, cuda.major))

@@ -30,12 +30,20 @@ class PhantomUnavailable(RuntimeError):
 
 
 def _builder():
-    """csrc/phantom/build.py, as a module."""
+    """csrc/phantom/build.py, as the module vramguard._phantom_build."""
+    name = "vramguard._phantom_build"
+    if name in sys.modules:
+        return sys.modules[name]
     for src in _SOURCES:
         if (src / "build.py").is_file():
-            spec = importlib.util.spec_from_file_location("vramguard._phantom_build", src / "build.py")
+            spec = importlib.util.spec_from_file_location(name, src / "build.py")
             module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
+            sys.modules[name] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[name]
+                raise
             return module
     raise PhantomUnavailable("the phantom GPU's sources are missing (%s): reinstall vramguard"
                              % " and ".join(map(str, _SOURCES)))
