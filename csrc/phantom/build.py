@@ -553,6 +553,8 @@ def main(argv=None):
         if exc.log:
             sys.stderr.write(exc.log.rstrip() + "\n")
         sys.exit("build.py: %s" % exc)
+    except OSError as exc:
+        sys.exit("build.py: %s" % exc)
     if result.built:
         log("build.py: built in %.1f s: %s" % (result.seconds, result.out))
     else:
