@@ -15,6 +15,7 @@ allocation sequences change between releases.
 """
 import argparse
 import glob
+import gzip
 import json
 import os
 import subprocess
@@ -26,11 +27,15 @@ ROOT = os.path.dirname(HERE)
 
 
 def load(directory):
-    """{(model, allocator): result} of the JSON files in `directory`."""
+    """{(model, allocator): result} of the JSON files in `directory`
+    (gzipped or not)."""
     results = {}
-    for path in sorted(glob.glob(os.path.join(directory, "*.json"))):
-        with open(path) as f:
+    paths = glob.glob(os.path.join(directory, "*.json")) + glob.glob(os.path.join(directory, "*.json.gz"))
+    for path in sorted(paths):
+        with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
             r = json.load(f)
+        if not isinstance(r, dict) or "model" not in r:  # another result kept beside them
+            continue
         results[(r["model"], r["allocator"])] = r
     return results
 
@@ -74,6 +79,8 @@ def run_phantom(gpu_result, gpu, out):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("VRAMGUARD_", "VG_FAKECUDA_")) and k != "PYTORCH_CUDA_ALLOC_CONF"}
     env.update(_phantom.environ(gpu))
+    if os.environ.get("ZOO_PRELOAD"):  # a phantom built for another torch than this tree's
+        env["LD_PRELOAD"] = os.environ["ZOO_PRELOAD"]
     env["PYTHONPATH"] = os.path.join(ROOT, "python")
     model, alloc = gpu_result["model"], gpu_result["allocator"]
     path = os.path.join(out, f"{model}.{alloc}.json")

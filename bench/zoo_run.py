@@ -23,11 +23,16 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-ALLOCATORS = ("native", "expandable", "vramguard", "vramguard-segments")
+# "given": whatever the process was started with (a dry run chooses it).
+ALLOCATORS = ("native", "expandable", "vramguard", "vramguard-segments", "given")
 
 
 def _select_allocator(name, budget):
     """Before torch touches CUDA."""
+    if name == "given":
+        import torch
+
+        return torch
     if name == "expandable":
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     else:
@@ -66,7 +71,7 @@ def run(args):
         "sms": props.multi_processor_count, "total_memory": props.total_memory,
         "context_bytes": total - free0 - torch.cuda.memory_reserved(), "budget": args.budget,
     }
-    native = not args.allocator.startswith("vramguard")
+    native = args.allocator in ("native", "expandable")
     if native and args.history:
         torch.cuda.memory._record_memory_history(max_entries=args.history, context=None, stacks="python")
     times = []

@@ -335,7 +335,7 @@ def test_presets_total_and_usable_bytes():
         "V100-16GB": (16_945_512_448, 16_525_557_760), "H100-80GB": (85_028_896_768, 84_607_500_288),
         "RTX-3090": (25_327_697_920, 24_907_874_304), "RTX-4090": (25_386_352_640, 24_966_594_560),
         "L40S": (47_576_711_168, 47_156_559_872),
-        "H200": (150_109_945_856, 149_690_515_456),  # TODO: the floor of 143,156 MiB until measured
+        "H200": (150_109_880_320, 149_556_297_728),  # measured, with its context's 552,402,944 bytes
     }
     assert {n: (p.total_bytes, p.usable_bytes) for n, p in vramguard.PRESETS.items()} == expected
     assert str(vramguard.PRESETS["T4"]) == "T4: 14.35 GiB usable of 14.74 GiB (15,828,320,256 bytes)"

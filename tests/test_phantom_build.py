@@ -9,6 +9,7 @@ compiler is a wrapper that counts its runs, so that a cache hit can be
 seen to run none.
 """
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -84,14 +85,23 @@ def soname(path):
     return match.group(1) if match else None
 
 
+def table_pattern(lib):
+    return re.escape(lib.soname).replace(r"\{major\}", r"\d+")
+
+
 def check_preload(preload, folder):
-    """LD_PRELOAD lists the table's libraries, built in `folder`, each with
-    its name as soname."""
+    """LD_PRELOAD lists the table's libraries that were built (build.json),
+    in the table's order, every one without a wheel of its own among them,
+    built in `folder`, each with its name as soname."""
     paths = [Path(p) for p in preload.split()]
-    assert len(paths) == len(builder.LIBRARIES)
-    for lib, path in zip(builder.LIBRARIES, paths):
+    built = json.loads((folder / "build.json").read_text())["libraries"]
+    assert [p.name for p in paths] == built
+    table = [lib for lib in builder.LIBRARIES if any(re.fullmatch(table_pattern(lib), n) for n in built)]
+    assert len(table) == len(paths)
+    assert all(lib in table for lib in builder.LIBRARIES if not lib.wheels)
+    for lib, path in zip(table, paths):
         assert path.is_absolute() and path.parent == folder and path.is_file()
-        assert re.fullmatch(re.escape(lib.soname).replace(r"\{major\}", r"\d+"), path.name)
+        assert re.fullmatch(table_pattern(lib), path.name)
         if shutil.which("readelf"):
             assert soname(path) == path.name
     return paths
@@ -249,6 +259,28 @@ def test_no_compiler_is_one_line(tmp_path):
     assert line == "build.py: the phantom GPU needs a C compiler (cc): apt-get install gcc"
     line = run_builder(tmp_path, **dict(env, CC="no-such-compiler -O2"))
     assert line == "build.py: the phantom GPU needs a C compiler: no-such-compiler -O2 is not a command here (CC)"
+
+
+def test_a_wrong_wheel_directory_is_one_line(tmp_path):
+    env = dict(dummy_runtime(tmp_path / "cuda"), VG_FAKECUDA_CUBLAS=str(tmp_path / "nowhere"))
+    line = run_builder(tmp_path, **env)
+    assert line == ("build.py: VG_FAKECUDA_CUBLAS=%s has no lib/libcublas.so.13, lib/libcublasLt.so.13 and "
+                    "include/cublas_api.h, include/cublasLt.h" % (tmp_path / "nowhere"))
+
+
+def test_a_library_without_its_wheel_is_left_out():
+    """No cuBLAS wheel: the cuBLAS stand-ins are left out (PyTorch then
+    loads the real ones), the rest is built, and cuda.mk's CUBLAS_
+    variables are empty, so that make skips their C test."""
+    cuda = builder.Cuda(Path("/inc"), Path("/lib/libcudart.so.13"), "13", "9.9.0", (),
+                        {w.name: None for w in builder.WHEELS})
+    said = []
+    libs = [builder.replace(lib, soname=lib.soname.format(major="13"),
+                            needs=tuple(n.format(major="13") for n in lib.needs)) for lib in builder.LIBRARIES]
+    kept = builder._present(libs, cuda, said.append)
+    assert [lib.soname for lib in kept] == [lib.soname for lib in libs if not lib.wheels]
+    assert "  left out libcublas.so.13: no cublas wheel" in said
+    assert "CUBLAS_LIB := \n" in builder._make_vars(cuda)
 
 
 def test_refuses_what_it_cannot_own(tmp_path):

@@ -75,7 +75,8 @@ class Step:
         {cudart}         the real libcudart.so.N
         {major}          its CUDA major
         {cc}             the C compiler command, one string
-        {real[libfoo]}   the real libfoo.so.N from PyTorch's nvidia wheels
+        {W.include}      the include directory of the wheel named W in WHEELS
+        {W.lib[libfoo]}  its real libfoo.so.N
         {objects}        (an argument by itself) the library's compiled
                          hand-written objects, one argument each
 
@@ -91,13 +92,37 @@ class Library:
     `sources` (names of .c files here, without .c), the `steps` that
     generate the rest, its `version_script` (a template: {src} or {gen}),
     the sonames it `needs` (built first, linked, found beside it through
-    $ORIGIN) and system `libs`."""
+    $ORIGIN), system `libs`, and the `wheels` it follows besides the
+    runtime's (names in WHEELS): without one of them, or without a library
+    it needs, it is left out of the build."""
     soname: str
     sources: Tuple[str, ...]
     version_script: str
     steps: Tuple[Step, ...] = ()
     needs: Tuple[str, ...] = ()
     libs: Tuple[str, ...] = ()
+    wheels: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Wheel:
+    """An nvidia wheel that libraries follow besides the runtime's: found
+    beside PyTorch's runtime (the directory nvidia/*/ whose lib/ has each
+    of `libs` as .so.<the runtime's major> and whose include/ has each of
+    `headers`), or where $`env` says (an unpacked wheel's nvidia/...
+    directory; there a missing file is an error). Its include directory is
+    searched by every compile; cuda.mk names it <NAME>_INC and each library
+    <LIBRARY>_LIB (CUBLAS_INC, CUBLASLT_LIB)."""
+    name: str
+    libs: Tuple[str, ...]
+    headers: Tuple[str, ...]
+    env: str
+
+
+WHEELS = (
+    Wheel("cublas", libs=("libcublas", "libcublasLt"), headers=("cublas_api.h", "cublasLt.h"),
+          env="VG_FAKECUDA_CUBLAS"),
+)
 
 
 CORE = ("core_devices", "core_attrs", "core_memory", "core_knobs", "core_errors")
@@ -137,21 +162,58 @@ LIBRARIES = (
         version_script="{src}/libnvidia-ml.map",
         needs=("libcuda.so.1",),
     ),
+    # cuBLAS and cuBLASLt (README.md, "cuBLAS"), when PyTorch has the cuBLAS
+    # wheel: stubs and version scripts follow the real libraries, cuBLASLt's
+    # attribute sizes follow cublasLt.h. Both sit on the fake runtime and
+    # driver.
+    Library(
+        soname="libcublas.so.{major}",
+        sources=("cublas", "cublas_blas", "cublas_common"),
+        wheels=("cublas",),
+        steps=(Step("gen_cublas.py", ("library", "--real", "{cublas.lib[libcublas]}",
+                                      "--stubs", "{gen}/cublas_stubs_gen.c", "--map", "{gen}/libcublas.map",
+                                      "{objects}"),
+                    compile=("cublas_stubs_gen.c",)),),
+        version_script="{gen}/libcublas.map",
+        needs=("libcudart.so.{major}", "libcuda.so.1"),
+    ),
+    Library(
+        soname="libcublasLt.so.{major}",
+        sources=("cublaslt", "cublas_common"),
+        wheels=("cublas",),
+        steps=(Step("gen_cublas.py", ("attrs", "--include", "{cublas.include}", "--out", "{gen}/cublaslt_attrs_gen.c"),
+                    compile=("cublaslt_attrs_gen.c",)),
+               Step("gen_cublas.py", ("library", "--real", "{cublas.lib[libcublasLt]}",
+                                      "--stubs", "{gen}/cublaslt_stubs_gen.c", "--map", "{gen}/libcublasLt.map",
+                                      "{objects}"),
+                    compile=("cublaslt_stubs_gen.c",))),
+        version_script="{gen}/libcublasLt.map",
+        needs=("libcudart.so.{major}", "libcuda.so.1"),
+    ),
 )
 
 
 # ---- what to build for -----------------------------------------------------
 
+class Found(NamedTuple):
+    """A wheel of WHEELS, found: its `include` directory, and `lib`, each
+    library's name -> its libNAME.so.N."""
+    include: Path
+    lib: dict
+
+
 class Cuda(NamedTuple):
     """The CUDA runtime a PyTorch uses: `include` (its headers), `cudart`
     (the real libcudart.so.N), `major`; `torch` is PyTorch's version ("" when
     VG_FAKECUDA_INCLUDE/VG_FAKECUDA_CUDART name the runtime and no PyTorch
-    is installed); `roots`: the nvidia package's directories."""
+    is installed); `roots`: the nvidia package's directories; `wheels`:
+    each name of WHEELS -> a Found, or None."""
     include: Path
     cudart: Path
     major: str
     torch: str
     roots: Tuple[Path, ...]
+    wheels: dict = {}
 
 
 def _torch_version_py():
@@ -218,23 +280,35 @@ def find_cuda(environ=None):
         raise BuildError("%s is not a libcudart.so.N" % lib)
     if not (inc / "cuda_runtime_api.h").is_file():
         raise BuildError("%s has no cuda_runtime_api.h" % inc)
-    return Cuda(inc.resolve(), lib.resolve(), match.group(1), torch, roots)
+    major = match.group(1)
+    wheels = {w.name: find_wheel(w, major, roots, env) for w in WHEELS}
+    return Cuda(inc.resolve(), lib.resolve(), major, torch, roots, wheels)
 
 
-class _RealLibraries:
-    """{real[libcublas]} in a step's arguments: the real libcublas.so.N of
-    PyTorch's nvidia wheels (the runtime's directory first)."""
+def _wheel_in(wheel, root, major):
+    libs = {n: root / "lib" / ("%s.so.%s" % (n, major)) for n in wheel.libs}
+    if all(p.is_file() for p in libs.values()) and all((root / "include" / h).is_file() for h in wheel.headers):
+        return Found((root / "include").resolve(), {n: str(p.resolve()) for n, p in libs.items()})
+    return None
 
-    def __init__(self, cuda):
-        self.cuda = cuda
 
-    def __getitem__(self, name):
-        dirs = [self.cuda.cudart.parent] + [d for r in self.cuda.roots for d in sorted(r.glob("*/lib"))]
-        for d in dirs:
-            found = sorted(p for p in d.glob(name + ".so.*") if re.fullmatch(re.escape(name) + r"\.so\.\d+", p.name))
+def find_wheel(wheel, major, roots, environ=None):
+    """A Wheel of WHEELS for CUDA `major`: a Found, or None."""
+    env = os.environ if environ is None else environ
+    given = env.get(wheel.env)
+    if given:
+        found = _wheel_in(wheel, Path(given), major)
+        if found is None:
+            raise BuildError("%s=%s has no %s and include/%s" % (
+                wheel.env, given, ", ".join("lib/%s.so.%s" % (n, major) for n in wheel.libs),
+                ", include/".join(wheel.headers)))
+        return found
+    for root in roots:
+        for lib in sorted(root.glob("*/lib/%s.so.%s" % (wheel.libs[0], major))):
+            found = _wheel_in(wheel, lib.parent.parent, major)
             if found:
-                return str(found[0].resolve())
-        raise BuildError("no %s.so.N in PyTorch's nvidia wheels (%s)" % (name, ", ".join(map(str, dirs))))
+                return found
+    return None
 
 
 def compiler(cc=None):
@@ -258,11 +332,12 @@ def compiler(cc=None):
 # ---- the key ---------------------------------------------------------------
 
 def _files(src):
-    """Everything a build reads from `src`, relative paths."""
-    names = {"build.py"}
+    """Everything a build reads from `src`, relative paths: the table's
+    sources and version scripts, every header, every script (the
+    generators import each other)."""
+    names = {p.name for p in src.glob("*.py")}
     for lib in LIBRARIES:
         names.update(s + ".c" for s in lib.sources)
-        names.update(step.script for step in lib.steps)
         if lib.version_script.startswith("{src}/"):
             names.add(lib.version_script[len("{src}/"):])
     names.update(str(p.relative_to(src)) for p in src.rglob("*.h"))
@@ -272,14 +347,6 @@ def _files(src):
 def _identity(path):
     st = os.stat(path)
     return "%s %d %d" % (os.path.realpath(path), st.st_size, st.st_mtime_ns)
-
-
-def _reals(cuda):
-    """The real libraries the steps name ({real[...]}), resolved."""
-    names = sorted({m for lib in LIBRARIES for step in lib.steps for a in step.args
-                    for m in re.findall(r"\{real\[([^\]]+)\]\}", a)})
-    real = _RealLibraries(cuda)
-    return [real[n] for n in names]
 
 
 def cache_key(cuda, cc, cflags=(), src=SRC):
@@ -297,8 +364,12 @@ def cache_key(cuda, cc, cflags=(), src=SRC):
     for header in ("cuda.h", "cuda_runtime_api.h", "driver_types.h"):
         if (cuda.include / header).is_file():
             add(header, _identity(cuda.include / header))
-    for real in _reals(cuda):
-        add("real", _identity(real))
+    for name in sorted(cuda.wheels):
+        found = cuda.wheels[name]
+        add("wheel", name, "absent" if found is None else found.include)
+        if found is not None:
+            add(*(_identity(found.lib[n]) for n in sorted(found.lib)))
+            add(*(_identity(h) for h in sorted(found.include.glob("*.h"))))
     for name in _files(src):
         add(name, hashlib.sha256((src / name).read_bytes()).hexdigest())
     return h.hexdigest()
@@ -348,6 +419,20 @@ def _order(libraries):
     return [by_name[n] for n in done]
 
 
+def _present(libraries, cuda, log):
+    """The libraries whose wheels are there, and whose needs are."""
+    kept, names = [], set()
+    for lib in _order(libraries):
+        missing = [w for w in lib.wheels if cuda.wheels.get(w) is None]
+        if missing or not all(n in names for n in lib.needs):
+            log("  left out %s: %s" % (lib.soname, "no %s wheel" % ", ".join(missing) if missing
+                                       else "it needs %s" % ", ".join(n for n in lib.needs if n not in names)))
+            continue
+        kept.append(lib)
+        names.add(lib.soname)
+    return [lib for lib in libraries if lib.soname in names]
+
+
 def _format(template, ctx):
     return template.format(**ctx)
 
@@ -359,10 +444,15 @@ def _build_into(work, cuda, cc, cflags, src, jobs, log):
     obj.mkdir()
     gen.mkdir()
     base = {"src": str(src), "gen": str(gen), "cuda_inc": str(cuda.include), "cudart": str(cuda.cudart),
-            "major": cuda.major, "cc": " ".join(shlex.quote(w) for w in cc), "real": _RealLibraries(cuda)}
-    libraries = [replace(lib, soname=_format(lib.soname, base), needs=tuple(_format(n, base) for n in lib.needs))
-                 for lib in LIBRARIES]
-    inc = ["-I", cuda.include, "-I", src / "shim", "-I", src, "-I", gen]
+            "major": cuda.major, "cc": " ".join(shlex.quote(w) for w in cc)}
+    base.update((name, found) for name, found in cuda.wheels.items() if found is not None)
+    libraries = _present([replace(lib, soname=_format(lib.soname, base), needs=tuple(_format(n, base) for n in lib.needs))
+                          for lib in LIBRARIES], cuda, log)
+    inc = []
+    for d in [cuda.include] + [f.include for f in cuda.wheels.values() if f is not None]:
+        if str(d) not in inc:
+            inc += ["-I", str(d)]
+    inc += ["-I", src / "shim", "-I", src, "-I", gen]
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
 
     def compile_all(sources, extra):
@@ -399,6 +489,18 @@ def _build_into(work, cuda, cc, cflags, src, jobs, log):
             log("  linked %s" % lib.soname)
     shutil.rmtree(obj)
     return [lib.soname for lib in libraries]
+
+
+def _make_vars(cuda):
+    """cuda.mk: what make's C tests are built with. A wheel that is not
+    there has its variables empty."""
+    lines = ["CUDA_INC := %s" % cuda.include, "CUDART_LIB := %s" % cuda.cudart, "CUDA_MAJOR := %s" % cuda.major]
+    for wheel in WHEELS:
+        found = cuda.wheels.get(wheel.name)
+        lines.append("%s_INC := %s" % (wheel.name.upper(), found.include if found else ""))
+        lines += ["%s_LIB := %s" % (n[3:].upper() if n.startswith("lib") else n.upper(), found.lib[n] if found else "")
+                  for n in wheel.libs]
+    return "\n".join(lines) + "\n"
 
 
 def _umask():
@@ -484,8 +586,7 @@ def build(out, cuda=None, cc=None, cflags=(), src=SRC, jobs=None, log=None, anno
             sonames = _build_into(work, cuda, cc, cflags, src, jobs or len(os.sched_getaffinity(0)), log)
             preload = " ".join(str(out / n) for n in sonames)
             (work / "LD_PRELOAD").write_text(preload + "\n")
-            (work / "cuda.mk").write_text("CUDA_INC := %s\nCUDART_LIB := %s\nCUDA_MAJOR := %s\n"
-                                          % (cuda.include, cuda.cudart, cuda.major))
+            (work / "cuda.mk").write_text(_make_vars(cuda))
             seconds = time.perf_counter() - started
             (work / "build.json").write_text(json.dumps({
                 "key": key, "torch": cuda.torch, "cuda_major": cuda.major, "cuda_include": str(cuda.include),

@@ -34,6 +34,7 @@ fakecuda:
 test-fakecuda: fakecuda
 	$(FAKECUDA)/test_fakecuda
 	$(FAKECUDA)/test_cuda_vmm
+	test ! -e $(FAKECUDA)/test_cublas || $(FAKECUDA)/test_cublas
 
 # The same, the fake built with AddressSanitizer and UBSan, in its own directory.
 test-fakecuda-san:
@@ -43,14 +44,14 @@ test-fakecuda-san:
 ifdef FAKECUDA_CONF
 include $(FAKECUDA_CONF)
 
-FC_INC = -I$(CUDA_INC) -I$(FC_SRC)/shim -I$(FC_SRC)
+FC_INC = -I$(CUDA_INC) -I$(FC_SRC)/shim -I$(FC_SRC) -Itests/c
 FC_RUNTIME = $(FAKECUDA)/libcudart.so.$(CUDA_MAJOR)
 FC_DRIVER = $(FAKECUDA)/libcuda.so.1
 
 fakecuda-tests: $(FAKECUDA)/test_fakecuda $(FAKECUDA)/test_cuda_vmm
 
 $(FAKECUDA)/test_fakecuda: tests/c/test_fakecuda.c $(FC_HDRS) tests/c/harness.h $(FC_RUNTIME) $(FC_DRIVER)
-	$(CC) $(FC_CFLAGS) $(FC_INC) -Itests/c -o $@ $< -Wl,-rpath,'$$ORIGIN' -L$(FAKECUDA) \
+	$(CC) $(FC_CFLAGS) $(FC_INC) -o $@ $< -Wl,-rpath,'$$ORIGIN' -L$(FAKECUDA) \
 		-l:libcudart.so.$(CUDA_MAJOR) -l:libcuda.so.1 -lpthread
 
 # The CUDA provider's virtual memory calls over this fake (tests/c/test_cuda_vmm.c),
@@ -61,6 +62,19 @@ $(FAKECUDA)/test_cuda_vmm: tests/c/test_cuda_vmm.c $(LIB_SRC:csrc/%.c=$(BUILD)/$
 		$(FC_RUNTIME) $(FC_DRIVER)
 	$(CC) $(FLAGS_$(FC_VG_BUILD)) $(DEBUG) $(CWARN) $(INC) -I$(FC_SRC) -o $@ $< $(filter %.o,$^) \
 		-Wl,-rpath,'$$ORIGIN' -L$(FAKECUDA) -l:libcudart.so.$(CUDA_MAJOR) -l:libcuda.so.1 $(LIBS)
+
+# The cuBLAS and cuBLASLt stand-ins' C test (README.md, "cuBLAS"): every
+# hand-written entry point. The builder leaves the stand-ins out, and
+# cuda.mk's CUBLAS_ variables empty, when PyTorch has no cuBLAS wheel.
+ifneq ($(CUBLAS_LIB),)
+FC_INC += -I$(CUBLAS_INC)
+fakecuda-tests: $(FAKECUDA)/test_cublas
+$(FAKECUDA)/test_cublas: tests/c/test_cublas.c $(FC_HDRS) $(FAKECUDA)/libcublas.so.$(CUDA_MAJOR) \
+		$(FAKECUDA)/libcublasLt.so.$(CUDA_MAJOR)
+	$(CC) $(FC_CFLAGS) $(FC_INC) -o $@ $< -l:libcublas.so.$(CUDA_MAJOR) -l:libcublasLt.so.$(CUDA_MAJOR) \
+		-Wl,--no-undefined -Wl,-rpath,'$$ORIGIN' -L$(FAKECUDA) -l:libcudart.so.$(CUDA_MAJOR) -l:libcuda.so.1 \
+		-lpthread
+endif
 endif
 
 # The real PyTorch on the fake. Its own environment, so that `make check`

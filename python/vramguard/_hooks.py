@@ -39,11 +39,13 @@ HOOKS = (
 
 # torch._C functions that every pluggable allocator refuses with a message
 # that reads like a missing feature; cudagraph trees call them after
-# recording a graph.
-CHECKPOINT_FUNCTIONS = ("_cuda_getCheckpointState", "_cuda_setCheckpointPoolState")
+# recording a graph, and (torch 2.11 on a GPU, its first call) check the
+# pool's live allocations before that.
+CHECKPOINT_FUNCTIONS = ("_cuda_getCheckpointState", "_cuda_setCheckpointPoolState",
+                        "_cuda_checkPoolLiveAllocations")
 CHECKPOINT_ADVICE = (
     "torch.compile(mode='reduce-overhead') records CUDA graphs with cudagraph trees, which read "
-    "and restore PyTorch's native allocator's checkpoint state ({name}); no pluggable allocator, "
+    "PyTorch's native allocator's pool and checkpoint state ({name}); no pluggable allocator, "
     "vramguard included, can give it. Under vramguard use torch.compile(mode='default') or "
     "mode='max-autotune-no-cudagraphs'; torch.cuda.graph and torch.cuda.make_graphed_callables "
     "work. For reduce-overhead, run without vramguard."

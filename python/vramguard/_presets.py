@@ -40,10 +40,13 @@ class GpuPreset:
     compute_capability: tuple = (0, 0)
     sm_count: int = 0
     vmm: bool = True
+    #: what the CUDA context holds on this card: CONTEXT_ALLOWANCE unless
+    #: measured on it
+    context_bytes: int = CONTEXT_ALLOWANCE
 
     @property
     def usable_bytes(self):
-        return (self.total_bytes - CONTEXT_ALLOWANCE) // SEGMENT_GRANULE * SEGMENT_GRANULE
+        return (self.total_bytes - self.context_bytes) // SEGMENT_GRANULE * SEGMENT_GRANULE
 
     def __str__(self):
         gib = 1 << 30
@@ -51,12 +54,7 @@ class GpuPreset:
                 f"of {self.total_bytes / gib:.2f} GiB ({self.total_bytes:,} bytes)")
 
 
-#: TODO(H200): the exact total is to be measured on a real H200
-#: (torch.cuda.get_device_properties(0).total_memory) and put here. No public
-#: log with the byte count was found; the one public reading is PyTorch's
-#: total_memory=143156MB (whole MiB, rounded down), so this is that reading's
-#: floor: under the card's true total by less than 1 MiB.
-H200_TOTAL_BYTES = 143_156 * MiB
+
 
 # Totals vary by a few MiB with the driver and ECC setting; each is one
 # published reading (deviceQuery prints totalGlobalMem in bytes); a source
@@ -97,12 +95,11 @@ PRESETS = {p.name: p for p in (
               "deviceQuery on an NVIDIA L40S, driver 12.4 (45,373 MiB; alvarobartt/cuda-device-query "
               "README.md; thamada/nvidia-smi nvsim/L40S_deviceQuery.py reads 45,589 MiB)",
               "NVIDIA L40S", (8, 9), 142),
-    GpuPreset("H200", H200_TOTAL_BYTES,
-              "TODO: to be measured on a real H200. For now PyTorch's "
-              "_CudaDeviceProperties(name='NVIDIA H200', total_memory=143156MB, "
-              "multi_processor_count=132) (ai-bot-pro/achatbot, "
-              "deploy/modal/src/llm/vllm/vlm/skywork_r1v.py), at its floor",
-              "NVIDIA H200", (9, 0), 132),
+    GpuPreset("H200", 150_109_880_320,
+              "measured by vramguard's GPU script on an NVIDIA H200, driver 580.159.04, torch "
+              "2.11.0+cu130 (bench/results/gpu-h200-2026-11-26); its CUDA context held "
+              "552,402,944 bytes after torch.cuda.init()",
+              "NVIDIA H200", (9, 0), 132, context_bytes=552_402_944),
 )}
 
 _BY_KEY = {name.upper(): preset for name, preset in PRESETS.items()}

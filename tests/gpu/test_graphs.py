@@ -33,6 +33,12 @@ def warm_up(fn, *args):
 def test_capture_and_replay_use_a_private_pool():
     static_in = torch.zeros(1 << 20, device="cuda")
     warm_up(lambda t: t * 2 + 1, static_in)
+    # A first capture makes PyTorch's RNG state for graphs (a seed and an
+    # offset tensor, on the device heap, kept for the process): before the
+    # count starts.
+    with torch.cuda.graph(torch.cuda.CUDAGraph()):
+        pass
+    gc.collect()
     torch.cuda.synchronize()
     before = device_allocations()
     g = torch.cuda.CUDAGraph()
@@ -86,8 +92,13 @@ def test_make_graphed_callables_trains():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8)).cuda()
     x = torch.randn(32, 256, device="cuda", requires_grad=True)
-    eager = model(x).sum()
+    # The eager reference from a copy of the input, its graph gone before
+    # the capture: a parameter's AccumulateGrad node kept alive from an
+    # earlier pass runs on the default stream, which breaks a capture
+    # (PyTorch warns of it) whatever the allocator.
+    eager = model(x.detach().clone().requires_grad_()).sum()
     eager.backward()
+    eager = eager.detach()
     eager_grad = model[0].weight.grad.clone()
     model.zero_grad(set_to_none=True)
     graphed = torch.cuda.make_graphed_callables(model, (x,))

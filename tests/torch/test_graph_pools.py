@@ -213,7 +213,8 @@ def test_what_pytorch_refuses_under_any_pluggable_allocator():
         except RuntimeError as e:
             out("mempool", str(e))
         for name, args in (("_cuda_getCheckpointState", (0, (1, 0))),
-                           ("_cuda_setCheckpointPoolState", (0, None, [], []))):
+                           ("_cuda_setCheckpointPoolState", (0, None, [], [])),
+                           ("_cuda_checkPoolLiveAllocations", (0, (1, 0), set()))):
             try:
                 getattr(torch._C, name)(*args)
             except vramguard.VramguardError as e:
@@ -221,12 +222,13 @@ def test_what_pytorch_refuses_under_any_pluggable_allocator():
     """)
     assert v["mempool"] == ("pluggable does not yet support createOrIncrefPool. If you need it, "
                             "please file an issue describing your use case.")
-    for name in ("_cuda_getCheckpointState", "_cuda_setCheckpointPoolState"):
+    # The pool check is what cudagraph trees call first on a real GPU (torch 2.11).
+    for name in ("_cuda_getCheckpointState", "_cuda_setCheckpointPoolState", "_cuda_checkPoolLiveAllocations"):
         is_runtime_error, message = v[name]
         assert is_runtime_error
         assert message.startswith("vramguard: torch.compile(mode='reduce-overhead') records CUDA "
-                                  f"graphs with cudagraph trees, which read and restore PyTorch's "
-                                  f"native allocator's checkpoint state (torch._C.{name})")
+                                  f"graphs with cudagraph trees, which read PyTorch's native "
+                                  f"allocator's pool and checkpoint state (torch._C.{name})")
         assert "mode='max-autotune-no-cudagraphs'" in message
 
 
