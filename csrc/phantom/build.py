@@ -364,12 +364,12 @@ def cache_key(cuda, cc, cflags=(), src=SRC):
     for header in ("cuda.h", "cuda_runtime_api.h", "driver_types.h"):
         if (cuda.include / header).is_file():
             add(header, _identity(cuda.include / header))
-    for name in sorted(cuda.wheels):
-        found = cuda.wheels[name]
-        add("wheel", name, "absent" if found is None else found.include)
+    for wheel in WHEELS:
+        found = cuda.wheels.get(wheel.name)
+        add("wheel", wheel.name, "absent" if found is None else found.include)
         if found is not None:
-            add(*(_identity(found.lib[n]) for n in sorted(found.lib)))
-            add(*(_identity(h) for h in sorted(found.include.glob("*.h"))))
+            add(*(_identity(found.lib[n]) for n in wheel.libs))
+            add(*(_identity(found.include / h) for h in wheel.headers))
     for name in _files(src):
         add(name, hashlib.sha256((src / name).read_bytes()).hexdigest())
     return h.hexdigest()
