@@ -86,7 +86,9 @@ def soname(path):
 
 
 def table_pattern(lib):
-    return re.escape(lib.soname).replace(r"\{major\}", r"\d+")
+    """A regular expression for the names a table entry's soname template
+    ({major}, {cudnn.major}) gives."""
+    return r"\d+".join(re.escape(part) for part in re.split(r"\{[^}]*\}", lib.soname))
 
 
 def check_preload(preload, folder):
@@ -269,18 +271,22 @@ def test_a_wrong_wheel_directory_is_one_line(tmp_path):
 
 
 def test_a_library_without_its_wheel_is_left_out():
-    """No cuBLAS wheel: the cuBLAS stand-ins are left out (PyTorch then
-    loads the real ones), the rest is built, and cuda.mk's CUBLAS_
-    variables are empty, so that make skips their C test."""
+    """No cuBLAS or cuDNN wheel: their stand-ins are left out (PyTorch then
+    loads nothing of theirs or the real ones), the rest is built, and
+    cuda.mk's CUBLAS_ and CUDNN_ variables are empty, so that make skips
+    their C tests."""
     cuda = builder.Cuda(Path("/inc"), Path("/lib/libcudart.so.13"), "13", "9.9.0", (),
                         {w.name: None for w in builder.WHEELS})
     said = []
-    libs = [builder.replace(lib, soname=lib.soname.format(major="13"),
-                            needs=tuple(n.format(major="13") for n in lib.needs)) for lib in builder.LIBRARIES]
+    ctx = dict(builder._wheel_names(cuda), major="13")
+    libs = [builder.replace(lib, soname=builder._format(lib.soname, ctx),
+                            needs=tuple(builder._format(n, ctx) for n in lib.needs)) for lib in builder.LIBRARIES]
     kept = builder._present(libs, cuda, said.append)
     assert [lib.soname for lib in kept] == [lib.soname for lib in libs if not lib.wheels]
+    assert builder.sonames(cuda) == [lib.soname for lib in kept]
     assert "  left out libcublas.so.13: no cublas wheel" in said
-    assert "CUBLAS_LIB := \n" in builder._make_vars(cuda)
+    assert "  left out libcudnn.so.N: no cudnn wheel" in said
+    assert "CUBLAS_LIB := \n" in builder._make_vars(cuda) and "CUDNN_MAJOR := \n" in builder._make_vars(cuda)
 
 
 def test_refuses_what_it_cannot_own(tmp_path):

@@ -92,9 +92,10 @@ class Library:
     `sources` (names of .c files here, without .c), the `steps` that
     generate the rest, its `version_script` (a template: {src} or {gen}),
     the sonames it `needs` (built first, linked, found beside it through
-    $ORIGIN), system `libs`, and the `wheels` it follows besides the
-    runtime's (names in WHEELS): without one of them, or without a library
-    it needs, it is left out of the build."""
+    $ORIGIN), system `libs`, the `wheels` it follows besides the runtime's
+    (names in WHEELS: without one of them, or without a library it needs,
+    it is left out of the build), and `cflags` of its own (for its sources,
+    hand-written and generated)."""
     soname: str
     sources: Tuple[str, ...]
     version_script: str
@@ -102,26 +103,34 @@ class Library:
     needs: Tuple[str, ...] = ()
     libs: Tuple[str, ...] = ()
     wheels: Tuple[str, ...] = ()
+    cflags: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Wheel:
     """An nvidia wheel that libraries follow besides the runtime's: found
-    beside PyTorch's runtime (the directory nvidia/*/ whose lib/ has each
-    of `libs` as .so.<the runtime's major> and whose include/ has each of
-    `headers`), or where $`env` says (an unpacked wheel's nvidia/...
-    directory; there a missing file is an error). Its include directory is
-    searched by every compile; cuda.mk names it <NAME>_INC and each library
-    <LIBRARY>_LIB (CUBLAS_INC, CUBLASLT_LIB)."""
+    beside PyTorch's (a directory nvidia/`dirs`/ whose lib/ has each of
+    `libs` and whose include/ has each of `headers`), or where $`env` says
+    (an unpacked wheel's nvidia/... directory, or one of its libraries;
+    there a missing file is an error). Its libraries are .so.<the CUDA
+    major>, or with `own_major` .so.<its own> (cuDNN's 9). Its include
+    directory is searched by every compile; in the table it is {NAME.include},
+    {NAME.lib[libfoo]}, {NAME.major}; cuda.mk names them NAME_INC,
+    FOO_LIB, NAME_MAJOR (CUBLAS_INC, CUBLASLT_LIB, CUDNN_MAJOR), empty
+    when the wheel is not there."""
     name: str
     libs: Tuple[str, ...]
     headers: Tuple[str, ...]
     env: str
+    dirs: str = "*"
+    own_major: bool = False
 
 
 WHEELS = (
     Wheel("cublas", libs=("libcublas", "libcublasLt"), headers=("cublas_api.h", "cublasLt.h"),
           env="VG_FAKECUDA_CUBLAS"),
+    Wheel("cudnn", libs=("libcudnn",), headers=("cudnn.h", "cudnn_graph.h"), env="VG_FAKECUDA_CUDNN",
+          dirs="cudnn", own_major=True),
 )
 
 
@@ -190,16 +199,40 @@ LIBRARIES = (
         version_script="{gen}/libcublasLt.map",
         needs=("libcudart.so.{major}", "libcuda.so.1"),
     ),
+    # cuDNN (README.md, "cuDNN"), when PyTorch has the cuDNN wheel, at its
+    # own major: stubs, version script and status names follow the real
+    # library and cudnn_graph.h. cuDNN 9 marks deprecated the legacy API
+    # PyTorch still calls.
+    Library(
+        soname="libcudnn.so.{cudnn.major}",
+        sources=("cudnn_handle", "cudnn_legacy_desc", "cudnn_legacy_ops", "cudnn_backend", "cudnn_execute"),
+        wheels=("cudnn",),
+        cflags=("-Wno-deprecated-declarations",),
+        steps=(Step("gen_fakecuda.py", ("cudnn", "--lib", "{cudnn.lib[libcudnn]}", "--include", "{cudnn.include}",
+                                        "--stubs", "{gen}/cudnn_stubs_gen.c", "--status", "{gen}/cudnn_status_gen.c",
+                                        "--map", "{gen}/libcudnn.map", "{objects}"),
+                    compile=("cudnn_stubs_gen.c", "cudnn_status_gen.c")),),
+        version_script="{gen}/libcudnn.map",
+        needs=("libcuda.so.1",),
+        libs=("-lpthread",),
+    ),
 )
 
 
 # ---- what to build for -----------------------------------------------------
 
 class Found(NamedTuple):
-    """A wheel of WHEELS, found: its `include` directory, and `lib`, each
-    library's name -> its libNAME.so.N."""
+    """A wheel of WHEELS, found: its `include` directory, `lib` (each
+    library's name -> its libNAME.so.N) and `major` (that N)."""
     include: Path
     lib: dict
+    major: str
+
+
+class _Missing:
+    """What a wheel that is not there formats as, in a left-out library's
+    name."""
+    include, lib, major = "", {}, "N"
 
 
 class Cuda(NamedTuple):
@@ -286,9 +319,16 @@ def find_cuda(environ=None):
 
 
 def _wheel_in(wheel, root, major):
+    """The wheel in `root` (lib/, include/), for CUDA `major`, or None."""
+    if wheel.own_major:  # the first library's, which the others share
+        found = sorted(p.name for p in (root / "lib").glob(wheel.libs[0] + ".so.*")
+                       if re.fullmatch(re.escape(wheel.libs[0]) + r"\.so\.\d+", p.name))
+        if not found:
+            return None
+        major = found[-1].rsplit(".", 1)[1]
     libs = {n: root / "lib" / ("%s.so.%s" % (n, major)) for n in wheel.libs}
     if all(p.is_file() for p in libs.values()) and all((root / "include" / h).is_file() for h in wheel.headers):
-        return Found((root / "include").resolve(), {n: str(p.resolve()) for n, p in libs.items()})
+        return Found((root / "include").resolve(), {n: str(p.resolve()) for n, p in libs.items()}, major)
     return None
 
 
@@ -297,14 +337,17 @@ def find_wheel(wheel, major, roots, environ=None):
     env = os.environ if environ is None else environ
     given = env.get(wheel.env)
     if given:
-        found = _wheel_in(wheel, Path(given), major)
+        root = Path(given)
+        if root.is_file():  # one of its libraries: lib/ of the wheel
+            root = root.parent.parent
+        found = _wheel_in(wheel, root, major)
         if found is None:
             raise BuildError("%s=%s has no %s and include/%s" % (
-                wheel.env, given, ", ".join("lib/%s.so.%s" % (n, major) for n in wheel.libs),
-                ", include/".join(wheel.headers)))
+                wheel.env, given, ", ".join("lib/%s.so.%s" % (n, "M" if wheel.own_major else major)
+                                            for n in wheel.libs), ", include/".join(wheel.headers)))
         return found
     for root in roots:
-        for lib in sorted(root.glob("*/lib/%s.so.%s" % (wheel.libs[0], major))):
+        for lib in sorted(root.glob("%s/lib/%s.so.*" % (wheel.dirs, wheel.libs[0]))):
             found = _wheel_in(wheel, lib.parent.parent, major)
             if found:
                 return found
@@ -419,6 +462,17 @@ def _order(libraries):
     return [by_name[n] for n in done]
 
 
+def _wheel_names(cuda):
+    """Each wheel's name -> its Found, or _Missing: for str.format."""
+    return {w.name: cuda.wheels.get(w.name) or _Missing() for w in WHEELS}
+
+
+def sonames(cuda):
+    """The sonames of the table's libraries whose wheels `cuda` has."""
+    ctx = dict(_wheel_names(cuda), major=cuda.major)
+    return [_format(lib.soname, ctx) for lib in LIBRARIES if all(cuda.wheels.get(w) for w in lib.wheels)]
+
+
 def _present(libraries, cuda, log):
     """The libraries whose wheels are there, and whose needs are."""
     kept, names = [], set()
@@ -445,7 +499,7 @@ def _build_into(work, cuda, cc, cflags, src, jobs, log):
     gen.mkdir()
     base = {"src": str(src), "gen": str(gen), "cuda_inc": str(cuda.include), "cudart": str(cuda.cudart),
             "major": cuda.major, "cc": " ".join(shlex.quote(w) for w in cc)}
-    base.update((name, found) for name, found in cuda.wheels.items() if found is not None)
+    base.update(_wheel_names(cuda))
     libraries = _present([replace(lib, soname=_format(lib.soname, base), needs=tuple(_format(n, base) for n in lib.needs))
                           for lib in LIBRARIES], cuda, log)
     inc = []
@@ -455,17 +509,21 @@ def _build_into(work, cuda, cc, cflags, src, jobs, log):
     inc += ["-I", src / "shim", "-I", src, "-I", gen]
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
 
-    def compile_all(sources, extra):
-        """Compiles (path, object) pairs in parallel."""
+    def compile_all(sources):
+        """Compiles (path, object, flags) in parallel."""
         futures = [pool.submit(_run, cc + CFLAGS + extra + list(cflags) + inc + ["-c", s, "-o", o],
-                               "compiling %s" % Path(s).name) for s, o in sources]
+                               "compiling %s" % Path(s).name) for s, o, extra in sources]
         for f in futures:
             f.result()
 
     with pool:
-        # Every hand-written source first, in parallel: none depends on a step.
-        hand = sorted({s for lib in libraries for s in lib.sources})
-        compile_all([(src / (s + ".c"), obj / (s + ".o")) for s in hand], [])
+        # Every hand-written source first, in parallel: none depends on a
+        # step. A source two libraries share has the first one's flags.
+        flags = {}
+        for lib in libraries:
+            for source in lib.sources:
+                flags.setdefault(source, list(lib.cflags))
+        compile_all([(src / (s + ".c"), obj / (s + ".o"), flags[s]) for s in sorted(flags)])
         for lib in _order(libraries):
             objects = [str(obj / (s + ".o")) for s in lib.sources]
             made = []
@@ -476,14 +534,15 @@ def _build_into(work, cuda, cc, cflags, src, jobs, log):
                 out = _run([sys.executable, src / step.script] + args, "%s %s" % (step.script, step.args[0]), cwd=work)
                 for line in out.splitlines():
                     log("  " + line)
-                made += [(gen / c, obj / (Path(c).stem + ".o")) for c in step.compile]
-            compile_all(made, GENERATED_CFLAGS)
+                made += [(gen / c, obj / (Path(c).stem + ".o"), GENERATED_CFLAGS + list(lib.cflags))
+                         for c in step.compile]
+            compile_all(made)
             link = cc + list(cflags) + ["-shared", "-o", work / lib.soname, "-Wl,-soname," + lib.soname,
                                         "-Wl,--version-script=" + _format(lib.version_script, base),
                                         "-Wl,--no-undefined"]
             if lib.needs:
                 link += ["-Wl,-rpath,$ORIGIN"]
-            link += objects + [str(o) for _, o in made]
+            link += objects + [str(o) for _, o, _ in made]
             link += ["-L", work] + ["-l:" + n for n in lib.needs] + list(lib.libs)
             _run(link, "linking %s" % lib.soname)
             log("  linked %s" % lib.soname)
@@ -498,6 +557,7 @@ def _make_vars(cuda):
     for wheel in WHEELS:
         found = cuda.wheels.get(wheel.name)
         lines.append("%s_INC := %s" % (wheel.name.upper(), found.include if found else ""))
+        lines.append("%s_MAJOR := %s" % (wheel.name.upper(), found.major if found else ""))
         lines += ["%s_LIB := %s" % (n[3:].upper() if n.startswith("lib") else n.upper(), found.lib[n] if found else "")
                   for n in wheel.libs]
     return "\n".join(lines) + "\n"
@@ -642,7 +702,7 @@ def main(argv=None):
 
     def announce(out):
         log("build.py: building %s for CUDA %s (%s) into %s" % (
-            ", ".join(_format(lib.soname, {"major": cuda.major}) for lib in LIBRARIES), cuda.major,
+            ", ".join(sonames(cuda)), cuda.major,
             "PyTorch %s" % cuda.torch if cuda.torch else cuda.cudart, out))
 
     try:

@@ -3,7 +3,8 @@
 #
 #   make fakecuda        build/fakecuda/libcudart.so.N, libcuda.so.1 and
 #                        libnvidia-ml.so.1, for the CUDA major of the
-#                        PyTorch that TORCH_PYTHON has
+#                        PyTorch that TORCH_PYTHON has, and the cuBLAS and
+#                        cuDNN stand-ins when its wheels for them are there
 #   make test-fakecuda   the fake's own C test, then the CUDA provider's virtual
 #                        memory calls over it (test-fakecuda-san: sanitized)
 #   make check-torch     the real PyTorch (tests/torch-requirements.txt) in
@@ -35,6 +36,7 @@ test-fakecuda: fakecuda
 	$(FAKECUDA)/test_fakecuda
 	$(FAKECUDA)/test_cuda_vmm
 	test ! -e $(FAKECUDA)/test_cublas || $(FAKECUDA)/test_cublas
+	test ! -e $(FAKECUDA)/test_cudnn || $(FAKECUDA)/test_cudnn
 
 # The same, the fake built with AddressSanitizer and UBSan, in its own directory.
 test-fakecuda-san:
@@ -74,6 +76,17 @@ $(FAKECUDA)/test_cublas: tests/c/test_cublas.c $(FC_HDRS) $(FAKECUDA)/libcublas.
 	$(CC) $(FC_CFLAGS) $(FC_INC) -o $@ $< -l:libcublas.so.$(CUDA_MAJOR) -l:libcublasLt.so.$(CUDA_MAJOR) \
 		-Wl,--no-undefined -Wl,-rpath,'$$ORIGIN' -L$(FAKECUDA) -l:libcudart.so.$(CUDA_MAJOR) -l:libcuda.so.1 \
 		-lpthread
+endif
+
+# The cuDNN stand-in's C test, likewise when PyTorch has the cuDNN wheel.
+# -Wno-deprecated-declarations: cuDNN 9 marks deprecated the legacy API
+# PyTorch still calls.
+ifneq ($(CUDNN_LIB),)
+fakecuda-tests: $(FAKECUDA)/test_cudnn
+$(FAKECUDA)/test_cudnn: tests/c/test_cudnn.c $(FC_HDRS) $(FAKECUDA)/libcudnn.so.$(CUDNN_MAJOR) $(FC_RUNTIME) $(FC_DRIVER)
+	$(CC) $(FC_CFLAGS) -Wno-deprecated-declarations $(FC_INC) -I$(CUDNN_INC) -o $@ $< \
+		-Wl,-rpath,'$$ORIGIN' -L$(FAKECUDA) -l:libcudnn.so.$(CUDNN_MAJOR) \
+		-l:libcudart.so.$(CUDA_MAJOR) -l:libcuda.so.1 -lpthread
 endif
 endif
 

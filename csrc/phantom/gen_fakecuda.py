@@ -9,6 +9,11 @@ built for, so that it exports what the real libraries export:
            answers from (each unversioned name -> the symbol the header maps
            it to, cuMemAlloc -> cuMemAlloc_v2)
   errors   the error code -> name tables of both APIs, from the headers
+  cudnn    for the cuDNN stand-in (libcudnn.so.N): stubs for every function
+           the real libcudnn.so.N exports and the stand-in does not
+           implement, each saying so on stderr the first time it is
+           called; the version script (node libcudnn.so.N); the status
+           names, from cudnn_graph.h
 
 What the fake implements is read from its compiled objects, so the lists
 never go stale. An implemented function the real library lacks is an error
@@ -130,6 +135,41 @@ def errors(args):
     write(args.out, "\n".join(lines))
 
 
+def cudnn_stubs_c(source, names):
+    lines = [HEADER % source,
+             "/* Each stub returns CUDNN_STATUS_NOT_SUPPORTED and names itself on stderr",
+             "   the first time it is called: see vgdnn_unsupported, cudnn_handle.c. */",
+             "int vgdnn_unsupported(const char *name, int *said);",
+             "#define STUB(name) int name(void); int name(void) "
+             "{ static int said; return vgdnn_unsupported(#name, &said); }"]
+    lines += ["STUB(%s)" % n for n in sorted(names)]
+    return "\n".join(lines) + "\n"
+
+
+def cudnn(args):
+    lib = Path(args.lib)
+    if not re.fullmatch(r"libcudnn\.so\.\d+", lib.name):
+        sys.exit("gen_fakecuda.py: %s is not a libcudnn.so.N" % lib)
+    exported = {name.split("@")[0] for kind, name in nm(["-D", "--defined-only", str(lib)])
+                if kind in "TWi" and name.startswith("cudnn")}
+    done = implemented(args.objects, r"cudnn")
+    check_known(done, exported, lib.name)
+    write(args.stubs, cudnn_stubs_c(lib.name, exported - done))
+    write(args.map, version_script(lib.name, exported, ["vg_phantom_cudnn_*"]))
+    graph_h = Path(args.include) / "cudnn_graph.h"
+    codes = re.findall(r"^\s*(CUDNN_STATUS_\w+)\s*=\s*(\d+)", graph_h.read_text(), re.M)
+    if not codes:
+        sys.exit("gen_fakecuda.py: no status codes in %s" % graph_h)
+    rows = ['    {%s, "%s"},' % (code, name) for name, code in codes]
+    write(args.status, "\n".join(
+        [HEADER % "cudnn_graph.h",
+         "struct vgdnn_status_name { int code; const char *name; };",
+         "const struct vgdnn_status_name vgdnn_status_names[] = {"] + rows +
+        ["};", "const int vgdnn_status_name_count = %d;" % len(rows), ""]))
+    print("%s: %d functions, %d hand-written, %d stubs" % (lib.name, len(exported), len(done),
+                                                         len(exported - done)))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -148,8 +188,15 @@ def main():
     p = sub.add_parser("errors")
     p.add_argument("--include", required=True)
     p.add_argument("--out", required=True)
+    p = sub.add_parser("cudnn")
+    p.add_argument("--lib", required=True)
+    p.add_argument("--include", required=True)
+    p.add_argument("--stubs", required=True)
+    p.add_argument("--map", required=True)
+    p.add_argument("--status", required=True)
+    p.add_argument("objects", nargs="+")
     args = parser.parse_args()
-    {"runtime": runtime, "driver": driver, "errors": errors}[args.what](args)
+    {"runtime": runtime, "driver": driver, "errors": errors, "cudnn": cudnn}[args.what](args)
 
 
 if __name__ == "__main__":
