@@ -170,7 +170,7 @@ endif
 # device's memory and knobs. -Wno-deprecated-declarations: cuDNN 9 marks
 # deprecated the legacy API PyTorch still calls.
 ifneq ($(CUDNN_INC),)
-FC_DNN = cudnn_handle cudnn_legacy_desc cudnn_legacy_ops cudnn_backend cudnn_execute
+FC_DNN = cudnn_handle cudnn_legacy_desc cudnn_legacy_ops cudnn_backend cudnn_execute cudnn_rnn
 FC_DNN_OBJ = $(FC_DNN:%=$(FAKECUDA)/obj/%.o)
 FC_CUDNN = $(FAKECUDA)/libcudnn.so.$(CUDNN_MAJOR)
 FC_CUDNN_PRELOAD = $(abspath $(FC_CUDNN))

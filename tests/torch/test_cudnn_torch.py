@@ -1,9 +1,9 @@
 """The real PyTorch's cuDNN paths on the fake CUDA with the cuDNN stand-in
 (csrc/phantom/cudnn_*.c, build/fakecuda/libcudnn.so.N): convolutions
 through the v8 API (cudnn-frontend's heuristics, plans and execute), batch
-norm through the legacy API, and cuDNN attention through the frontend's
-graph API run, with kernels doing nothing, and their workspaces come from
-PyTorch's allocator.
+norm and RNNs through the legacy API, and cuDNN attention through the
+frontend's graph API run, with kernels doing nothing, and their workspaces
+come from PyTorch's allocator.
 
 Each case runs in a fresh interpreter (test_fakecuda_torch.run). The
 stand-in counts the calls that would launch work (vg_phantom_cudnn_calls),
@@ -125,6 +125,40 @@ def test_sdpa_cudnn_attention_bf16_forward_backward():
     assert v["forward"] == "(2, 4, 128, 64) torch.bfloat16 1"
     assert v["backward"] == "(2, 4, 128, 64) 2"
     assert v["causal_dropout"] == "4"
+
+
+def test_rnns_forward_backward():
+    """nn.LSTM (bidirectional, projected, half), nn.GRU, nn.RNN with dropout,
+    packed sequences: PyTorch lays its parameters over cuDNN's weight space,
+    asserting where each matrix lies, then runs the cuDNN RNN calls."""
+    v = cudnn_run("""
+        nn = torch.nn
+        cases = {"lstm": (nn.LSTM(32, 64, 2, bidirectional=True), False),
+                 "lstm_proj": (nn.LSTM(32, 64, 2, proj_size=16), False),
+                 "lstm_half": (nn.LSTM(32, 64, 1), True),
+                 "gru": (nn.GRU(32, 64, 1, batch_first=True), False),
+                 "rnn_dropout": (nn.RNN(32, 64, 2, dropout=0.25), False)}
+        for name, (m, half) in cases.items():
+            m = m.cuda()
+            x = torch.randn(10, 4, 32, device="cuda")
+            if half:
+                m, x = m.half(), x.half()
+            y, _ = m(x.requires_grad_())
+            y.float().sum().backward()
+            print("%s=%s %s" % (name, tuple(y.shape), tuple(x.grad.shape)))
+        packed = nn.utils.rnn.pack_padded_sequence(torch.randn(10, 4, 32, device="cuda"), [10, 8, 5, 3])
+        y, _ = nn.LSTM(32, 64).cuda()(packed)
+        print("packed=%s" % (tuple(y.data.shape),))
+        print("passes=%d,%d,%d" % (calls("cudnnRNNForward"), calls("cudnnRNNBackwardData_v8"),
+                                   calls("cudnnRNNBackwardWeights_v8")))
+    """)
+    assert v["lstm"] == "(10, 4, 128) (10, 4, 32)"
+    assert v["lstm_proj"] == "(10, 4, 16) (10, 4, 32)"
+    assert v["lstm_half"] == "(10, 4, 64) (10, 4, 32)"
+    assert v["gru"] == "(10, 4, 64) (10, 4, 32)"
+    assert v["rnn_dropout"] == "(10, 4, 64) (10, 4, 32)"
+    assert v["packed"] == "(26, 64)"
+    assert v["passes"] == "6,5,5"
 
 
 def test_workspace_knob_reaches_pytorchs_allocator():
