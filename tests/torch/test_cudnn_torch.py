@@ -179,22 +179,26 @@ def test_workspace_knob_reaches_pytorchs_allocator():
 
 
 def test_resnet18_training_step():
+    """torchvision's resnet18, one SGD step: 20 convolutions (forward 20,
+    backward data 19 (the image needs no gradient), backward filter 20) and
+    20 batch norms on cuDNN; in fp32, because under bf16 autocast batch norm
+    gets bf16 inputs with fp32 weights, which PyTorch (and so a real GPU)
+    runs without cuDNN."""
     if importlib.util.find_spec("torchvision") is None:
         pytest.skip("torchvision is not installed")
     v = cudnn_run("""
         import torchvision
         model = torchvision.models.resnet18(weights=None).cuda()
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        x = torch.randn(4, 3, 224, 224, device="cuda")
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(x).float().sum()
-        loss.backward()
+        x = torch.randn(4, 3, 64, 64, device="cuda")
+        model(x).sum().backward()
         opt.step()
         print("executes=%d" % calls("cudnnBackendExecute"))
-        print("bn=%d" % calls("cudnnBatchNormalizationForwardTraining"))
+        print("bn=%d,%d" % (calls("cudnnBatchNormalizationForwardTraining"),
+                            calls("cudnnBatchNormalizationBackward")))
     """)
-    assert int(v["executes"]) >= 3 * 20       # 20 convolutions, forward and both backwards
-    assert int(v["bn"]) == 20
+    assert v["executes"] == "59"
+    assert v["bn"] == "20,20"
 
 
 def test_under_vramguards_allocator():
