@@ -17,6 +17,7 @@ phantom must reproduce. Runs the same on a GPU and on a phantom.
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -51,6 +52,15 @@ def _select_allocator(name, budget):
     return torch
 
 
+def _rss_now():
+    """Resident bytes now (Linux), else the peak so far."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def _history_sizes(torch):
     """The sizes of the allocations PyTorch's allocator recorded, in order."""
     snap = torch.cuda.memory._snapshot()
@@ -71,6 +81,10 @@ def run(args):
         "sms": props.multi_processor_count, "total_memory": props.total_memory,
         "context_bytes": total - free0 - torch.cuda.memory_reserved(), "budget": args.budget,
     }
+    # The host's resident memory before the model exists: the program's own
+    # (interpreter, torch, the CUDA libraries), what a phantom adds to is
+    # measured against it.
+    result["host_rss_start_bytes"] = _rss_now()
     native = args.allocator in ("native", "expandable")
     if native and args.history:
         torch.cuda.memory._record_memory_history(max_entries=args.history, context=None, stacks="python")
@@ -90,6 +104,7 @@ def run(args):
     result["batch"] = args.batch or zoo_models.default_batch(args.model, args.size)
     result["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
     result["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+    result["host_peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     result["step_seconds"] = times
     if len(times) > 1:
         result["median_step_seconds"] = statistics.median(times[1:])

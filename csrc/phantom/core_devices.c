@@ -326,3 +326,9 @@ double vgfc_now_ms(void)
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
+
+/* For the knobs the cuBLAS stand-in reads itself (cublas.c). */
+int vgfc_parse_size(const char *text, size_t *out)
+{
+    return parse_size(text, out);
+}

@@ -4,15 +4,20 @@
  * and so are done (through the fake runtime's cudaMemcpy2DAsync).
  *
  * A handle holds device memory as the real one does: cublasCreate allocates
- * cuBLAS's default workspace on the current device, outside PyTorch's
- * allocator, so that mem_get_info() shows it as on a GPU. Its size is the
- * one cuBLAS's documentation gives for the device's architecture (32 MiB
- * from Hopper on, 4 MiB before). It is taken from the driver
- * (cuMemAlloc), as the real library's own static runtime would take it:
- * the runtime's counters keep counting only the application's calls.
+ * it on the current device, outside PyTorch's allocator, so that
+ * mem_get_info() shows it as on a GPU. By default that is cuBLAS's default
+ * workspace, the size cuBLAS's documentation gives for the device's
+ * architecture (32 MiB from Hopper on, 4 MiB before); a real handle holds
+ * more (kernels, internal buffers: 68 MiB in all at cublasCreate on an
+ * H200 with cuBLAS 13.0), which VG_FAKECUDA_CUBLAS_HANDLE sets. It is taken
+ * from the driver (cuMemAlloc), as the real library's own static runtime
+ * would take it: the runtime's counters keep counting only the
+ * application's calls.
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "core.h"
@@ -30,8 +35,25 @@ cublasStatus_t vgcb_check_handle(cublasHandle_t handle)
             return check_;                                                       \
     } while (0)
 
+static size_t handle_bytes_knob; /* 0: by architecture */
+static pthread_once_t knob_once = PTHREAD_ONCE_INIT;
+
+/* Malformed, it stops the process, as the fake's other knobs do. */
+static void read_knob(void)
+{
+    const char *text = getenv("VG_FAKECUDA_CUBLAS_HANDLE");
+    if (text && *text && (vgfc_parse_size(text, &handle_bytes_knob) != 0 || !handle_bytes_knob)) {
+        fprintf(stderr, "vg_fakecuda: VG_FAKECUDA_CUBLAS_HANDLE=\"%s\": want a size like 68MiB\n",
+                text);
+        abort();
+    }
+}
+
 static size_t default_workspace_size(int dev)
 {
+    pthread_once(&knob_once, read_knob);
+    if (handle_bytes_knob)
+        return handle_bytes_knob;
     int major = 0;
     if (cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev))
         return 4u << 20;

@@ -955,8 +955,9 @@ static void test_stubs(void)
 
 /* ---- other configurations, in a child process -------------------------- */
 
-/* Before Hopper cuBLAS's default workspace is 4 MiB; on a phantom (device
- * memory without host pages) nothing here touches device memory. */
+/* Before Hopper cuBLAS's default workspace is 4 MiB; VG_FAKECUDA_CUBLAS_HANDLE
+ * sets what a handle takes; on a phantom (device memory without host pages)
+ * nothing here touches device memory. */
 static int child(const char *what)
 {
     cublasHandle_t h = NULL;
@@ -965,8 +966,10 @@ static int child(const char *what)
     if (cublasCreate(&h) != OK)
         return 2;
     long long workspace = vg_fakecuda_bytes_in_use(0) - before;
-    if (strcmp(what, "--ampere") == 0)
-        return cublasDestroy(h) == OK && workspace == (long long)(4 * MiB) ? 0 : 3;
+    if (strcmp(what, "--ampere") == 0 || strcmp(what, "--knob") == 0) {
+        long long want = (long long)(what[2] == 'a' ? 4 * MiB : 68 * MiB);
+        return cublasDestroy(h) == OK && workspace == want ? 0 : 3;
+    }
     void *a = NULL;
     float one = 1, result = 5;
     if (cudaMalloc(&a, 4096) != cudaSuccess)
@@ -995,6 +998,8 @@ static int rerun(const char *env, const char *arg)
 static void test_other_devices(void)
 {
     CHECK_EQ(rerun("VG_FAKECUDA_CC=8.6", "--ampere"), 0);
+    CHECK_EQ(rerun("VG_FAKECUDA_CUBLAS_HANDLE=68MiB", "--knob"), 0);
+    CHECK(rerun("VG_FAKECUDA_CUBLAS_HANDLE=lots", "--knob 2>/dev/null") >= 128);
     CHECK_EQ(rerun("VG_FAKECUDA_PHANTOM=1", "--phantom"), 0);
 }
 
