@@ -205,7 +205,8 @@ LIBRARIES = (
     # PyTorch still calls.
     Library(
         soname="libcudnn.so.{cudnn.major}",
-        sources=("cudnn_handle", "cudnn_legacy_desc", "cudnn_legacy_ops", "cudnn_backend", "cudnn_execute"),
+        sources=("cudnn_handle", "cudnn_legacy_desc", "cudnn_legacy_ops", "cudnn_backend", "cudnn_execute",
+                 "cudnn_rnn"),
         wheels=("cudnn",),
         cflags=("-Wno-deprecated-declarations",),
         steps=(Step("gen_fakecuda.py", ("cudnn", "--lib", "{cudnn.lib[libcudnn]}", "--include", "{cudnn.include}",

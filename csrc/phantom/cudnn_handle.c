@@ -195,8 +195,8 @@ cudnnStatus_t cudnnGetStream(cudnnHandle_t handle, cudaStream_t *stream)
 
 /* ---- knobs ------------------------------------------------------------- */
 
-/* "123", "64KiB", "32MiB", "1GiB" (B K KiB M MiB G GiB, powers of 1024),
- * as VG_FAKECUDA_MEM reads them. */
+/* "123", "64KiB", "32MiB", "1GiB" (B K KiB M MiB G GiB T TiB, powers of
+ * 1024), as VG_FAKECUDA_MEM reads them. */
 static int parse_bytes(const char *text, size_t *out)
 {
     char *end;
@@ -207,8 +207,8 @@ static int parse_bytes(const char *text, size_t *out)
     static const struct {
         const char *unit;
         unsigned shift;
-    } units[] = {{"", 0}, {"B", 0}, {"K", 10}, {"KiB", 10}, {"M", 20},
-                 {"MiB", 20}, {"G", 30}, {"GiB", 30}};
+    } units[] = {{"", 0}, {"B", 0}, {"K", 10}, {"KiB", 10}, {"M", 20}, {"MiB", 20},
+                 {"G", 30}, {"GiB", 30}, {"T", 40}, {"TiB", 40}};
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
         if (strcmp(end, units[i].unit) == 0) {
             if (v > (~0ull >> units[i].shift))
