@@ -86,6 +86,9 @@ int vgdnn_valid_handle(cudnnHandle_t handle);
 /* VG_PHANTOM_CUDNN_WORKSPACE: the workspace every execution plan, engine
  * config and legacy convolution algorithm reports, in bytes. */
 size_t vgdnn_workspace_bytes(void);
+/* A backend plan's workspace: an attention graph's (a matmul and no
+ * convolution) or another's (cudnn_handle.c, the workspace model). */
+size_t vgdnn_graph_workspace_bytes(int attention);
 
 /* ---- legacy descriptors (cudnn_legacy_desc.c) -------------------------- */
 
