@@ -5,11 +5,16 @@ pluggable allocator calls. The build needs only a C and C++ compiler and
 Python's headers: no CUDA toolkit (the runtime is found when first used) and
 no PyTorch. VRAMGUARD_WERROR=1 turns warnings into errors (the test command
 and CI set it).
+
+The phantom GPU's sources (csrc/phantom: C, headers, generators, the
+builder) travel in the package as vramguard/_phantom_src, built on the
+user's machine on first use (vramguard._phantom), for the PyTorch there.
 """
 import os
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 import glob
 
@@ -42,6 +47,42 @@ class build_ext_per_language(build_ext):
             self.compiler._compile = compile_one
 
 
+# What vramguard._phantom needs to build the phantom: everything in
+# csrc/phantom but the make rules and the C test (which the C tests' harness
+# builds from a checkout).
+PHANTOM_SRC = "csrc/phantom"
+PHANTOM_FILES = sorted(
+    p for p in glob.glob(PHANTOM_SRC + "/**/*", recursive=True)
+    if os.path.isfile(p) and p.endswith((".c", ".h", ".py", ".map", ".md"))
+    and not os.path.basename(p).startswith("test_") and "__pycache__" not in p
+)
+
+
+class build_py_with_phantom(build_py):
+    """build_py, and csrc/phantom copied to vramguard/_phantom_src. Not in
+    an editable install: there vramguard._phantom finds csrc/phantom itself."""
+
+    def _phantom_outputs(self):
+        target = os.path.join(self.build_lib, "vramguard", "_phantom_src")
+        return [(p, os.path.join(target, os.path.relpath(p, PHANTOM_SRC))) for p in PHANTOM_FILES]
+
+    def run(self):
+        super().run()
+        if getattr(self, "editable_mode", False):
+            return
+        if not any(p.endswith("/build.py") for p in PHANTOM_FILES):
+            raise SystemExit("setup.py: %s/build.py is missing: the phantom GPU cannot ship" % PHANTOM_SRC)
+        for source, target in self._phantom_outputs():
+            self.mkpath(os.path.dirname(target))
+            self.copy_file(source, target, preserve_mode=False)
+
+    def get_outputs(self, include_bytecode=1):
+        outputs = super().get_outputs(include_bytecode)
+        if getattr(self, "editable_mode", False):
+            return outputs
+        return outputs + [target for _, target in self._phantom_outputs()]
+
+
 setup(
     ext_modules=[
         Extension(
@@ -54,7 +95,7 @@ setup(
             py_limited_api=True,
         )
     ],
-    cmdclass={"build_ext": build_ext_per_language},
+    cmdclass={"build_ext": build_ext_per_language, "build_py": build_py_with_phantom},
     # Tag the wheel abi3 so one wheel serves every CPython from 3.9 on.
     options={"bdist_wheel": {"py_limited_api": "cp39"}},
 )

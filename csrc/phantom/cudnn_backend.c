@@ -519,6 +519,36 @@ static cudnnStatus_t heuristics_results(vgdnn_desc *heur, int64_t requested, int
     return CUDNN_STATUS_SUCCESS;
 }
 
+/* Whether the operation graph behind an engine config is attention (SDPA
+ * builds it of matmuls and pointwise operations; a convolution's graph has
+ * a convolution): the workspace model differs. */
+static int config_is_attention(const vgdnn_desc *cfg)
+{
+    const vgdnn_desc *engine = cfg ? vgdnn_attr_desc(cfg, CUDNN_ATTR_ENGINECFG_ENGINE) : NULL;
+    const vgdnn_desc *graph = engine ? vgdnn_attr_desc(engine, CUDNN_ATTR_ENGINE_OPERATION_GRAPH) : NULL;
+    const struct vgdnn_attr *ops = graph ? vgdnn_attr_find(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS) : NULL;
+    if (!ops || ops->type != CUDNN_TYPE_BACKEND_DESCRIPTOR)
+        return 0;
+    int matmul = 0;
+    for (int64_t i = 0; i < ops->count; i++) {
+        const vgdnn_desc *op = ((vgdnn_desc **)ops->data)[i];
+        switch ((int)op->type) {
+        case CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR: matmul = 1; break;
+        case CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR:
+        case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR:
+        case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR: return 0;
+        default: break;
+        }
+    }
+    return matmul;
+}
+
+size_t vgdnn_plan_workspace_bytes(const vgdnn_desc *plan)
+{
+    const vgdnn_desc *cfg = vgdnn_attr_desc(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG);
+    return vgdnn_graph_workspace_bytes(config_is_attention(cfg));
+}
+
 /* The attributes only cuDNN could know, made up: 1 when `name` is one of
  * them for this descriptor, with its value in `*a` (data in `buf`). */
 static int made_up(const vgdnn_desc *d, cudnnBackendAttributeName_t name, struct vgdnn_attr *a, int64_t *buf)
@@ -534,7 +564,7 @@ static int made_up(const vgdnn_desc *d, cudnnBackendAttributeName_t name, struct
     case CUDNN_BACKEND_ENGINECFG_DESCRIPTOR:
 #if CUDNN_VERSION >= 90200
         if (name == CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE) {
-            *buf = (int64_t)vgdnn_workspace_bytes();
+            *buf = (int64_t)vgdnn_graph_workspace_bytes(config_is_attention(d));
             return 1;
         }
         if (name == CUDNN_ATTR_ENGINECFG_SHARED_MEMORY_USED) {
@@ -546,7 +576,7 @@ static int made_up(const vgdnn_desc *d, cudnnBackendAttributeName_t name, struct
         return 0;
     case CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR:
         if (name == CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE) {
-            *buf = (int64_t)vgdnn_workspace_bytes();
+            *buf = (int64_t)vgdnn_plan_workspace_bytes(d);
             return 1;
         }
         if (name == CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION && !vgdnn_attr_find(d, name)) {

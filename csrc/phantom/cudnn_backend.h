@@ -33,6 +33,10 @@ typedef struct vgdnn_desc {
     struct vgdnn_attr *attrs;
 } vgdnn_desc;
 
+/* A finalized execution plan's workspace, by the workspace model
+ * (cudnn_handle.c): its graph's kind decides. */
+size_t vgdnn_plan_workspace_bytes(const vgdnn_desc *plan);
+
 /* Every backend call holds this lock: descriptors are shared between
  * threads through references. */
 void vgdnn_backend_lock(void);

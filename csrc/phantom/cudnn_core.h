@@ -16,6 +16,7 @@
  *   cudnn_legacy_ops.c   the legacy operations and their size queries
  *   cudnn_backend.c      the backend (graph) API's descriptors
  *   cudnn_execute.c      cudnnBackendExecute
+ *   cudnn_rnn.c          the RNN API
  */
 #ifndef VGDNN_CORE_H
 #define VGDNN_CORE_H
@@ -41,7 +42,10 @@
     X(cudnnBatchNormalizationBackward)         \
     X(cudnnNormalizationForwardTraining)       \
     X(cudnnNormalizationForwardInference)      \
-    X(cudnnNormalizationBackward)
+    X(cudnnNormalizationBackward)              \
+    X(cudnnRNNForward)                         \
+    X(cudnnRNNBackwardData_v8)                 \
+    X(cudnnRNNBackwardWeights_v8)
 
 enum vgdnn_counted {
 #define VGDNN_ENUM(name) VGDNN_##name,
@@ -82,6 +86,9 @@ int vgdnn_valid_handle(cudnnHandle_t handle);
 /* VG_PHANTOM_CUDNN_WORKSPACE: the workspace every execution plan, engine
  * config and legacy convolution algorithm reports, in bytes. */
 size_t vgdnn_workspace_bytes(void);
+/* A backend plan's workspace: an attention graph's (a matmul and no
+ * convolution) or another's (cudnn_handle.c, the workspace model). */
+size_t vgdnn_graph_workspace_bytes(int attention);
 
 /* ---- legacy descriptors (cudnn_legacy_desc.c) -------------------------- */
 

@@ -138,7 +138,7 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
     if (st == CUDNN_STATUS_SUCCESS) {
         const struct vgdnn_attr *ws = vgdnn_attr_find(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE);
         void *ws_ptr = ws && ws->count > 0 ? ((void **)ws->data)[0] : NULL;
-        st = vgdnn_check_device_range(ws_ptr, vgdnn_workspace_bytes(), "the workspace");
+        st = vgdnn_check_device_range(ws_ptr, vgdnn_plan_workspace_bytes(plan), "the workspace");
     }
     if (st == CUDNN_STATUS_SUCCESS) {
         /* A plan deserialized from JSON has no graph to check against. */

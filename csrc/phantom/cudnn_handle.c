@@ -195,8 +195,8 @@ cudnnStatus_t cudnnGetStream(cudnnHandle_t handle, cudaStream_t *stream)
 
 /* ---- knobs ------------------------------------------------------------- */
 
-/* "123", "64KiB", "32MiB", "1GiB" (B K KiB M MiB G GiB, powers of 1024),
- * as VG_FAKECUDA_MEM reads them. */
+/* "123", "64KiB", "32MiB", "1GiB" (B K KiB M MiB G GiB T TiB, powers of
+ * 1024), as VG_FAKECUDA_MEM reads them. */
 static int parse_bytes(const char *text, size_t *out)
 {
     char *end;
@@ -207,8 +207,8 @@ static int parse_bytes(const char *text, size_t *out)
     static const struct {
         const char *unit;
         unsigned shift;
-    } units[] = {{"", 0}, {"B", 0}, {"K", 10}, {"KiB", 10}, {"M", 20},
-                 {"MiB", 20}, {"G", 30}, {"GiB", 30}};
+    } units[] = {{"", 0}, {"B", 0}, {"K", 10}, {"KiB", 10}, {"M", 20}, {"MiB", 20},
+                 {"G", 30}, {"GiB", 30}, {"T", 40}, {"TiB", 40}};
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
         if (strcmp(end, units[i].unit) == 0) {
             if (v > (~0ull >> units[i].shift))
@@ -220,14 +220,21 @@ static int parse_bytes(const char *text, size_t *out)
 }
 
 static size_t workspace_bytes;
+static int workspace_set;
 static pthread_once_t knobs_once = PTHREAD_ONCE_INIT;
+
+/* What an attention graph's plan asked for on an H200 (cuDNN 9.19, torch
+ * 2.11, forward and backward alike): with it a phantom's SDPA allocates
+ * what the card's did, to the byte (bench/results/gpu-h200-2026-11-26). */
+#define ATTENTION_WORKSPACE 256
 
 /* The workspace model. Real cuDNN sizes a plan's workspace by the engine
  * it picks, which only the real library knows (measured on an H200 with
  * cuDNN 9.19: 0 to 54 MB for convolutions, 256 bytes for SDPA). The
- * stand-in reports one size for every plan, 0 unless
- * VG_PHANTOM_CUDNN_WORKSPACE says otherwise: a lower bound of what a real
- * GPU would allocate, exact for the tensors themselves. */
+ * stand-in reports 256 bytes for an attention graph's plan and 0 for
+ * every other plan and algorithm (a lower bound of what a real GPU would
+ * allocate, exact for the tensors themselves), unless
+ * VG_PHANTOM_CUDNN_WORKSPACE names one size for all. */
 static void read_knobs(void)
 {
     const char *ws = getenv("VG_PHANTOM_CUDNN_WORKSPACE");
@@ -236,12 +243,19 @@ static void read_knobs(void)
                         "want bytes, e.g. 0, 4096, 32MiB\n", ws);
         abort();
     }
+    workspace_set = ws && *ws;
 }
 
 size_t vgdnn_workspace_bytes(void)
 {
     pthread_once(&knobs_once, read_knobs);
     return workspace_bytes;
+}
+
+size_t vgdnn_graph_workspace_bytes(int attention)
+{
+    pthread_once(&knobs_once, read_knobs);
+    return workspace_set || !attention ? workspace_bytes : ATTENTION_WORKSPACE;
 }
 
 /* ---- the stubs' landing ------------------------------------------------ */

@@ -8,25 +8,93 @@ says how to start such a process: `preload()` (the libraries, built on
 first use) and `environ(gpu)` (the variables that make the device that
 card).
 """
+import importlib.util
+import os
+import sys
 from pathlib import Path
 
+from ._oom_shim import cache_dir
 from ._presets import find_preset, preset_names
 
 __all__ = ["PhantomUnavailable", "preload", "environ"]
 
-_REPO_BUILD = Path(__file__).resolve().parents[2] / "build" / "fakecuda" / "LD_PRELOAD"
+_HERE = Path(__file__).resolve().parent
+# The builder and the sources it builds: the package's copy (a wheel;
+# setup.py's build_py puts it there), else the repository's (an editable
+# install, or PYTHONPATH=python).
+_SOURCES = (_HERE / "_phantom_src", _HERE.parents[1] / "csrc" / "phantom")
 
 
 class PhantomUnavailable(RuntimeError):
     """The phantom's libraries cannot be had here; the message says why."""
 
 
+def _builder():
+    """csrc/phantom/build.py, as the module vramguard._phantom_build."""
+    name = "vramguard._phantom_build"
+    if name in sys.modules:
+        return sys.modules[name]
+    for src in _SOURCES:
+        if (src / "build.py").is_file():
+            spec = importlib.util.spec_from_file_location(name, src / "build.py")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[name]
+                raise
+            return module
+    raise PhantomUnavailable("the phantom GPU's sources are missing (%s): reinstall vramguard"
+                             % " and ".join(map(str, _SOURCES)))
+
+
+def cache_root():
+    """Where the phantom's builds are kept: $XDG_CACHE_HOME/vramguard/phantom,
+    else ~/.cache/vramguard/phantom, one directory per PyTorch version, CUDA
+    major and hash of the sources and the compiler."""
+    return Path(cache_dir()) / "phantom"
+
+
 def preload():
     """LD_PRELOAD's value for a phantom process: the stand-in libraries,
-    absolute paths, separated by spaces."""
-    if _REPO_BUILD.is_file():
-        return _REPO_BUILD.read_text().strip()
-    raise PhantomUnavailable("the phantom GPU is not built (make fakecuda)")
+    absolute paths, separated by spaces. They are built for the PyTorch of
+    this interpreter (which is not imported) the first time, in a few
+    seconds, with the machine's C compiler, and cached (cache_root()).
+    Raises PhantomUnavailable, with one line, where they cannot be built."""
+    builder = _builder()
+    root = cache_root()
+    try:
+        cuda = builder.find_cuda()
+
+        def announce(out):
+            sys.stderr.write("vramguard: building the phantom GPU for torch %s (CUDA %s), once: %s\n"
+                             % (cuda.torch.split("+")[0], cuda.major, out))
+            sys.stderr.flush()
+
+        result = builder.build_cached(root, cuda=cuda, announce=announce)
+    except builder.BuildError as exc:
+        raise PhantomUnavailable(str(exc) + _keep_log(root, exc.log)) from None
+    except OSError as exc:
+        raise PhantomUnavailable("cannot write the phantom GPU's cache %s (%s): set XDG_CACHE_HOME to a "
+                                 "writable directory" % (root, exc.strerror or exc)) from None
+    if result.built:
+        sys.stderr.write("vramguard: the phantom GPU is built (%.1f s)\n" % result.seconds)
+    return result.preload
+
+
+def _keep_log(root, log):
+    """A failed build's full output, in the cache: where it is, for the
+    message."""
+    if not log:
+        return ""
+    path = root / "build-failed.log"
+    try:
+        os.makedirs(root, exist_ok=True)
+        path.write_text(log + "\n")
+    except OSError:
+        return ""
+    return " (the whole output: %s)" % path
 
 
 def environ(gpu, memory=None):

@@ -274,6 +274,132 @@ static void test_batch_norm(void)
     cudnnDestroy(h);
 }
 
+/* An LSTM of 2 layers, bidirectional, input 8, hidden 16, projected to 4:
+ * the weight space as PyTorch's get_parameters asserts it (each pseudo-
+ * layer: the matrices in order, the biases, the projection), the sizes,
+ * and the passes' checks. */
+static void test_rnn(void)
+{
+    cudnnHandle_t h;
+    cudnnRNNDescriptor_t rnn;
+    cudnnRNNDataDescriptor_t xd, yd;
+    cudnnTensorDescriptor_t hd, cd, md, bd;
+    CHECK_EQ(cudnnCreate(&h), CUDNN_STATUS_SUCCESS);
+    CHECK_EQ(cudnnCreateRNNDescriptor(&rnn), CUDNN_STATUS_SUCCESS);
+    cudnnCreateRNNDataDescriptor(&xd);
+    cudnnCreateRNNDataDescriptor(&yd);
+    cudnnCreateTensorDescriptor(&hd);
+    cudnnCreateTensorDescriptor(&cd);
+    cudnnCreateTensorDescriptor(&md);
+    cudnnCreateTensorDescriptor(&bd);
+    enum { IN = 8, HID = 16, PROJ = 4, LAYERS = 2, DIRS = 2, T = 5, B = 3 };
+    CHECK_EQ(cudnnSetRNNDescriptor_v8(rnn, CUDNN_RNN_ALGO_STANDARD, CUDNN_LSTM, CUDNN_RNN_DOUBLE_BIAS,
+                                      CUDNN_BIDIRECTIONAL, CUDNN_LINEAR_INPUT, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT,
+                                      CUDNN_DEFAULT_MATH, IN, HID, PROJ, LAYERS, NULL, 0),
+             CUDNN_STATUS_SUCCESS);
+    /* A projection on a GRU is refused. */
+    cudnnRNNDescriptor_t bad;
+    cudnnCreateRNNDescriptor(&bad);
+    CHECK_EQ(cudnnSetRNNDescriptor_v8(bad, CUDNN_RNN_ALGO_STANDARD, CUDNN_GRU, CUDNN_RNN_DOUBLE_BIAS,
+                                      CUDNN_UNIDIRECTIONAL, CUDNN_LINEAR_INPUT, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT,
+                                      CUDNN_DEFAULT_MATH, IN, HID, PROJ, 1, NULL, 0),
+             CUDNN_STATUS_BAD_PARAM);
+    cudnnDestroyRNNDescriptor(bad);
+
+    /* Per pseudo-layer: 4 input matrices (16 x 8, or 16 x 2*4 above the
+     * first layer), 4 recurrent ones (16 x 4), 8 biases of 16, the
+     * projection 4 x 16; floats. */
+    size_t block = 4 * HID * IN + 4 * HID * PROJ + 8 * HID + PROJ * HID;
+    size_t block_up = 4 * HID * DIRS * PROJ + 4 * HID * PROJ + 8 * HID + PROJ * HID;
+    size_t bytes = 0;
+    CHECK_EQ(cudnnGetRNNWeightSpaceSize(h, rnn, &bytes), CUDNN_STATUS_SUCCESS);
+    CHECK_EQ(bytes, (2 * block + 2 * block_up) * 4);
+    char *w = dev_alloc(bytes);
+    CHECK(w != NULL);
+    size_t expect = 0;
+    for (int p = 0; p < LAYERS * DIRS; p++) {
+        int cols = p < DIRS ? IN : DIRS * PROJ;
+        for (int id = 0; id < 8; id++) {
+            void *m = NULL, *b = NULL;
+            CHECK_EQ(cudnnGetRNNWeightParams(h, rnn, p, bytes, w, id, md, &m, bd, &b), CUDNN_STATUS_SUCCESS);
+            CHECK_EQ((char *)m - w, expect * 4);
+            int nb, dims[3], strides[3];
+            cudnnDataType_t dt;
+            CHECK_EQ(cudnnGetTensorNdDescriptor(md, 3, &dt, &nb, dims, strides), CUDNN_STATUS_SUCCESS);
+            CHECK_EQ(dims[1], HID);
+            CHECK_EQ(dims[2], id < 4 ? cols : PROJ);
+            expect += (size_t)HID * (id < 4 ? cols : PROJ);
+        }
+        for (int id = 0; id < 8; id++) {
+            void *m = NULL, *b = NULL;
+            CHECK_EQ(cudnnGetRNNWeightParams(h, rnn, p, bytes, w, id, NULL, &m, bd, &b), CUDNN_STATUS_SUCCESS);
+            CHECK_EQ((char *)b - w, expect * 4);
+            expect += HID;
+        }
+        void *m = NULL, *b = (void *)1;
+        CHECK_EQ(cudnnGetRNNWeightParams(h, rnn, p, bytes, w, 8, md, &m, bd, &b), CUDNN_STATUS_SUCCESS);
+        CHECK_EQ((char *)m - w, expect * 4); /* the projection */
+        CHECK(b == NULL);
+        expect += PROJ * HID;
+    }
+    CHECK_EQ(expect * 4, bytes);
+    void *m, *b;
+    CHECK_EQ(cudnnGetRNNWeightParams(h, rnn, 4, bytes, w, 0, md, &m, bd, &b), CUDNN_STATUS_BAD_PARAM);
+    CHECK_EQ(cudnnGetRNNWeightParams(h, rnn, 0, bytes - 1, w, 0, md, &m, bd, &b), CUDNN_STATUS_BAD_PARAM);
+
+    int lengths[B] = {T, T, 2};
+    CHECK_EQ(cudnnSetRNNDataDescriptor(xd, CUDNN_DATA_FLOAT, CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED, T, B, IN,
+                                       lengths, NULL),
+             CUDNN_STATUS_SUCCESS);
+    CHECK_EQ(cudnnSetRNNDataDescriptor(yd, CUDNN_DATA_FLOAT, CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED, T, B,
+                                       DIRS * PROJ, lengths, NULL),
+             CUDNN_STATUS_SUCCESS);
+    int hdims[3] = {LAYERS * DIRS, B, PROJ}, hstr[3] = {B * PROJ, PROJ, 1};
+    int cdims[3] = {LAYERS * DIRS, B, HID}, cstr[3] = {B * HID, HID, 1};
+    cudnnSetTensorNdDescriptor(hd, CUDNN_DATA_FLOAT, 3, hdims, hstr);
+    cudnnSetTensorNdDescriptor(cd, CUDNN_DATA_FLOAT, 3, cdims, cstr);
+    size_t ws = 1, rs = 0, rs_inference = 1;
+    CHECK_EQ(cudnnGetRNNTempSpaceSizes(h, rnn, CUDNN_FWD_MODE_TRAINING, xd, &ws, &rs), CUDNN_STATUS_SUCCESS);
+    CHECK_EQ(ws, 0);
+    CHECK_EQ(rs, (size_t)(4 + 2) * HID * T * B * LAYERS * DIRS * 4);
+    CHECK_EQ(cudnnGetRNNTempSpaceSizes(h, rnn, CUDNN_FWD_MODE_INFERENCE, xd, &ws, &rs_inference),
+             CUDNN_STATUS_SUCCESS);
+    CHECK_EQ(rs_inference, 0);
+
+    void *x = dev_alloc(T * B * IN * 4), *y = dev_alloc(T * B * DIRS * PROJ * 4), *hx = dev_alloc(LAYERS * DIRS * B * PROJ * 4);
+    void *cx = dev_alloc(LAYERS * DIRS * B * HID * 4), *reserve = dev_alloc(rs), *short_y = dev_alloc(T * B * DIRS * PROJ * 4 - 4);
+    CHECK(x && y && hx && cx && reserve && short_y);
+    long before = vg_phantom_cudnn_calls("cudnnRNNForward");
+    CHECK_EQ(cudnnRNNForward(h, rnn, CUDNN_FWD_MODE_TRAINING, NULL, xd, x, yd, y, hd, hx, NULL, cd, cx, NULL, bytes,
+                             w, 0, NULL, rs, reserve),
+             CUDNN_STATUS_SUCCESS);
+    CHECK_EQ(vg_phantom_cudnn_calls("cudnnRNNForward"), before + 1);
+    CHECK_EQ(cudnnRNNForward(h, rnn, CUDNN_FWD_MODE_TRAINING, NULL, xd, x, yd, short_y, hd, hx, NULL, cd, cx, NULL,
+                             bytes, w, 0, NULL, rs, reserve),
+             CUDNN_STATUS_BAD_PARAM);
+    CHECK_EQ(cudnnRNNBackwardData_v8(h, rnn, NULL, yd, y, y, xd, x, hd, hx, NULL, hx, cd, cx, NULL, cx, bytes, w, 0,
+                                     NULL, rs, reserve),
+             CUDNN_STATUS_SUCCESS);
+    CHECK_EQ(cudnnRNNBackwardWeights_v8(h, rnn, CUDNN_WGRAD_MODE_ADD, NULL, xd, x, hd, hx, yd, y, bytes, w, 0, NULL,
+                                        rs, reserve),
+             CUDNN_STATUS_SUCCESS);
+    /* A reserve space a float short. */
+    CHECK_EQ(cudnnRNNBackwardWeights_v8(h, rnn, CUDNN_WGRAD_MODE_ADD, NULL, xd, x, hd, hx, yd, y, bytes, w, 0, NULL,
+                                        rs + 4, reserve),
+             CUDNN_STATUS_BAD_PARAM);
+    void *all[] = {w, x, y, hx, cx, reserve, short_y};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        cudaFree(all[i]);
+    cudnnDestroyRNNDataDescriptor(xd);
+    cudnnDestroyRNNDataDescriptor(yd);
+    cudnnDestroyTensorDescriptor(hd);
+    cudnnDestroyTensorDescriptor(cd);
+    cudnnDestroyTensorDescriptor(md);
+    cudnnDestroyTensorDescriptor(bd);
+    cudnnDestroyRNNDescriptor(rnn);
+    cudnnDestroy(h);
+}
+
 /* ---- the backend API ---------------------------------------------------- */
 
 static cudnnBackendDescriptor_t make(cudnnBackendDescriptorType_t type)
@@ -612,6 +738,7 @@ int main(int argc, char **argv)
         {"legacy_descriptors", test_legacy_descriptors},
         {"legacy_convolution", test_legacy_convolution},
         {"batch_norm", test_batch_norm},
+        {"rnn", test_rnn},
         {"backend_convolution", test_backend_convolution},
         {"backend_attributes", test_backend_attributes},
         {"workspace_knob", test_workspace_knob},
