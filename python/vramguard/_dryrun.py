@@ -549,10 +549,10 @@ class _Runner:
         self.context, self.steps, self.snapshot, self.echo = context, steps, snapshot, echo
         self.out_dir, self.notebook = out_dir, notebook
         self.stdout, self.stderr = stdout, stderr
-        self.environ = environ
+        # the phantom's libraries (built the first time), or why not, before any run
+        self.base_env = environ(gpu.name)
         self.live = _Live()
         self.extra_env = {}
-        self.environ(gpu.name, memory)  # the phantom's libraries exist, said before any run
 
     def say(self, text):
         with _WRITE_LOCK:
@@ -562,7 +562,7 @@ class _Runner:
                 pass
 
     def run(self, allocator, label, memory=None, args=None, extra_env=None, snapshot=None):
-        env = dict(self.environ(self.gpu.name, memory or self.memory))
+        env = dict(self.base_env, VG_FAKECUDA_MEM=str(int(memory or self.memory)))
         env["VG_FAKECUDA_CONTEXT"] = str(int(self.context))  # held from the start, as by a real context
         env.update(self.extra_env)
         if allocator == "expandable":
