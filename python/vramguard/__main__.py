@@ -184,7 +184,7 @@ def main(argv=None):
                      help="also find each allocator's smallest device, to 16 MiB (more runs)")
     dry.add_argument("--sweep", metavar="NAME=V1,V2,...",
                      help="e.g. BATCH=1,2,4,8: each value replaces {BATCH} in ARGS (or is the variable "
-                          "BATCH when no argument has it), in order until one does not fit")
+                          "BATCH when no argument has it); the largest that fits is found by bisection")
     dry.add_argument("--steps", type=_positive_int, help="stop each run after this many optimizer steps")
     dry.add_argument("--context", help="device memory the CUDA context holds (default: the card's, "
                                        "400MiB unless measured)")

@@ -13,7 +13,7 @@ through, and lays the figures side by side.
 
 --min-memory finds each allocator's smallest device by running again on
 smaller phantoms (the real out-of-memory path, not a replay); --sweep
-BATCH=1,2,4 runs a value at a time and keeps the largest that fits.
+BATCH=1,2,4,8 finds the largest value that fits by bisection.
 """
 import json
 import os
@@ -550,7 +550,7 @@ class _Runner:
         self.out_dir, self.notebook = out_dir, notebook
         self.stdout, self.stderr = stdout, stderr
         # the phantom's libraries (built the first time), or why not, before any run
-        self.base_env = environ(gpu.name)
+        self.base_env = environ(gpu.name, context=context)
         self.live = _Live()
         self.extra_env = {}
 
@@ -563,7 +563,6 @@ class _Runner:
 
     def run(self, allocator, label, memory=None, args=None, extra_env=None, snapshot=None):
         env = dict(self.base_env, VG_FAKECUDA_MEM=str(int(memory or self.memory)))
-        env["VG_FAKECUDA_CONTEXT"] = str(int(self.context))  # held from the start, as by a real context
         env.update(self.extra_env)
         if allocator == "expandable":
             env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
@@ -617,21 +616,31 @@ class _Runner:
         return hi
 
     def sweep(self, allocator, name, values):
-        """Each value in turn until the first that does not fit."""
-        runs, largest = [], None
-        for value in values:
-            token = "{" + name + "}"
+        """The largest value that fits, by bisection over the increasing
+        values (a larger one never needs less memory): about log2 of their
+        count in runs, not one per value. Returns it (None when the
+        smallest does not fit) and the runs made, in the values' order."""
+        token = "{" + name + "}"
+        tried = {}
+
+        def fits(value):
             if any(token in a for a in self.args):
                 args, env = [a.replace(token, str(value)) for a in self.args], {}
             else:
                 args, env = self.args, {name: str(value)}
             r = self.run(allocator, f"{allocator} {name}={value}", args=args, extra_env=env)
             r["sweep_value"] = value
-            runs.append(r)
-            if not r.get("fits"):
-                break
-            largest = value
-        return largest, runs
+            tried[value] = r
+            return bool(r.get("fits"))
+
+        lo, hi = -1, len(values)  # values[lo] fits, values[hi] does not (-1, len: not known)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if fits(values[mid]):
+                lo = mid
+            else:
+                hi = mid
+        return (values[lo] if lo >= 0 else None), [tried[v] for v in sorted(tried)]
 
 
 def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memory=False, sweep=None,
@@ -647,7 +656,7 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     find each allocator's smallest device (more runs: about log2 of the
     range / 16 MiB). sweep: "BATCH=1,2,4,8": each value substituted for
     "{BATCH}" in the arguments (or set as the variable BATCH when no
-    argument has it), in order, until one does not fit. out: the directory
+    argument has it); the largest that fits is found by bisection. out: the directory
     for snapshots, logs and results (default: a new temporary one). steps:
     stop each run after that many optimizer steps. context: the bytes the
     CUDA context holds on the device (default: the preset's, 400 MiB
@@ -701,18 +710,21 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
                 run["min_memory_bytes"] = runner.min_memory(allocator, run)
             return run
         largest, runs = runner.sweep(allocator, *sweep_spec)
-        chosen = next((r for r in runs if r["sweep_value"] == largest), runs[0])
+        # The smallest value tried that did not fit: where the sweep broke.
+        broke = next((r for r in runs if not r.get("fits")
+                      and (largest is None or r["sweep_value"] > largest)), None)
+        chosen = next((r for r in runs if r["sweep_value"] == largest), broke)
         run = {k: v for k, v in chosen.items() if k != "sweep_value"}
         run["largest_batch"] = largest
         run["fits"] = largest is not None
         run["sweep"] = [dict({k: r.get(k) for k in ("fits", "peak_allocated_bytes", "peak_reserved_bytes",
                                                      "first_oom", "error")}, value=r["sweep_value"])
                         for r in runs]
-        if largest is not None and not runs[-1].get("fits"):
-            run["first_oom"] = runs[-1].get("first_oom")  # where the next value broke
-            run["error"] = runs[-1].get("error")
-        if run.get("first_oom"):
-            run["first_oom"] = dict(run["first_oom"], value=runs[-1]["sweep_value"])
+        if broke is not None:
+            run["first_oom"] = broke.get("first_oom")
+            run["error"] = broke.get("error")
+            if run["first_oom"]:
+                run["first_oom"] = dict(run["first_oom"], value=broke["sweep_value"])
         return run
 
     for allocator, run in zip(allocators, _each(one, allocators, jobs, runner.live)):

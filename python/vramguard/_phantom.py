@@ -97,11 +97,12 @@ def _keep_log(root, log):
     return " (the whole output: %s)" % path
 
 
-def environ(gpu, memory=None):
+def environ(gpu, memory=None, context=None):
     """The variables a child process needs to run on a phantom `gpu` (a
     preset's name): its preload, and the device's name, compute capability,
     SM count, memory (`memory` bytes instead of the card's total, for a
-    smaller device) and virtual memory support."""
+    smaller device), the CUDA context's memory (`context` bytes instead of
+    the preset's) and virtual memory support."""
     preset = find_preset(gpu)
     if preset is None:
         raise ValueError(f"unknown GPU {gpu!r}: one of {preset_names()}")
@@ -113,6 +114,7 @@ def environ(gpu, memory=None):
         "VG_FAKECUDA_NAME": preset.cuda_name or preset.name,
         "VG_FAKECUDA_CC": "%d.%d" % preset.compute_capability,
         "VG_FAKECUDA_SMS": str(preset.sm_count),
+        "VG_FAKECUDA_CONTEXT": str(int(context if context is not None else preset.context_bytes)),
     }
     if not preset.vmm:
         env["VG_FAKECUDA_NO_VMM"] = "1"

@@ -26,9 +26,7 @@ def kernel_name(gpu):
 def _spec(preset, memory=None, allocator="native"):
     from ._phantom import environ
 
-    env = dict(environ(preset.name, memory))
-    # the CUDA context's share of the device, held from the start as on the card
-    env.setdefault("VG_FAKECUDA_CONTEXT", str(int(preset.context_bytes)))
+    env = dict(environ(preset.name, memory))  # the context's share held from the start, as on the card
     if allocator == "expandable":
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     return {
