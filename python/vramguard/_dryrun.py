@@ -582,15 +582,18 @@ class _Runner:
     def min_memory(self, allocator, full):
         """The smallest device (a multiple of GRANULE, or the full one) on
         which the run fits, by bisection: below the context plus the peak
-        allocated nothing can fit; the context plus the peak reserved is
-        tried first, as the likely answer."""
+        allocated nothing can fit; what the device held at its peak in the
+        full run (the context, the libraries' own memory such as cuBLAS's
+        handle, and the allocator's reserve) is tried first, as the likely
+        answer, so that the search is over a few GRANULEs, not the card."""
         top = int(self.memory)
         if not full.get("fits"):
             return None
         need = self.context + int(full.get("peak_allocated_bytes") or 0)
         lo = max(0, (need - 1) // GRANULE * GRANULE)  # does not fit
         hi = top  # fits
-        guess = -(-(self.context + int(full.get("peak_reserved_bytes") or 0)) // GRANULE) * GRANULE
+        held = int(full.get("device_peak_bytes") or 0) or self.context + int(full.get("peak_reserved_bytes") or 0)
+        guess = -(-held // GRANULE) * GRANULE
         tried = {}
 
         def fits(size):
