@@ -647,6 +647,9 @@ def build(out, cuda=None, cc=None, cflags=(), src=SRC, jobs=None, log=None, anno
             sonames = _build_into(work, cuda, cc, cflags, src, jobs or len(os.sched_getaffinity(0)), log)
             preload = " ".join(str(out / n) for n in sonames)
             (work / "LD_PRELOAD").write_text(preload + "\n")
+            # Triton links its kernel launcher with -lcuda from TRITON_LIBCUDA_PATH
+            # (vramguard._phantom.environ): the linker's name for the driver.
+            (work / "libcuda.so").symlink_to("libcuda.so.1")
             (work / "cuda.mk").write_text(_make_vars(cuda))
             seconds = time.perf_counter() - started
             (work / "build.json").write_text(json.dumps({

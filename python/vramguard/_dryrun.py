@@ -462,9 +462,12 @@ def _notes(result):
                      "more than a compiled model's (no fusion).")
     elif any((r.get("compiled") or {}).get("torch_compile") for r in runs):
         failed = any(r.get("error") for r in runs)
-        notes.append("torch.compile was used: a phantom cannot build its Triton kernels"
-                     + ("; run again with --no-compile for eager mode's figures (an upper bound, usually)."
-                        if failed else ", and a compiled graph's memory may differ from the card's."))
+        notes.append("torch.compile was used: its Triton kernels were built on this CPU for the card's "
+                     "architecture and launched as no-ops"
+                     + ("; it failed here: run again with --no-compile for eager mode's figures "
+                        "(an upper bound, usually)." if failed
+                        else ", so the figures are the compiled program's (autotuning, which times "
+                             "kernels, chose blindly)."))
     exts = sorted({e for r in runs for e in (r.get("extensions") or [])})
     if exts:
         notes.append(f"Custom CUDA extensions loaded: {', '.join(exts)}: their kernels compute nothing "
@@ -666,8 +669,8 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     unless measured on the card).
     echo: pass the script's output through (prefixed by its run). jobs:
     allocators run at once (default: one per two cores, at most three).
-    no_compile: torch.compile off (TORCH_COMPILE_DISABLE=1), for scripts
-    that use it: a phantom cannot build Triton kernels."""
+    no_compile: torch.compile off (TORCH_COMPILE_DISABLE=1): eager mode's
+    figures, for a script whose compilation fails on the phantom."""
     allocators = parse_allocators(allocators)
     preset = _check_gpu(gpu)
     sweep_spec = parse_sweep(sweep) if sweep is not None else None

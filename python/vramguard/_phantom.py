@@ -116,6 +116,12 @@ def environ(gpu, memory=None, context=None):
         "VG_FAKECUDA_SMS": str(preset.sm_count),
         "VG_FAKECUDA_CONTEXT": str(int(context if context is not None else preset.context_bytes)),
     }
+    # Triton (torch.compile) finds the driver here, links its launcher
+    # against it and loads its kernels through it: they compile on the CPU
+    # (its own ptxas, for the preset's architecture) and launch as no-ops.
+    driver = next((p for p in env["LD_PRELOAD"].split() if p.endswith("/libcuda.so.1")), None)
+    if driver:
+        env["TRITON_LIBCUDA_PATH"] = os.path.dirname(driver)
     if not preset.vmm:
         env["VG_FAKECUDA_NO_VMM"] = "1"
     return env

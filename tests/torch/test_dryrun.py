@@ -450,3 +450,31 @@ def test_a_script_that_installs_vramguard_itself(tmp_path):
     assert run["fits"] is True and run["peak_allocated_bytes"] == 100 * MiB
     assert run["script_installed_vramguard"] is True
     assert "the native run ran under vramguard too" in report(result)
+
+
+def test_torch_compile_builds_its_kernels_on_the_cpu(tmp_path, needs_matmul):
+    """A compiled training loop runs on a phantom T4: Triton finds the
+    phantom driver (TRITON_LIBCUDA_PATH), builds its kernels with its own
+    ptxas for sm_75, and they launch as no-ops; the report says so. The
+    compiled program's peak is not eager mode's (--no-compile)."""
+    pytest.importorskip("triton")
+    script = write(tmp_path, "compiled.py", """
+        import torch
+        model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(),
+                                    torch.nn.Linear(2048, 512)).cuda()
+        opt = torch.optim.AdamW(model.parameters())
+        step_model = torch.compile(model)
+        x = torch.randn(128, 512, device="cuda")
+        for _ in range(2):
+            opt.zero_grad()
+            step_model(x).square().mean().backward()
+            opt.step()
+    """)
+    compiled, _ = dryrun(tmp_path, "--no-snapshot", "--allocator", "native", str(script), expect=0)
+    eager, _ = dryrun(tmp_path, "--no-snapshot", "--allocator", "native", "--no-compile", str(script), expect=0)
+    run = compiled["native"]
+    assert run["fits"] is True and run["error"] is None
+    assert run["compiled"]["torch_compile"] is True
+    assert "its Triton kernels were built on this CPU" in report(compiled)
+    assert eager["native"]["compiled"]["torch_compile"] is False
+    assert eager["native"]["peak_allocated_bytes"] != run["peak_allocated_bytes"]
