@@ -59,6 +59,30 @@
     X(cudaStreamIsCapturing, 1)                                                  \
     X(cudaStreamGetCaptureInfo, 1)                                               \
     X(cudaThreadExchangeStreamCaptureMode, 0)                                    \
+    X(cudaStreamBeginCapture, 1)                                                 \
+    X(cudaStreamBeginCaptureToGraph, 1)                                          \
+    X(cudaStreamEndCapture, 1)                                                   \
+    X(cudaStreamUpdateCaptureDependencies, 1)                                    \
+    X(cudaGraphCreate, 1)                                                        \
+    X(cudaGraphDestroy, 1)                                                       \
+    X(cudaGraphGetNodes, 1)                                                      \
+    X(cudaGraphNodeGetType, 1)                                                   \
+    X(cudaGraphNodeGetDependencies, 1)                                           \
+    X(cudaGraphAddNode, 1)                                                       \
+    X(cudaGraphRetainUserObject, 1)                                              \
+    X(cudaGraphReleaseUserObject, 1)                                             \
+    X(cudaGraphInstantiate, 1)                                                   \
+    X(cudaGraphInstantiateWithFlags, 1)                                          \
+    X(cudaGraphExecGetFlags, 1)                                                  \
+    X(cudaGraphExecDestroy, 1)                                                   \
+    X(cudaGraphUpload, 1)                                                        \
+    X(cudaGraphLaunch, 1)                                                        \
+    X(cudaUserObjectCreate, 1)                                                   \
+    X(cudaUserObjectRetain, 1)                                                   \
+    X(cudaUserObjectRelease, 1)                                                  \
+    X(cudaDeviceGetGraphMemAttribute, 1)                                         \
+    X(cudaDeviceSetGraphMemAttribute, 1)                                         \
+    X(cudaDeviceGraphMemTrim, 1)                                                 \
     X(cudaEventCreate, 1)                                                        \
     X(cudaEventCreateWithFlags, 1)                                               \
     X(cudaEventDestroy, 1)                                                       \

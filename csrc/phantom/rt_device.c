@@ -199,9 +199,10 @@ cudaError_t cudaRuntimeGetVersion(int *version)
     return cudaSuccess;
 }
 
-/* Every call completes before it returns: there is never work to wait for. */
+/* Every call completes before it returns: there is never work to wait for.
+ * Refused during a capture in the global mode (rt_graph.c). */
 cudaError_t cudaDeviceSynchronize(void)
 {
     RT_ENTER(cudaDeviceSynchronize);
-    return rt_current_device() < 0 ? rt_error(cudaErrorNoDevice) : cudaSuccess;
+    return rt_current_device() < 0 ? rt_error(cudaErrorNoDevice) : rt_capture_unsafe();
 }

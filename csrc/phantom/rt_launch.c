@@ -10,6 +10,9 @@
  * older code and libraries through cudaLaunchKernel and its Ex form.
  * Host functions and stream callbacks run at once: every call here
  * completes before it returns, so the stream is already where they wait.
+ * On a capturing stream (rt_graph.c) a launch or host function is a node
+ * of the capture's graph instead (a host function runs at each replay); a
+ * stream callback is refused there, as by CUDA.
  */
 #include "rt.h"
 
@@ -28,7 +31,9 @@ static cudaError_t launch(dim3 grid, dim3 block, cudaStream_t stream)
     unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
     if (threads == 0 || threads > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0)
         return rt_error(cudaErrorInvalidConfiguration);
-    return cudaSuccess;
+    cudaError_t err;
+    rt_capture_work(stream, cudaGraphNodeTypeKernel, NULL, NULL, &err);
+    return err;
 }
 
 #if CUDART_VERSION >= 13000
@@ -91,8 +96,10 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *user_
         return rt_error(cudaErrorInvalidValue);
     if (rt_stream_device(stream) < 0)
         return rt_error(cudaErrorInvalidResourceHandle);
-    fn(user_data);
-    return cudaSuccess;
+    cudaError_t err;
+    if (!rt_capture_work(stream, cudaGraphNodeTypeHost, fn, user_data, &err))
+        fn(user_data);
+    return err;
 }
 
 cudaError_t cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallback_t callback, void *user_data,
@@ -103,8 +110,10 @@ cudaError_t cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallback_t call
         return rt_error(cudaErrorInvalidValue);
     if (rt_stream_device(stream) < 0)
         return rt_error(cudaErrorInvalidResourceHandle);
-    callback(stream, cudaSuccess, user_data);
-    return cudaSuccess;
+    cudaError_t err = rt_capture_stream_wait(stream);
+    if (!err && !rt_capture_work(stream, cudaGraphNodeTypeEmpty, NULL, NULL, &err))
+        callback(stream, cudaSuccess, user_data);
+    return err;
 }
 
 /* ---- what callers ask of a kernel before launching it ------------------ */

@@ -5,6 +5,11 @@
  * device-side pointer must lie inside live device memory, else the call
  * fails with cudaErrorInvalidValue, as a real one does for a pointer it
  * does not know. Async calls complete before they return.
+ *
+ * During a stream capture (rt_graph.c) an async copy or set on a capturing
+ * stream is checked, then recorded as a node instead of done; cudaMalloc,
+ * cudaFree and the synchronous copies and sets (legacy-stream work that
+ * waits for it) are refused as CUDA refuses them in the capture modes.
  */
 #include "rt.h"
 
@@ -34,20 +39,27 @@ static cudaError_t device_free(void *ptr)
 cudaError_t cudaMalloc(void **ptr, size_t size)
 {
     RT_ENTER(cudaMalloc);
-    return device_malloc(ptr, size);
+    cudaError_t err = rt_capture_unsafe();
+    return err ? err : device_malloc(ptr, size);
 }
 
 cudaError_t cudaFree(void *ptr)
 {
     RT_ENTER(cudaFree);
-    return device_free(ptr);
+    cudaError_t err = rt_capture_unsafe();
+    return err ? err : device_free(ptr);
 }
 
+/* Captured, they are a node and happen at once: graph memory is not
+ * modelled. */
 cudaError_t cudaMallocAsync(void **ptr, size_t size, cudaStream_t stream)
 {
     RT_ENTER(cudaMallocAsync);
     if (rt_stream_device(stream) < 0)
         return rt_error(cudaErrorInvalidResourceHandle);
+    cudaError_t err;
+    if (rt_capture_work(stream, cudaGraphNodeTypeMemAlloc, NULL, NULL, &err) && err)
+        return err;
     return device_malloc(ptr, size);
 }
 
@@ -56,6 +68,9 @@ cudaError_t cudaFreeAsync(void *ptr, cudaStream_t stream)
     RT_ENTER(cudaFreeAsync);
     if (rt_stream_device(stream) < 0)
         return rt_error(cudaErrorInvalidResourceHandle);
+    cudaError_t err;
+    if (rt_capture_work(stream, cudaGraphNodeTypeMemFree, NULL, NULL, &err) && err)
+        return err;
     return device_free(ptr);
 }
 
@@ -174,11 +189,29 @@ static cudaError_t check_copy(void *dst, const void *src, size_t span_dst, size_
     return cudaSuccess;
 }
 
-static cudaError_t copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind)
+/* A synchronous call's work goes to the legacy stream, and waits for it:
+ * 1 when a capture refuses it (*err says why). */
+static int sync_refused(cudaError_t *err)
+{
+    *err = rt_capture_unsafe();
+    return *err || rt_capture_work(cudaStreamLegacy, cudaGraphNodeTypeEmpty, NULL, NULL, err);
+}
+
+/* The copy or set on `stream`, once checked: 1 when a capture took it (or
+ * refused it: *err). The synchronous calls pass NULL. */
+static int captured(cudaStream_t stream, enum cudaGraphNodeType type, cudaError_t *err)
+{
+    if (stream == NULL)
+        return sync_refused(err);
+    return rt_capture_work(stream, type, NULL, NULL, err);
+}
+
+static cudaError_t copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, int sync,
+                        cudaStream_t stream)
 {
     struct ends ends;
     cudaError_t err = n ? check_copy(dst, src, n, n, kind, &ends) : cudaSuccess;
-    if (err == cudaSuccess && n)
+    if (err == cudaSuccess && !captured(sync ? NULL : stream, cudaGraphNodeTypeMemcpy, &err) && n)
         vgfc_copy(dst, src, n, ends.dst_dev, ends.src_dev);
     return err;
 }
@@ -186,7 +219,7 @@ static cudaError_t copy(void *dst, const void *src, size_t n, enum cudaMemcpyKin
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind)
 {
     RT_ENTER(cudaMemcpy);
-    return copy(dst, src, n, kind);
+    return copy(dst, src, n, kind, 1, NULL);
 }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
@@ -195,11 +228,11 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
     RT_ENTER(cudaMemcpyAsync);
     if (rt_stream_device(stream) < 0)
         return rt_error(cudaErrorInvalidResourceHandle);
-    return copy(dst, src, n, kind);
+    return copy(dst, src, n, kind, 0, stream ? stream : cudaStreamLegacy);
 }
 
 static cudaError_t copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
-                           size_t height, enum cudaMemcpyKind kind)
+                           size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
     if (width == 0 || height == 0)
         return cudaSuccess;
@@ -209,7 +242,7 @@ static cudaError_t copy_2d(void *dst, size_t dpitch, const void *src, size_t spi
     struct ends ends;
     cudaError_t err = check_copy(dst, src, (height - 1) * dpitch + width, (height - 1) * spitch + width, kind,
                                  &ends);
-    if (err != cudaSuccess)
+    if (err != cudaSuccess || captured(stream, cudaGraphNodeTypeMemcpy, &err))
         return err;
     for (size_t row = 0; row < height; row++)
         vgfc_copy((char *)dst + row * dpitch, (const char *)src + row * spitch, width, ends.dst_dev, ends.src_dev);
@@ -220,7 +253,7 @@ cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitc
                          size_t height, enum cudaMemcpyKind kind)
 {
     RT_ENTER(cudaMemcpy2D);
-    return copy_2d(dst, dpitch, src, spitch, width, height, kind);
+    return copy_2d(dst, dpitch, src, spitch, width, height, kind, NULL);
 }
 
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
@@ -229,7 +262,7 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
     RT_ENTER(cudaMemcpy2DAsync);
     if (rt_stream_device(stream) < 0)
         return rt_error(cudaErrorInvalidResourceHandle);
-    return copy_2d(dst, dpitch, src, spitch, width, height, kind);
+    return copy_2d(dst, dpitch, src, spitch, width, height, kind, stream ? stream : cudaStreamLegacy);
 }
 
 /* Each end must be memory of the device named for it. */
@@ -245,22 +278,26 @@ cudaError_t cudaMemcpyPeerAsync(void *dst, int dst_dev, const void *src, int src
         return cudaSuccess;
     if (vgfc_mem_check_device(dst, n, dst_dev) || vgfc_mem_check_device(src, n, src_dev))
         return rt_error(cudaErrorInvalidValue);
-    vgfc_copy(dst, src, n, 1, 1);
-    return cudaSuccess;
+    cudaError_t err;
+    if (!captured(stream ? stream : cudaStreamLegacy, cudaGraphNodeTypeMemcpy, &err))
+        vgfc_copy(dst, src, n, 1, 1);
+    return err;
 }
 
-static cudaError_t set(void *dst, int value, size_t n)
+static cudaError_t set(void *dst, int value, size_t n, cudaStream_t stream)
 {
     if (n && vgfc_mem_check_device(dst, n, -1) != VGFC_SUCCESS)
         return rt_error(cudaErrorInvalidValue);
-    vgfc_fill(dst, value, n);
-    return cudaSuccess;
+    cudaError_t err;
+    if (!captured(stream, cudaGraphNodeTypeMemset, &err))
+        vgfc_fill(dst, value, n);
+    return err;
 }
 
 cudaError_t cudaMemset(void *dst, int value, size_t n)
 {
     RT_ENTER(cudaMemset);
-    return set(dst, value, n);
+    return set(dst, value, n, NULL);
 }
 
 cudaError_t cudaMemsetAsync(void *dst, int value, size_t n, cudaStream_t stream)
@@ -268,5 +305,5 @@ cudaError_t cudaMemsetAsync(void *dst, int value, size_t n, cudaStream_t stream)
     RT_ENTER(cudaMemsetAsync);
     if (rt_stream_device(stream) < 0)
         return rt_error(cudaErrorInvalidResourceHandle);
-    return set(dst, value, n);
+    return set(dst, value, n, stream ? stream : cudaStreamLegacy);
 }

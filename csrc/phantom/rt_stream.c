@@ -3,32 +3,16 @@
  * keeps the host time it was recorded at, so elapsed times are real
  * (small) durations. Handles are checked by a magic number: a destroyed or
  * foreign handle gives cudaErrorInvalidResourceHandle, not a crash.
- * Graph capture is not faked: streams never capture (begin-capture is a
- * stub), and the capture queries say so.
+ * Stream capture is rt_graph.c's: the calls here ask it first (a captured
+ * record or wait changes the capture, not the event; synchronizing a
+ * capturing stream, or during a capture, is refused as by CUDA).
  */
 #include "rt.h"
 
 #include <stdlib.h>
 
-#define STREAM_MAGIC 0x5354524du /* "STRM" */
-#define EVENT_MAGIC 0x4556454eu  /* "EVEN" */
-
-struct CUstream_st {
-    unsigned magic;
-    int device;
-    unsigned flags;
-    int priority;
-};
-
-struct CUevent_st {
-    unsigned magic;
-    int device;
-    unsigned flags;
-    int recorded;
-    double time_ms;
-};
-
-static _Thread_local enum cudaStreamCaptureMode capture_mode = cudaStreamCaptureModeGlobal;
+#define STREAM_MAGIC RT_STREAM_MAGIC
+#define EVENT_MAGIC RT_EVENT_MAGIC
 
 /* ---- streams ----------------------------------------------------------- */
 
@@ -64,7 +48,7 @@ static cudaError_t create_stream(cudaStream_t *out, unsigned flags, int priority
         return rt_error(cudaErrorMemoryAllocation);
     /* Out-of-range priorities are clamped, as by the real runtime. */
     priority = priority > 0 ? 0 : priority < -5 ? -5 : priority;
-    *s = (struct CUstream_st){STREAM_MAGIC, dev, flags, priority};
+    *s = (struct CUstream_st){.magic = STREAM_MAGIC, .device = dev, .flags = flags, .priority = priority};
     *out = s;
     return cudaSuccess;
 }
@@ -92,6 +76,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
     RT_ENTER(cudaStreamDestroy);
     if (is_builtin(stream) || stream->magic != STREAM_MAGIC)
         return rt_error(cudaErrorInvalidResourceHandle);
+    rt_capture_forget_stream(stream);
     stream->magic = 0;
     free(stream);
     return cudaSuccess;
@@ -100,13 +85,18 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
 cudaError_t cudaStreamQuery(cudaStream_t stream)
 {
     RT_ENTER(cudaStreamQuery);
-    return check_stream(stream);
+    cudaError_t err = check_stream(stream);
+    return err ? err : rt_capture_stream_wait(stream);
 }
 
+/* Refused during a capture in the global mode, as any synchronize. */
 cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
     RT_ENTER(cudaStreamSynchronize);
-    return check_stream(stream);
+    cudaError_t err = check_stream(stream);
+    if (!err)
+        err = rt_capture_stream_wait(stream);
+    return err ? err : rt_capture_unsafe();
 }
 
 cudaError_t cudaStreamGetPriority(cudaStream_t stream, int *priority)
@@ -129,77 +119,6 @@ cudaError_t cudaStreamGetFlags(cudaStream_t stream, unsigned int *flags)
     if (err == cudaSuccess)
         *flags = is_builtin(stream) ? cudaStreamDefault : stream->flags;
     return err;
-}
-
-cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *status)
-{
-    RT_ENTER(cudaStreamIsCapturing);
-    if (!status)
-        return rt_error(cudaErrorInvalidValue);
-    cudaError_t err = check_stream(stream);
-    if (err == cudaSuccess)
-        *status = cudaStreamCaptureStatusNone;
-    return err;
-}
-
-static cudaError_t capture_info(cudaStream_t stream, enum cudaStreamCaptureStatus *status,
-                                unsigned long long *id)
-{
-    if (!status)
-        return rt_error(cudaErrorInvalidValue);
-    cudaError_t err = check_stream(stream);
-    if (err == cudaSuccess) {
-        *status = cudaStreamCaptureStatusNone;
-        if (id)
-            *id = 0;
-    }
-    return err;
-}
-
-/* Outputs past the status and id are only written while capturing. */
-#if CUDART_VERSION >= 13000
-cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus *status,
-                                     unsigned long long *id, cudaGraph_t *graph,
-                                     const cudaGraphNode_t **deps, const cudaGraphEdgeData **edges,
-                                     size_t *ndeps)
-{
-    RT_ENTER(cudaStreamGetCaptureInfo);
-    (void)graph, (void)deps, (void)edges, (void)ndeps;
-    return capture_info(stream, status, id);
-}
-#else
-/* CUDA 12 names this one cudaStreamGetCaptureInfo_v2, and from 12.3 also
- * has _v3 (with edges): a cu12 PyTorch may use either. */
-cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus *status,
-                                     unsigned long long *id, cudaGraph_t *graph,
-                                     const cudaGraphNode_t **deps, size_t *ndeps)
-{
-    RT_ENTER(cudaStreamGetCaptureInfo);
-    (void)graph, (void)deps, (void)ndeps;
-    return capture_info(stream, status, id);
-}
-#if CUDART_VERSION >= 12030
-cudaError_t cudaStreamGetCaptureInfo_v3(cudaStream_t stream, enum cudaStreamCaptureStatus *status,
-                                        unsigned long long *id, cudaGraph_t *graph,
-                                        const cudaGraphNode_t **deps, const cudaGraphEdgeData **edges,
-                                        size_t *ndeps)
-{
-    RT_ENTER(cudaStreamGetCaptureInfo);
-    (void)graph, (void)deps, (void)edges, (void)ndeps;
-    return capture_info(stream, status, id);
-}
-#endif
-#endif
-
-cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)
-{
-    RT_ENTER(cudaThreadExchangeStreamCaptureMode);
-    if (!mode)
-        return rt_error(cudaErrorInvalidValue);
-    enum cudaStreamCaptureMode old = capture_mode;
-    capture_mode = *mode;
-    *mode = old;
-    return cudaSuccess;
 }
 
 /* ---- events ------------------------------------------------------------ */
@@ -242,21 +161,32 @@ cudaError_t cudaEventDestroy(cudaEvent_t event)
     RT_ENTER(cudaEventDestroy);
     if (!valid_event(event))
         return rt_error(cudaErrorInvalidResourceHandle);
+    rt_capture_forget_event(event);
     event->magic = 0;
     free(event);
     return cudaSuccess;
 }
 
 /* The stream must be on the event's device, as on a GPU. */
-static cudaError_t record(cudaEvent_t event, cudaStream_t stream)
+static cudaError_t record(cudaEvent_t event, cudaStream_t stream, unsigned flags)
 {
     if (!valid_event(event))
         return rt_error(cudaErrorInvalidResourceHandle);
+    if (flags & ~(unsigned)cudaEventRecordExternal)
+        return rt_error(cudaErrorInvalidValue);
     int dev = rt_stream_device(stream);
     if (dev < 0)
         return rt_error(cudaErrorInvalidResourceHandle);
     if (dev != event->device)
         return rt_error(cudaErrorInvalidResourceHandle);
+    cudaError_t err;
+    /* External: a node of the graph, when captured; the event is untouched. */
+    if (flags & cudaEventRecordExternal) {
+        if (rt_capture_work(stream, cudaGraphNodeTypeEventRecord, NULL, NULL, &err))
+            return err;
+    } else if (rt_capture_event_record(event, stream, &err)) {
+        return err;
+    }
     event->recorded = 1;
     event->time_ms = vgfc_now_ms();
     return cudaSuccess;
@@ -265,36 +195,49 @@ static cudaError_t record(cudaEvent_t event, cudaStream_t stream)
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 {
     RT_ENTER(cudaEventRecord);
-    return record(event, stream);
+    return record(event, stream, 0);
 }
 
 cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int flags)
 {
     RT_ENTER(cudaEventRecordWithFlags);
-    (void)flags; /* external: no graph capture here, so no difference */
-    return record(event, stream);
+    return record(event, stream, flags);
+}
+
+/* A query or synchronize is refused during a capture in the global mode
+ * (the capture invalidated), and on an event last recorded in a capture. */
+static cudaError_t event_wait(cudaEvent_t event)
+{
+    if (!valid_event(event))
+        return rt_error(cudaErrorInvalidResourceHandle);
+    cudaError_t err = rt_capture_unsafe();
+    return err ? err : rt_capture_event_check(event);
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event)
 {
     RT_ENTER(cudaEventQuery);
-    return valid_event(event) ? cudaSuccess : rt_error(cudaErrorInvalidResourceHandle);
+    return event_wait(event);
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event)
 {
     RT_ENTER(cudaEventSynchronize);
-    return valid_event(event) ? cudaSuccess : rt_error(cudaErrorInvalidResourceHandle);
+    return event_wait(event);
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
 {
     RT_ENTER(cudaStreamWaitEvent);
-    (void)flags;
+    if (flags & ~(unsigned)cudaEventWaitExternal)
+        return rt_error(cudaErrorInvalidValue);
     cudaError_t err = check_stream(stream);
     if (err != cudaSuccess)
         return err;
-    return valid_event(event) ? cudaSuccess : rt_error(cudaErrorInvalidResourceHandle);
+    if (!valid_event(event))
+        return rt_error(cudaErrorInvalidResourceHandle);
+    rt_capture_event_wait(stream, event, flags, &err);
+    return err;
 }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
@@ -308,6 +251,11 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
         return rt_error(cudaErrorInvalidResourceHandle);
     if (!start->recorded || !end->recorded)
         return rt_error(cudaErrorInvalidResourceHandle);
+    cudaError_t err = rt_capture_event_check(start);
+    if (!err)
+        err = rt_capture_event_check(end);
+    if (err)
+        return err;
     *ms = (float)(end->time_ms - start->time_ms);
     return cudaSuccess;
 }

@@ -1,7 +1,8 @@
 /* The fake CUDA's own test, linked against the fake runtime and driver:
  * two devices of 1 GiB and 512 MiB (set below, before the first call),
  * exact memory accounting, the fault knobs, streams and events, the stubs,
- * and the driver's contexts, entry points and VMM calls.
+ * stream capture, graphs and user objects, and the driver's contexts,
+ * entry points and VMM calls.
  *
  *   make test-fakecuda       all of it
  *   build/fakecuda/test_fakecuda vmm    the tests whose name contains "vmm"
@@ -11,6 +12,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -232,6 +234,587 @@ static void test_streams_and_events(void)
     CHECK_EQ(cudaStreamDestroy(NULL), cudaErrorInvalidResourceHandle);
     cudaGetLastError();
     CHECK_EQ(vg_fakecuda_calls("cudaEventRecord"), 3);
+}
+
+/* ---- stream capture, graphs, user objects -------------------------------- */
+
+static const char graph_kernel = 0; /* a host stub's address stands for the kernel */
+
+static cudaError_t launch_on(cudaStream_t s)
+{
+    dim3 one = {1, 1, 1};
+    return cudaLaunchKernel(&graph_kernel, one, one, NULL, 0, s);
+}
+
+static int host_runs;
+static void count_host(void *arg)
+{
+    host_runs += arg ? *(int *)arg : 1;
+}
+
+static size_t graph_nodes(cudaGraph_t g)
+{
+    size_t n = 0;
+    return cudaGraphGetNodes(g, NULL, &n) == cudaSuccess ? n : (size_t)-1;
+}
+
+static enum cudaStreamCaptureStatus capture_status(cudaStream_t s)
+{
+    enum cudaStreamCaptureStatus st = (enum cudaStreamCaptureStatus)-1;
+    cudaStreamIsCapturing(s, &st);
+    return st;
+}
+
+static unsigned long long capture_id(cudaStream_t s)
+{
+    enum cudaStreamCaptureStatus st;
+    unsigned long long id = 0;
+#if CUDART_VERSION >= 13000
+    cudaStreamGetCaptureInfo(s, &st, &id, NULL, NULL, NULL, NULL);
+#else
+    cudaStreamGetCaptureInfo(s, &st, &id, NULL, NULL, NULL);
+#endif
+    return id;
+}
+
+/* A capture records launches, copies, sets and host functions as nodes,
+ * moving no bytes and running nothing; each replay runs the host nodes. */
+static void test_graph_capture_and_replay(void)
+{
+    vg_fakecuda_reset();
+    cudaSetDevice(0);
+    cudaStream_t s;
+    CHECK_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    unsigned char *d = NULL, host[64];
+    CHECK_EQ(cudaMalloc((void **)&d, 64), cudaSuccess);
+    CHECK_EQ(cudaMemset(d, 7, 64), cudaSuccess);
+    memset(host, 1, sizeof host);
+
+    CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+    CHECK_EQ(capture_status(s), cudaStreamCaptureStatusActive);
+    unsigned long long id = capture_id(s);
+    CHECK(id > 0);
+    CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaErrorIllegalState);
+    cudaGetLastError();
+    cudaGraph_t capturing = NULL;
+    enum cudaStreamCaptureStatus st;
+    const cudaGraphNode_t *deps = NULL;
+    size_t ndeps = 99;
+#if CUDART_VERSION >= 13000
+    CHECK_EQ(cudaStreamGetCaptureInfo(s, &st, NULL, &capturing, &deps, NULL, &ndeps), cudaSuccess);
+#else
+    CHECK_EQ(cudaStreamGetCaptureInfo(s, &st, NULL, &capturing, &deps, &ndeps), cudaSuccess);
+#endif
+    CHECK(capturing != NULL);
+    CHECK_EQ(ndeps, 0);
+    CHECK_EQ(launch_on(s), cudaSuccess);
+    CHECK_EQ(cudaMemcpyAsync(d, host, 64, cudaMemcpyHostToDevice, s), cudaSuccess);
+    CHECK_EQ(cudaMemsetAsync(d, 9, 64, s), cudaSuccess);
+    CHECK_EQ(cudaMemcpyAsync(host, d, 64, cudaMemcpyDeviceToHost, s), cudaSuccess);
+    int two = 2;
+    CHECK_EQ(cudaLaunchHostFunc(s, count_host, &two), cudaSuccess);
+    CHECK_EQ(host_runs, 0);          /* recorded, not run */
+    CHECK_EQ(d[0], 7);               /* no copy or set was done */
+    CHECK_EQ(host[0], 1);
+    /* A copy into freed memory is refused as it would be at once. */
+    CHECK_EQ(cudaMemcpyAsync(host, host + 1, 8, cudaMemcpyDeviceToHost, s), cudaErrorInvalidValue);
+    cudaGetLastError();
+    CHECK_EQ(capture_status(s), cudaStreamCaptureStatusActive);
+    CHECK_EQ(graph_nodes(capturing), 5);
+#if CUDART_VERSION >= 13000
+    CHECK_EQ(cudaStreamGetCaptureInfo(s, &st, NULL, NULL, &deps, NULL, &ndeps), cudaSuccess);
+    CHECK_EQ(ndeps, 1);
+    cudaGraphNode_t nodes[8];
+    size_t n = 8;
+    CHECK_EQ(cudaGraphGetNodes(capturing, nodes, &n), cudaSuccess);
+    CHECK_EQ(n, 5);
+    CHECK(deps[0] == nodes[4]);      /* each node depends on the one before */
+    cudaGraphNode_t dep = NULL;
+    size_t one = 1;
+    CHECK_EQ(cudaGraphNodeGetDependencies(nodes[4], &dep, NULL, &one), cudaSuccess);
+    CHECK(dep == nodes[3]);
+    enum cudaGraphNodeType type;
+    CHECK_EQ(cudaGraphNodeGetType(nodes[0], &type), cudaSuccess);
+    CHECK_EQ(type, cudaGraphNodeTypeKernel);
+    CHECK_EQ(cudaGraphNodeGetType(nodes[4], &type), cudaSuccess);
+    CHECK_EQ(type, cudaGraphNodeTypeHost);
+#endif
+    cudaGraph_t g = NULL;
+    CHECK_EQ(cudaGraphInstantiate((cudaGraphExec_t *)&g, capturing, 0), cudaErrorInvalidValue); /* still capturing */
+    cudaGetLastError();
+    CHECK_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+    CHECK(g == capturing);
+    CHECK_EQ(capture_status(s), cudaStreamCaptureStatusNone);
+    CHECK_EQ(capture_id(s), 0);
+    CHECK_EQ(cudaStreamEndCapture(s, &g), cudaErrorIllegalState);
+    cudaGetLastError();
+
+    cudaGraphExec_t exec;
+    CHECK_EQ(cudaGraphInstantiateWithFlags(&exec, g, cudaGraphInstantiateFlagAutoFreeOnLaunch |
+                                                         cudaGraphInstantiateFlagUseNodePriority), cudaSuccess);
+    CHECK_EQ(cudaGraphDestroy(g), cudaSuccess);       /* the executable graph stands alone */
+    CHECK_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    CHECK_EQ(cudaGraphLaunch(exec, NULL), cudaSuccess); /* any stream */
+    CHECK_EQ(host_runs, 4);
+    CHECK_EQ(d[0], 7);
+    CHECK_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+    CHECK_EQ(cudaGraphExecDestroy(NULL), cudaErrorInvalidValue);
+    cudaGetLastError();
+    CHECK_EQ(vg_fakecuda_calls("cudaGraphLaunch"), 2);
+
+    /* Ids are unique; work after the capture runs again. */
+    CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    CHECK(capture_id(s) > id);
+    CHECK_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+    CHECK_EQ(graph_nodes(g), 0);
+    CHECK_EQ(cudaGraphDestroy(g), cudaSuccess);
+    CHECK_EQ(cudaMemsetAsync(d, 3, 64, s), cudaSuccess);
+    CHECK_EQ(d[0], 3);
+    CHECK_EQ(cudaLaunchHostFunc(s, count_host, NULL), cudaSuccess);
+    CHECK_EQ(host_runs, 5);
+    /* The legacy stream cannot capture. */
+    CHECK_EQ(cudaStreamBeginCapture(NULL, cudaStreamCaptureModeGlobal), cudaErrorStreamCaptureUnsupported);
+    cudaGetLastError();
+    CHECK_EQ(cudaFree(d), cudaSuccess);
+    CHECK_EQ(cudaStreamDestroy(s), cudaSuccess);
+    host_runs = 0;
+}
+
+/* Ends a capture that must have been invalidated: its end says so and
+ * gives no graph. */
+static int ends_invalidated(cudaStream_t s)
+{
+    cudaGraph_t g = (cudaGraph_t)&graph_kernel;
+    int ok = capture_status(s) == cudaStreamCaptureStatusInvalidated &&
+             launch_on(s) == cudaErrorStreamCaptureInvalidated &&
+             cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureInvalidated && g == NULL &&
+             capture_status(s) == cudaStreamCaptureStatusNone;
+    cudaGetLastError();
+    return ok;
+}
+
+struct other_thread {
+    enum cudaStreamCaptureMode mode; /* the thread's */
+    cudaError_t malloc_err, free_err;
+};
+
+static void *malloc_elsewhere(void *arg)
+{
+    struct other_thread *t = arg;
+    enum cudaStreamCaptureMode mode = t->mode;
+    cudaSetDevice(0);
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    void *p = NULL;
+    t->malloc_err = cudaMalloc(&p, 1024);
+    t->free_err = p ? cudaFree(p) : cudaErrorInvalidValue;
+    cudaGetLastError();
+    return NULL;
+}
+
+static cudaError_t in_other_thread(enum cudaStreamCaptureMode mode)
+{
+    struct other_thread t = {mode, cudaErrorUnknown, cudaErrorUnknown};
+    pthread_t th;
+    if (pthread_create(&th, NULL, malloc_elsewhere, &t))
+        return cudaErrorUnknown;
+    pthread_join(th, NULL);
+    return t.malloc_err ? t.malloc_err : t.free_err;
+}
+
+/* The capture modes: what a thread may do while captures are underway. */
+static void test_graph_capture_modes(void)
+{
+    vg_fakecuda_reset();
+    cudaSetDevice(0);
+    cudaStream_t s;
+    CHECK_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    void *p = NULL, *q = NULL;
+    CHECK_EQ(cudaMalloc(&q, 4096), cudaSuccess);
+    cudaEvent_t e;
+    CHECK_EQ(cudaEventCreate(&e), cudaSuccess);
+    CHECK_EQ(cudaEventRecord(e, NULL), cudaSuccess);
+    size_t used = vg_fakecuda_bytes_in_use(0);
+
+    /* Global: the capturing thread's cudaMalloc fails, allocates nothing,
+     * and invalidates the capture. */
+    CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+    CHECK_EQ(cudaMalloc(&p, 4096), cudaErrorStreamCaptureUnsupported);
+    CHECK_EQ(cudaGetLastError(), cudaErrorStreamCaptureUnsupported);
+    CHECK_EQ(vg_fakecuda_bytes_in_use(0), used);
+    CHECK(ends_invalidated(s));
+
+    /* ... and so do cudaFree, the synchronizes, event queries and the
+     * synchronous copies, each invalidating. */
+    static const char *const what[] = {"cudaFree", "cudaDeviceSynchronize", "cudaStreamSynchronize",
+                                       "cudaStreamSynchronize(capturing)", "cudaStreamQuery(capturing)",
+                                       "cudaEventQuery", "cudaEventSynchronize", "cudaMemcpy", "cudaMemset"};
+    cudaStream_t other;
+    CHECK_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+    for (int i = 0; i < (int)(sizeof what / sizeof *what); i++) {
+        CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+        char byte = 0;
+        cudaError_t err = i == 0 ? cudaFree(q)
+                        : i == 1 ? cudaDeviceSynchronize()
+                        : i == 2 ? cudaStreamSynchronize(other)
+                        : i == 3 ? cudaStreamSynchronize(s)
+                        : i == 4 ? cudaStreamQuery(s)
+                        : i == 5 ? cudaEventQuery(e)
+                        : i == 6 ? cudaEventSynchronize(e)
+                        : i == 7 ? cudaMemcpy(&byte, q, 1, cudaMemcpyDeviceToHost)
+                                 : cudaMemset(q, 0, 1);
+        if (err != cudaErrorStreamCaptureUnsupported)
+            fprintf(stderr, "  %s during a global capture: %d\n", what[i], (int)err);
+        CHECK_EQ(err, cudaErrorStreamCaptureUnsupported);
+        CHECK(ends_invalidated(s));
+    }
+    CHECK_EQ(cudaStreamQuery(other), cudaSuccess); /* no capture: all answer again */
+    CHECK_EQ(cudaEventQuery(e), cudaSuccess);
+
+    /* The relaxed thread mode (PyTorch's guard around its cudaMalloc
+     * during a capture) may allocate; back in the global mode, cudaFree
+     * may not. */
+    CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    CHECK_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
+    CHECK_EQ(mode, cudaStreamCaptureModeGlobal);
+    CHECK_EQ(cudaMalloc(&p, 4096), cudaSuccess);
+    CHECK_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
+    CHECK_EQ(mode, cudaStreamCaptureModeRelaxed);
+    CHECK_EQ(capture_status(s), cudaStreamCaptureStatusActive);
+    /* Another thread in the global mode may not, in the thread-local one may. */
+    CHECK_EQ(in_other_thread(cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    CHECK_EQ(capture_status(s), cudaStreamCaptureStatusActive);
+    CHECK_EQ(in_other_thread(cudaStreamCaptureModeGlobal), cudaErrorStreamCaptureUnsupported);
+    CHECK(ends_invalidated(s));
+    CHECK_EQ(cudaFree(p), cudaSuccess);
+
+    /* A thread-local capture leaves other threads alone, not its own. */
+    CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    CHECK_EQ(in_other_thread(cudaStreamCaptureModeGlobal), cudaSuccess);
+    CHECK_EQ(capture_status(s), cudaStreamCaptureStatusActive);
+    CHECK_EQ(cudaMalloc(&p, 4096), cudaErrorStreamCaptureUnsupported);
+    CHECK(ends_invalidated(s));
+
+    /* A relaxed capture forbids nothing. */
+    CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    CHECK_EQ(cudaMalloc(&p, 4096), cudaSuccess);
+    CHECK_EQ(cudaFree(p), cudaSuccess);
+    CHECK_EQ(in_other_thread(cudaStreamCaptureModeGlobal), cudaSuccess);
+    /* ... but a capturing stream still cannot be waited for. */
+    CHECK_EQ(cudaStreamSynchronize(s), cudaErrorStreamCaptureUnsupported);
+    CHECK(ends_invalidated(s));
+
+    mode = (enum cudaStreamCaptureMode)7;
+    CHECK_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaErrorInvalidValue);
+    CHECK_EQ(cudaStreamBeginCapture(s, (enum cudaStreamCaptureMode)7), cudaErrorInvalidValue);
+    cudaGetLastError();
+    CHECK_EQ(vg_fakecuda_bytes_in_use(0), used);
+    CHECK_EQ(cudaFree(q), cudaSuccess);
+    CHECK_EQ(cudaEventDestroy(e), cudaSuccess);
+    CHECK_EQ(cudaStreamDestroy(other), cudaSuccess);
+    CHECK_EQ(cudaStreamDestroy(s), cudaSuccess);
+}
+
+struct end_arg {
+    cudaError_t err;
+    cudaStream_t stream;
+};
+
+static void *end_elsewhere(void *arg)
+{
+    struct end_arg *a = arg;
+    cudaGraph_t g = NULL;
+    a->err = cudaStreamEndCapture(a->stream, &g);
+    if (g)
+        cudaGraphDestroy(g);
+    cudaGetLastError();
+    return NULL;
+}
+
+/* Other streams join a capture through events, and must be joined back;
+ * the legacy stream cannot touch a capturing blocking stream. */
+static void test_graph_capture_streams(void)
+{
+    vg_fakecuda_reset();
+    cudaSetDevice(0);
+    cudaStream_t s, t, u, blocking;
+    CHECK_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    CHECK_EQ(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking), cudaSuccess);
+    CHECK_EQ(cudaStreamCreateWithFlags(&u, cudaStreamNonBlocking), cudaSuccess);
+    CHECK_EQ(cudaStreamCreate(&blocking), cudaSuccess);
+    cudaEvent_t fork, join, outside;
+    CHECK_EQ(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), cudaSuccess);
+    CHECK_EQ(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), cudaSuccess);
+    CHECK_EQ(cudaEventCreate(&outside), cudaSuccess);
+    CHECK_EQ(cudaEventRecord(outside, u), cudaSuccess);
+    cudaGraph_t g;
+
+    /* Fork and join: t does its work in the capture. */
+    CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+    CHECK_EQ(launch_on(s), cudaSuccess);
+    CHECK_EQ(cudaEventRecord(fork, s), cudaSuccess);
+    CHECK_EQ(cudaStreamWaitEvent(t, fork, 0), cudaSuccess);
+    CHECK_EQ(capture_status(t), cudaStreamCaptureStatusActive);
+    CHECK_EQ(capture_id(t), capture_id(s));
+    CHECK_EQ(launch_on(t), cudaSuccess);
+    CHECK_EQ(launch_on(s), cudaSuccess);
+    CHECK_EQ(cudaEventRecord(join, t), cudaSuccess);
+    CHECK_EQ(cudaEventQuery(join), cudaErrorStreamCaptureUnsupported); /* which invalidates: not here */
+    cudaGetLastError();
+    CHECK(ends_invalidated(s));
+    CHECK_EQ(capture_status(t), cudaStreamCaptureStatusNone);   /* t left with it */
+    CHECK_EQ(cudaEventQuery(join), cudaErrorCapturedEvent);     /* recorded in a capture */
+    cudaGetLastError();
+    CHECK_EQ(cudaEventRecord(join, t), cudaSuccess);
+    CHECK_EQ(cudaEventQuery(join), cudaSuccess);
+
+    CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+    CHECK_EQ(launch_on(s), cudaSuccess);
+    CHECK_EQ(cudaEventRecord(fork, s), cudaSuccess);
+    CHECK_EQ(cudaStreamWaitEvent(t, fork, 0), cudaSuccess);
+    CHECK_EQ(launch_on(t), cudaSuccess);
+    CHECK_EQ(launch_on(s), cudaSuccess);
+    CHECK_EQ(cudaEventRecord(join, t), cudaSuccess);
+    CHECK_EQ(cudaStreamWaitEvent(s, join, 0), cudaSuccess);
+    CHECK_EQ(launch_on(s), cudaSuccess);
+    CHECK_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+    CHECK_EQ(graph_nodes(g), 4);
+    CHECK_EQ(capture_status(t), cudaStreamCaptureStatusNone);
+    CHECK_EQ(cudaGraphDestroy(g), cudaSuccess);
+
+    /* Not joined back: the end fails and gives no graph. */
+    CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+    CHECK_EQ(cudaEventRecord(fork, s), cudaSuccess);
+    CHECK_EQ(cudaStreamWaitEvent(t, fork, 0), cudaSuccess);
+    CHECK_EQ(launch_on(t), cudaSuccess);
+    g = (cudaGraph_t)&graph_kernel;
+    CHECK_EQ(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureUnjoined);
+    CHECK(g == NULL);
+    CHECK_EQ(capture_status(t), cudaStreamCaptureStatusNone);
+    cudaGetLastError();
+
+    /* Ended on a joined stream, not the origin: unmatched, invalidated. */
+    CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+    CHECK_EQ(cudaEventRecord(fork, s), cudaSuccess);
+    CHECK_EQ(cudaStreamWaitEvent(t, fork, 0), cudaSuccess);
+    CHECK_EQ(cudaStreamEndCapture(t, &g), cudaErrorStreamCaptureUnmatched);
+    cudaGetLastError();
+    CHECK(ends_invalidated(s));
+
+    /* Ended in another thread, not relaxed: refused, invalidated. */
+    CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+    struct end_arg arg = {cudaSuccess, s};
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, end_elsewhere, &arg), 0);
+    pthread_join(th, NULL);
+    CHECK_EQ(arg.err, cudaErrorStreamCaptureWrongThread);
+    CHECK(ends_invalidated(s));
+    /* Relaxed, it may be. */
+    CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    CHECK_EQ(pthread_create(&th, NULL, end_elsewhere, &arg), 0);
+    pthread_join(th, NULL);
+    CHECK_EQ(arg.err, cudaSuccess);
+    CHECK_EQ(capture_status(s), cudaStreamCaptureStatusNone);
+
+    /* An event from outside the capture: isolation, unless external. */
+    CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+    CHECK_EQ(cudaStreamWaitEvent(s, outside, cudaEventWaitExternal), cudaSuccess);
+    CHECK_EQ(cudaEventRecordWithFlags(outside, s, cudaEventRecordExternal), cudaSuccess);
+    CHECK_EQ(capture_status(s), cudaStreamCaptureStatusActive);
+    CHECK_EQ(cudaStreamWaitEvent(s, outside, 0), cudaErrorStreamCaptureIsolation);
+    cudaGetLastError();
+    CHECK(ends_invalidated(s));
+    CHECK_EQ(cudaEventQuery(outside), cudaSuccess); /* external records leave it alone */
+
+    /* Two captures cannot merge. */
+    CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+    CHECK_EQ(cudaStreamBeginCapture(u, cudaStreamCaptureModeGlobal), cudaSuccess);
+    CHECK(capture_id(u) != capture_id(s));
+    CHECK_EQ(cudaEventRecord(fork, s), cudaSuccess);
+    CHECK_EQ(cudaStreamWaitEvent(u, fork, 0), cudaErrorStreamCaptureMerge);
+    cudaGetLastError();
+    CHECK(ends_invalidated(u));
+    CHECK(ends_invalidated(s));
+
+    /* The legacy stream, while a blocking stream captures: its work would
+     * wait on the capture. Non-blocking captures leave it alone. */
+    CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    CHECK_EQ(launch_on(NULL), cudaSuccess);
+    CHECK_EQ(capture_status(NULL), cudaStreamCaptureStatusNone);
+    CHECK_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+    CHECK_EQ(cudaGraphDestroy(g), cudaSuccess);
+    CHECK_EQ(cudaStreamBeginCapture(blocking, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    enum cudaStreamCaptureStatus st;
+    CHECK_EQ(cudaStreamIsCapturing(NULL, &st), cudaErrorStreamCaptureImplicit);
+    cudaGetLastError();
+    CHECK_EQ(capture_status(blocking), cudaStreamCaptureStatusActive);
+    CHECK_EQ(launch_on(cudaStreamLegacy), cudaErrorStreamCaptureImplicit);
+    cudaGetLastError();
+    CHECK(ends_invalidated(blocking));
+    cudaSetDevice(1); /* another device's legacy stream is not concerned */
+    CHECK_EQ(cudaStreamBeginCapture(blocking, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    CHECK_EQ(launch_on(NULL), cudaSuccess);
+    cudaSetDevice(0);
+    CHECK_EQ(cudaStreamEndCapture(blocking, &g), cudaSuccess);
+    CHECK_EQ(cudaGraphDestroy(g), cudaSuccess);
+
+    /* A capturing stream destroyed: its capture goes with it. */
+    CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+    CHECK_EQ(cudaEventRecord(fork, s), cudaSuccess);
+    CHECK_EQ(cudaStreamWaitEvent(t, fork, 0), cudaSuccess);
+    CHECK_EQ(cudaStreamDestroy(s), cudaSuccess);
+    CHECK_EQ(capture_status(t), cudaStreamCaptureStatusNone);
+    void *p = NULL;
+    CHECK_EQ(cudaMalloc(&p, 16), cudaSuccess);     /* nothing captures any more */
+    CHECK_EQ(cudaFree(p), cudaSuccess);
+
+    CHECK_EQ(cudaEventDestroy(fork), cudaSuccess);
+    CHECK_EQ(cudaEventDestroy(join), cudaSuccess);
+    CHECK_EQ(cudaEventDestroy(outside), cudaSuccess);
+    CHECK_EQ(cudaStreamDestroy(t), cudaSuccess);
+    CHECK_EQ(cudaStreamDestroy(u), cudaSuccess);
+    CHECK_EQ(cudaStreamDestroy(blocking), cudaSuccess);
+    CHECK_EQ(vg_fakecuda_unsupported_calls(), 0);
+}
+
+static int destroyed[2];
+static void destroy_obj(void *p)
+{
+    destroyed[(int *)p - destroyed]++;
+}
+
+/* User objects: their destructor runs when the last reference goes, the
+ * caller's, a graph's or an executable graph's. */
+static void test_graph_user_objects(void)
+{
+    vg_fakecuda_reset();
+    memset(destroyed, 0, sizeof destroyed);
+    cudaUserObject_t a, b;
+    CHECK_EQ(cudaUserObjectCreate(&a, &destroyed[0], destroy_obj, 1, 0), cudaErrorInvalidValue);
+    cudaGetLastError();
+    CHECK_EQ(cudaUserObjectCreate(&a, &destroyed[0], destroy_obj, 1, cudaUserObjectNoDestructorSync), cudaSuccess);
+    CHECK_EQ(cudaUserObjectRetain(a, 2), cudaSuccess);
+    CHECK_EQ(cudaUserObjectRelease(a, 2), cudaSuccess);
+    CHECK_EQ(destroyed[0], 0);
+
+    /* As PyTorch does: moved into a capturing graph. */
+    cudaStream_t s;
+    CHECK_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+    cudaGraph_t capturing = NULL;
+    enum cudaStreamCaptureStatus st;
+#if CUDART_VERSION >= 13000
+    CHECK_EQ(cudaStreamGetCaptureInfo(s, &st, NULL, &capturing, NULL, NULL, NULL), cudaSuccess);
+#else
+    CHECK_EQ(cudaStreamGetCaptureInfo(s, &st, NULL, &capturing, NULL, NULL), cudaSuccess);
+#endif
+    CHECK_EQ(cudaGraphRetainUserObject(capturing, a, 1, cudaGraphUserObjectMove), cudaSuccess);
+    CHECK_EQ(cudaUserObjectCreate(&b, &destroyed[1], destroy_obj, 1, cudaUserObjectNoDestructorSync), cudaSuccess);
+    CHECK_EQ(cudaGraphRetainUserObject(capturing, b, 2, 0), cudaSuccess); /* new references */
+    CHECK_EQ(launch_on(s), cudaSuccess);
+    cudaGraph_t g;
+    CHECK_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+    cudaGraphExec_t exec, exec2;
+    CHECK_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+    CHECK_EQ(cudaGraphInstantiate(&exec2, g, 0), cudaSuccess);
+    CHECK_EQ(cudaGraphDestroy(g), cudaSuccess);
+    CHECK_EQ(destroyed[0], 0);                    /* the executable graphs hold theirs */
+    CHECK_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    CHECK_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+    CHECK_EQ(destroyed[0], 0);
+    CHECK_EQ(cudaGraphExecDestroy(exec2), cudaSuccess);
+    CHECK_EQ(destroyed[0], 1);                    /* the last reference */
+    CHECK_EQ(destroyed[1], 0);                    /* the caller's is left */
+    CHECK_EQ(cudaUserObjectRelease(b, 2), cudaErrorInvalidValue); /* it has one */
+    cudaGetLastError();
+    CHECK_EQ(cudaUserObjectRelease(b, 1), cudaSuccess);
+    CHECK_EQ(destroyed[1], 1);
+
+    /* A graph's references can be handed back. An invalidated capture's
+     * graph goes, and with it what it held. */
+    CHECK_EQ(cudaGraphCreate(&g, 0), cudaSuccess);
+    CHECK_EQ(cudaUserObjectCreate(&a, &destroyed[0], destroy_obj, 1, cudaUserObjectNoDestructorSync), cudaSuccess);
+    CHECK_EQ(cudaGraphRetainUserObject(g, a, 1, 0), cudaSuccess);
+    CHECK_EQ(cudaGraphReleaseUserObject(g, a, 2), cudaErrorInvalidValue);
+    cudaGetLastError();
+    CHECK_EQ(cudaGraphReleaseUserObject(g, a, 1), cudaSuccess);
+    CHECK_EQ(cudaGraphDestroy(g), cudaSuccess);
+    CHECK_EQ(destroyed[0], 1);
+    CHECK_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+#if CUDART_VERSION >= 13000
+    CHECK_EQ(cudaStreamGetCaptureInfo(s, &st, NULL, &capturing, NULL, NULL, NULL), cudaSuccess);
+#else
+    CHECK_EQ(cudaStreamGetCaptureInfo(s, &st, NULL, &capturing, NULL, NULL), cudaSuccess);
+#endif
+    CHECK_EQ(cudaGraphRetainUserObject(capturing, a, 1, cudaGraphUserObjectMove), cudaSuccess);
+    CHECK_EQ(cudaGraphDestroy(capturing), cudaErrorIllegalState); /* being captured into */
+    cudaGetLastError();
+    CHECK_EQ(cudaStreamSynchronize(s), cudaErrorStreamCaptureUnsupported);
+    cudaGetLastError();
+    CHECK(ends_invalidated(s));
+    CHECK_EQ(destroyed[0], 2);
+    CHECK_EQ(cudaStreamDestroy(s), cudaSuccess);
+}
+
+/* What PyTorch's conditional nodes and the caching allocator's graph
+ * dependencies use: a capture into a graph of one's own, nodes added to
+ * a capturing graph, a stream's dependencies set; the graph memory
+ * attributes. */
+static void test_graph_nodes_and_attributes(void)
+{
+    vg_fakecuda_reset();
+    cudaSetDevice(0);
+#if CUDART_VERSION >= 13000
+    cudaStream_t s;
+    CHECK_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    cudaGraph_t g, out;
+    CHECK_EQ(cudaGraphCreate(&g, 0), cudaSuccess);
+    struct cudaGraphNodeParams params = {.type = cudaGraphNodeTypeEmpty};
+    cudaGraphNode_t first, second;
+    CHECK_EQ(cudaGraphAddNode(&first, g, NULL, NULL, 0, &params), cudaSuccess);
+    CHECK_EQ(cudaStreamBeginCaptureToGraph(s, g, &first, NULL, 1, cudaStreamCaptureModeGlobal), cudaSuccess);
+    CHECK_EQ(launch_on(s), cudaSuccess);
+    params = (struct cudaGraphNodeParams){.type = cudaGraphNodeTypeHost, .host = {count_host, NULL}};
+    const cudaGraphNode_t *deps;
+    size_t ndeps;
+    enum cudaStreamCaptureStatus st;
+    CHECK_EQ(cudaStreamGetCaptureInfo(s, &st, NULL, NULL, &deps, NULL, &ndeps), cudaSuccess);
+    CHECK_EQ(cudaGraphAddNode(&second, g, deps, NULL, ndeps, &params), cudaSuccess);
+    CHECK_EQ(cudaStreamUpdateCaptureDependencies(s, &second, NULL, 1, cudaStreamSetCaptureDependencies),
+             cudaSuccess);
+    params = (struct cudaGraphNodeParams){.type = cudaGraphNodeTypeConditional};
+    cudaGraphNode_t cond;
+    CHECK_EQ(cudaGraphAddNode(&cond, g, &second, NULL, 1, &params), cudaErrorNotSupported);
+    cudaGetLastError();
+    CHECK_EQ(cudaStreamEndCapture(s, &out), cudaSuccess);
+    CHECK(out == g);
+    CHECK_EQ(graph_nodes(g), 3);
+    size_t n = 1;
+    cudaGraphNode_t dep;
+    CHECK_EQ(cudaGraphNodeGetDependencies(second, &dep, NULL, &n), cudaSuccess);
+    CHECK_EQ(n, 1);
+    CHECK_EQ(cudaGraphNodeGetDependencies(dep, &dep, NULL, &n), cudaSuccess);
+    CHECK(dep == first);
+    cudaGraphExec_t exec;
+    CHECK_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+    host_runs = 0;
+    CHECK_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    CHECK_EQ(host_runs, 1);
+    CHECK_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+    CHECK_EQ(cudaGraphDestroy(g), cudaSuccess);
+    CHECK_EQ(cudaStreamDestroy(s), cudaSuccess);
+    host_runs = 0;
+#endif
+    unsigned long long v = 1;
+    CHECK_EQ(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &v), cudaSuccess);
+    CHECK_EQ(v, 0);
+    CHECK_EQ(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &v), cudaSuccess);
+    v = 5;
+    CHECK_EQ(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrReservedMemHigh, &v), cudaErrorInvalidValue);
+    CHECK_EQ(cudaDeviceGetGraphMemAttribute(2, cudaGraphMemAttrUsedMemHigh, &v), cudaErrorInvalidDevice);
+    cudaGetLastError();
+    CHECK_EQ(cudaDeviceGraphMemTrim(0), cudaSuccess);
+    CHECK_EQ(vg_fakecuda_unsupported_calls(), 0);
 }
 
 static void test_unsupported(void)
@@ -509,6 +1092,11 @@ int main(int argc, char **argv)
         {"sticky_error", test_sticky_error},
         {"copies", test_copies},
         {"streams_and_events", test_streams_and_events},
+        {"graph_capture_and_replay", test_graph_capture_and_replay},
+        {"graph_capture_modes", test_graph_capture_modes},
+        {"graph_capture_streams", test_graph_capture_streams},
+        {"graph_user_objects", test_graph_user_objects},
+        {"graph_nodes_and_attributes", test_graph_nodes_and_attributes},
         {"unsupported", test_unsupported},
         {"driver", test_driver},
         {"launches", test_launches},
