@@ -1,12 +1,16 @@
 """CUDA graphs' private pools, through the real PyTorch on the fake CUDA.
 
-The fake does not capture (cudaStreamBeginCapture is a stub that fails), so
-what is tested here is what PyTorch does around a capture: the begin,
-end and release hooks with the filters PyTorch builds, the routing of
-allocations, the pools' lifetimes, and that nothing vramguard does during a
-begin would break a capture (no event query, no event record, no cudaFree,
-cudaMalloc in the relaxed capture mode). Capture and replay themselves are
-in the GPU script (tests/gpu/test_cuda.py)."""
+The fake captures (csrc/phantom/rt_graph.c): torch.cuda.graph,
+CUDAGraph and make_graphed_callables run on it, kernels recorded as nodes
+and replays doing nothing, and it refuses what a driver refuses during a
+capture (cudaMalloc, cudaFree, synchronizes and event queries in the global
+mode), invalidating the capture as a GPU does. So a capture that ends well
+here made none of the calls that break one. Tested: the begin, end and
+release hooks with the filters PyTorch builds (directly and through real
+captures), the routing of allocations, the pools' lifetimes, graphs sharing
+a pool, a training step through make_graphed_callables, frees during a
+capture deferred, and PyTorch's own allocator as the reference. What needs
+the numbers kernels compute is in the GPU script (tests/gpu/test_graphs.py)."""
 import pytest
 
 from hookrun import run
@@ -81,47 +85,277 @@ def test_current_thread_to_pool_leaves_other_threads_alone():
     assert v["gone"] == []
 
 
-def test_graph_capture_begin_reaches_the_hooks():
-    v, _ = run(OWN + """
+WARM = """
+        def warm_up(fn, *args):
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    fn(*args)
+            torch.cuda.current_stream().wait_stream(side)
+
+        def nodes(g):                  # a keep_graph=True graph's, from the fake
+            n = ctypes.c_size_t(0)
+            assert fake.cudaGraphGetNodes(ctypes.c_void_p(g.raw_cuda_graph()), None, ctypes.byref(n)) == 0
+            return n.value
+"""
+
+
+def test_graph_capture_reaches_the_hooks():
+    v, _ = run(OWN + WARM + """
         vramguard.install(patch_torch=False)
         side = torch.cuda.Stream()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.stream(side):
-            try:
-                g.capture_begin()       # begin hook, then cudaStreamBeginCapture (a stub here)
-            except RuntimeError as e:
-                out("capture_begin", type(e).__name__)
-            # PyTorch's graph filter asks cudaStreamGetCaptureInfo: no capture, not the pool's
-            y = torch.empty(1000, device="cuda")
-        out("captures", _core.captures_underway(0))
+            g.capture_begin()           # begin hook, then cudaStreamBeginCapture
+            out("capturing", torch.cuda.is_current_stream_capturing())
+            out("captures", _core.captures_underway(0))
+            y = torch.empty(1000, device="cuda")     # the filter: this capture's stream
+            t = threading.Thread(target=lambda: out("other_thread", torch.cuda.is_current_stream_capturing()))
+            t.start(); t.join()
+            g.capture_end()
         out("pools", [(d, u, b, r, n) for d, _, u, b, r, n in pools()])
         out("pool_id_second", _core.private_pools()[0]["id"][1])
         out("device_heap", heap(0))
+        out("captures_ended", _core.captures_underway(0))
         del g
-        gc.collect()                    # ~CUDAGraph: end, then release
-        out("captures_after", _core.captures_underway(0))
+        gc.collect()                    # ~CUDAGraph: release
         out("pools_after", pools())
         pool = torch.cuda.graph_pool_handle()
         g2 = torch.cuda.CUDAGraph()
         x = torch.empty(30 * MiB, dtype=torch.uint8, device="cuda")
         del x
-        try:
-            with torch.cuda.graph(g2, pool=pool, stream=side):   # empty_cache first: reset_fn
-                pass
-        except RuntimeError:
-            pass
-        out("reserved_at_graph_entry", heap(0, "reserved_bytes.all.current"))
+        with torch.cuda.graph(g2, pool=pool, stream=side):   # empty_cache first
+            out("reserved_at_graph_entry", heap(0, "reserved_bytes.all.current"))
         out("graph_pool", [p["id"] == tuple(pool) for p in _core.private_pools()])
     """)
-    assert v["capture_begin"] == "AcceleratorError"
+    assert v["capturing"] is True
     assert v["captures"] == 1
-    assert v["pools"] == [(0, 1, 1, False, 0)]
+    assert v["other_thread"] is False          # its current stream is the default one
+    assert v["pools"] == [(0, 1, 0, False, 1)]  # y, in the graph's pool
     assert v["pool_id_second"] == 0             # PyTorch's own graph pool: (uuid, 0)
     assert v["device_heap"] == 1
-    assert v["captures_after"] == 0
-    assert v["pools_after"] == []
+    assert v["captures_ended"] == 0
+    assert [p[2:] for p in v["pools_after"]] == [(0, 0, True, 1)]   # released, y still live
     assert v["reserved_at_graph_entry"] == 2 * MiB   # the 30 MiB idle segment released
-    assert v["graph_pool"] == [True]
+    assert v["graph_pool"] == [False, True]          # y's pool, and the handle's
+
+
+def test_capture_and_replay_use_a_private_pool():
+    """tests/gpu/test_graphs.py's first test, less the values: what a
+    capture allocates lands in the graph's pool (nothing on the device
+    heap), a tensor freed during the capture keeps its block in the pool,
+    replays launch the executable graph, and the pool goes with the graph
+    and its last tensor."""
+    v, _ = run(OWN + WARM + """
+        vramguard.install()
+        static_in = torch.zeros(1 << 20, device="cuda")
+        warm_up(lambda t: t * 2 + 1, static_in)
+        # A first capture makes PyTorch's RNG state for graphs (kept for the process).
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")          # "The CUDA Graph is empty"
+            with torch.cuda.graph(torch.cuda.CUDAGraph()):
+                pass
+        gc.collect()
+        before = own()
+        used = fake.vg_fakecuda_bytes_in_use(0)
+        g = torch.cuda.CUDAGraph(keep_graph=True)
+        with torch.cuda.graph(g):
+            out("captures_during", _core.captures_underway(0))
+            tmp = static_in * 2          # freed during the capture: the pool keeps its block
+            static_out = tmp + 1
+            del tmp
+        out("captures", _core.captures_underway(0))
+        out("pools", [(u, b, r, n) for _, _, u, b, r, n in pools()])
+        out("pool_reserved", _core.private_pools()[0]["stats"]["reserved_bytes.all.current"])
+        out("device_heap", own() - before)
+        out("fake_grew", fake.vg_fakecuda_bytes_in_use(0) - used)
+        out("nodes", nodes(g))
+        launches = calls("cudaGraphLaunch")
+        for _ in range(3):
+            g.replay()
+        torch.cuda.synchronize()
+        out("replays", calls("cudaGraphLaunch") - launches)
+        out("device_heap_after_replays", own() - before)
+        del g
+        gc.collect()
+        out("released", [p["released"] for p in _core.private_pools()])   # static_out is live
+        del static_out
+        out("gone", pools())
+        _core.device_heap(0).check()
+    """)
+    assert v["captures_during"] == 1
+    assert v["captures"] == 0
+    assert v["pools"] == [(1, 0, False, 1)]        # static_out
+    assert v["pool_reserved"] == 8 * MiB            # tmp's and static_out's 4 MiB
+    assert v["device_heap"] == 0
+    assert v["fake_grew"] == 8 * MiB                # cudaMalloc during the capture (relaxed)
+    assert v["nodes"] == 2                          # the two kernels
+    assert v["replays"] == 3
+    assert v["device_heap_after_replays"] == 0
+    assert v["released"] == [True]
+    assert v["gone"] == []
+
+
+def test_graphs_sharing_a_pool():
+    v, _ = run(OWN + WARM + """
+        vramguard.install()
+        x = torch.ones(1 << 18, device="cuda")
+        warm_up(lambda t: (t + 1) * 3, x)
+        g1, g2 = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g1):
+            y1 = x + 1
+        with torch.cuda.graph(g2, pool=g1.pool()):
+            y2 = y1 * 3
+        out("same_pool", g1.pool() == g2.pool())
+        out("pools", [(u, b, r, n) for _, _, u, b, r, n in pools()])
+        g1.replay()
+        g2.replay()
+        del g1
+        gc.collect()
+        out("one_graph_left", [(u, b, r, n) for _, _, u, b, r, n in pools()])
+        del g2
+        gc.collect()
+        out("both_gone", [(u, b, r, n) for _, _, u, b, r, n in pools()])
+        del y1, y2
+        out("tensors_gone", pools())
+    """)
+    assert v["same_pool"] is True
+    assert v["pools"] == [(2, 0, False, 2)]
+    assert v["one_graph_left"] == [(1, 0, False, 2)]
+    assert v["both_gone"] == [(0, 0, True, 2)]
+    assert v["tensors_gone"] == []
+
+
+def test_make_graphed_callables_trains():
+    """An MLP (its Linear layers on the cuBLAS stand-in) made into graphs,
+    forward and backward captured into one pool, then trained by replays."""
+    v, _ = run(OWN + """
+        vramguard.install()
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(),
+                                    torch.nn.Linear(256, 8)).cuda()
+        x = torch.randn(32, 256, device="cuda", requires_grad=True)
+        graphed = torch.cuda.make_graphed_callables(model, (x,))
+        out("pools", [(u, b, r) for _, _, u, b, r, _ in pools()])
+        out("captures", _core.captures_underway(0))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        launches = calls("cudaGraphLaunch")
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            loss = graphed(x).sum()
+            loss.backward()
+            opt.step()
+        torch.cuda.synchronize()
+        out("replays", calls("cudaGraphLaunch") - launches)
+        out("grads", [p.grad is not None and p.grad.shape == p.shape for p in model.parameters()])
+        out("input_grad", x.grad is not None)
+        out("pool_tensors", _core.private_pools()[0]["stats"]["allocation.all.current"] > 0)
+        _core.device_heap(0).check()
+    """)
+    assert v["pools"] == [(2, 0, False)]       # the forward's and the backward's captures
+    assert v["captures"] == 0
+    assert v["replays"] == 6                    # forward and backward, three steps
+    assert v["grads"] == [True] * 4
+    assert v["input_grad"] is True
+    assert v["pool_tensors"] is True
+
+
+def test_a_free_during_capture_is_deferred():
+    """A block used by another stream, freed during a capture, and an
+    empty_cache there: vramguard records no event, queries none and frees
+    nothing until the capture is over (the fake would have ended the
+    capture with an error), then does the deferred work."""
+    v, _ = run(OWN + WARM + """
+        vramguard.install(arena=False)
+        side = torch.cuda.Stream()
+        x = torch.empty(4 * MiB, dtype=torch.uint8, device="cuda")
+        x.record_stream(side)
+        static = torch.zeros(1024, device="cuda")
+        warm_up(lambda t: t + 1, static)
+        g = torch.cuda.CUDAGraph()
+        apis = ("cudaEventQuery", "cudaEventRecord", "cudaFree", "cudaMalloc")
+        with torch.cuda.graph(g):
+            big = torch.empty(64 * MiB, dtype=torch.uint8, device="cuda")
+            before = {api: calls(api) for api in apis}
+            del x                                   # event record deferred
+            torch.cuda.empty_cache()                # cudaFree deferred
+            y = static + 1                          # events not queried
+            out("during", {api: calls(api) - n for api, n in before.items()})
+        g.replay()
+        used = fake.vg_fakecuda_bytes_in_use(0)
+        z = torch.empty(4 * MiB, dtype=torch.uint8, device="cuda")
+        out("after", {api: calls(api) - n for api, n in before.items()})
+        out("x_block_reused", fake.vg_fakecuda_bytes_in_use(0) == used)
+        del z, g, y, big
+        gc.collect()
+        out("pools", pools())
+    """)
+    # y's segment: the pool's cudaMalloc, in the relaxed mode
+    assert v["during"] == {"cudaEventQuery": 0, "cudaEventRecord": 0, "cudaFree": 0, "cudaMalloc": 1}
+    after = v["after"]
+    assert after["cudaEventRecord"] == 1
+    assert after["cudaEventQuery"] >= 1
+    assert v["x_block_reused"] is True
+    assert v["pools"] == []
+
+
+def test_a_synchronize_during_capture_fails_as_on_a_gpu():
+    """What the fake refuses, PyTorch reports as a GPU's error; the capture
+    ends, the pool is left to the graph, and nothing stays underway."""
+    v, _ = run(OWN + """
+        vramguard.install()
+        x = torch.ones(1024, device="cuda")
+        g = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(g):
+                y = x * 2
+                torch.cuda.synchronize()
+        except torch.AcceleratorError as e:
+            out("error", str(e).splitlines()[0])
+            out("cause", str(e.__context__).splitlines()[0])
+        out("capturing", torch.cuda.is_current_stream_capturing())
+        out("captures", _core.captures_underway(0))
+        z = torch.empty(1000, device="cuda")
+        out("device_heap", own())
+    """)
+    assert v["cause"] == "CUDA error: cudaErrorStreamCaptureUnsupported"
+    assert v["error"] == "CUDA error: cudaErrorStreamCaptureInvalidated"   # at the capture's end
+    assert v["capturing"] is False
+    assert v["captures"] == 0
+
+
+@pytest.mark.parametrize("allocator", ["native", "vramguard"])
+def test_graph_pools_in_memory_stats(allocator):
+    """The reference: PyTorch's own allocator captures on the fake too, and
+    both report a real graph's pool under its id in memory_stats() and
+    drop it from the current figures once graph and tensors are gone."""
+    v, _ = run(("        vramguard.install()\n" if allocator == "vramguard" else "") + """
+        x = torch.ones(1 << 18, device="cuda")
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            y = x * 2
+            z = torch.empty(3 * MiB, dtype=torch.uint8, device="cuda")
+        pool = "%d_%d" % g.pool()
+        s = torch.cuda.memory_stats()
+        out("pool_ids", sorted({k.split(".")[1] for k in s if k.startswith("reserved_bytes_by_private_pools.")}))
+        out("pool", pool)
+        out("pool_current", s["reserved_bytes_by_private_pools.%s.all.current" % pool])
+        out("allocated", torch.cuda.memory_allocated() - x.numel() * 4)
+        g.replay()
+        del g, y, z
+        gc.collect()
+        torch.cuda.empty_cache()
+        s = torch.cuda.memory_stats()
+        out("pool_after", s.get("reserved_bytes_by_private_pools.%s.all.current" % pool))
+        out("reserved_after", torch.cuda.memory_reserved())
+    """)
+    assert v["pool_ids"] == [v["pool"]] == ["1_0"]      # the graph's own pool: (uuid, 0)
+    assert v["allocated"] == 4 * MiB                     # y and z
+    # native: a 2 MiB small segment for y, a 20 MiB one for z; vramguard's segment policy differs
+    assert v["pool_current"] == {"native": 22 * MiB, "vramguard": 8 * MiB}[allocator]
+    assert v["pool_after"] == 0
+    assert v["reserved_after"] == 2 * MiB               # x's segment
 
 
 def test_graphs_sharing_a_pool_count_its_uses():
