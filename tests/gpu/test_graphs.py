@@ -1,7 +1,8 @@
 """On a real GPU: CUDA graphs captured and replayed over vramguard's private
 pools, capture-safe frees, the reduce-overhead refusal, and cuDNN's
-workspace fallback on vramguard's torch.OutOfMemoryError. What the fake
-CUDA cannot do (tests/torch/test_graph_pools.py has the rest)."""
+workspace fallback on vramguard's torch.OutOfMemoryError, with the values
+the kernels compute. The fake CUDA captures and replays too, without
+values (tests/torch/test_graph_pools.py ports the rest of these checks)."""
 import gc
 
 import pytest
