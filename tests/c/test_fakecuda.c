@@ -483,10 +483,38 @@ static void test_env_knobs(void)
     CHECK(rerun("VG_FAKECUDA_CONTEXT=lots", "--env-child") >= 128);
 }
 
+/* A phantom names a stub on stderr the first time it is called, once: the
+ * child's stderr goes to a file, which must hold the name on one line. */
+static int phantom_stub_child(void)
+{
+    char path[] = "/tmp/vg_fakecuda_stub_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0 || !freopen(path, "w", stderr))
+        return 1;
+    void *p = NULL;
+    for (int i = 0; i < 3; i++)
+        if (cudaMallocManaged(&p, 64, cudaMemAttachGlobal) != cudaErrorNotSupported)
+            return 2;
+    fflush(stderr);
+    FILE *f = fopen(path, "r");
+    char line[512];
+    int lines = 0, named = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        lines++;
+        named += strstr(line, "cudaMallocManaged is not modelled") != NULL;
+    }
+    if (f)
+        fclose(f);
+    close(fd);
+    unlink(path);
+    return lines == 1 && named == 1 ? 0 : 3;
+}
+
 static void test_phantom(void)
 {
     const char *env = "VG_FAKECUDA_PHANTOM=1 VG_FAKECUDA_MEM=1GiB VG_FAKECUDA_CONTEXT=100MiB";
     CHECK_EQ(rerun(env, "--phantom-child"), 0);
+    CHECK_EQ(rerun(env, "--phantom-stub"), 0);
     /* AddressSanitizer would report the fault and exit 1: let it through. */
     CHECK_EQ(rerun("ASAN_OPTIONS=handle_segv=0 VG_FAKECUDA_PHANTOM=1 VG_FAKECUDA_MEM=1GiB "
                    "VG_FAKECUDA_CONTEXT=100MiB", "--phantom-touch"), 128 + SIGSEGV);
@@ -496,6 +524,8 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--env-child") == 0)
         return env_child();
+    if (argc > 1 && strcmp(argv[1], "--phantom-stub") == 0)
+        return phantom_stub_child();
     if (argc > 1 && strncmp(argv[1], "--phantom-", 10) == 0)
         return phantom_child(strcmp(argv[1], "--phantom-touch") == 0);
     /* Before the first CUDA call, which reads them. */
