@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -330,6 +331,8 @@ static void test_launches(void)
     CHECK(image != NULL && image_size > 0);
     CHECK_EQ(cuLinkDestroy(link), CUDA_SUCCESS);
     CHECK_EQ(cuModuleUnload(mod), CUDA_SUCCESS);
+    CHECK_EQ(cuModuleUnload(mod), CUDA_ERROR_INVALID_HANDLE); /* once only */
+    CHECK_EQ(cuModuleGetFunction(&fn, mod, "kernel"), CUDA_ERROR_INVALID_HANDLE);
     CHECK_EQ(vg_fakecuda_unsupported_calls(), 0);
 
     /* After an illegal access, launches fail as everything else does. */
@@ -449,6 +452,30 @@ static int phantom_child(int touch)
     if (cudaMalloc((void **)&more, 921 * MiB) != cudaErrorMemoryAllocation) /* 924 - 4 MiB free */
         return 6;
     cudaGetLastError();
+    /* Virtual memory: 256 pages mapped one handle each under an open-file
+     * limit of 32, which one descriptor per handle would break (taken for
+     * an out-of-memory); the mappings cost no host memory either. */
+    struct rlimit few = {32, 32};
+    if (setrlimit(RLIMIT_NOFILE, &few) != 0)
+        return 7;
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+    CUdeviceptr va = 0;
+    if (cuMemAddressReserve(&va, 512 * MiB, 0, 0, 0) != CUDA_SUCCESS)
+        return 8;
+    CUmemAccessDesc rw = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    for (size_t i = 0; i < 256; i++) {
+        CUmemGenericAllocationHandle h;
+        if (cuMemCreate(&h, 2 * MiB, &prop, 0) != CUDA_SUCCESS ||
+            cuMemMap(va + i * 2 * MiB, 2 * MiB, 0, h, 0) != CUDA_SUCCESS || cuMemRelease(h) != CUDA_SUCCESS ||
+            cuMemSetAccess(va + i * 2 * MiB, 2 * MiB, &rw, 1) != CUDA_SUCCESS)
+            return 9;
+    }
+    if (cudaMemset((void *)(uintptr_t)va, 1, 512 * MiB) != cudaSuccess || cudaMemGetInfo(&free_b, &total) ||
+        free_b != (924 - 4 - 512) * MiB)
+        return 10;
+    if (cuMemUnmap(va, 512 * MiB) != CUDA_SUCCESS || cuMemAddressFree(va, 512 * MiB) != CUDA_SUCCESS)
+        return 11;
     if (touch)
         d[0] = 1;
     return 0;
