@@ -7,8 +7,8 @@
         each (model, allocator) of the GPU's results run again on a phantom
         H200 (same steps, same batch), one process each, and the two side
         by side: peak allocated (goal: within 1%), the allocation sizes in
-        order under PyTorch's allocator (where they first differ), peak
-        reserved per allocator.
+        order under PyTorch's allocator (aligned: how many only one side
+        made), peak reserved per allocator.
 
 The phantom's runs must use the torch the GPU's did (the results name it):
 allocation sequences change between releases.
@@ -63,12 +63,25 @@ def table(results):
     return "\n".join(lines)
 
 
-def first_difference(a, b):
-    """Index where two sequences first differ, or None when equal."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
+def sequence_differences(gpu, phantom):
+    """How two allocation sequences differ, aligned (difflib): None when
+    equal, else (allocations only the GPU made, only the phantom made, the
+    GPU's first such size). Insertions here and there would show as every
+    later index differing without the alignment."""
+    if gpu == phantom:
+        return None
+    import difflib
+
+    only_gpu = only_phantom = 0
+    first = None
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, gpu, phantom, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        only_gpu += i2 - i1
+        only_phantom += j2 - j1
+        if first is None:
+            first = (gpu[i1] if i2 > i1 else None, phantom[j1] if j2 > j1 else None)
+    return only_gpu, only_phantom, first
 
 
 def run_phantom(gpu_result, gpu, out):
@@ -99,7 +112,7 @@ def run_phantom(gpu_result, gpu, out):
 
 def compare(gpu_results, gpu, out):
     rows = ["| model | allocator | peak allocated GPU / phantom MiB (diff) | allocations GPU / phantom, "
-            "first different size | peak reserved GPU / phantom MiB |", "|---|---|---|---|---|"]
+            "aligned | peak reserved GPU / phantom MiB |", "|---|---|---|---|---|"]
     summary = []
     for (model, alloc), g in sorted(gpu_results.items()):
         p = run_phantom(g, gpu, out)
@@ -111,11 +124,11 @@ def compare(gpu_results, gpu, out):
         diff = (pa - ga) / ga * 100 if ga else 0.0
         seq = ""
         if "allocation_sizes" in g and "allocation_sizes" in p:
-            at = first_difference(g["allocation_sizes"], p["allocation_sizes"])
-            where = "same sizes in order" if at is None else (
-                f"first differs at #{at}: {g['allocation_sizes'][at] if at < len(g['allocation_sizes']) else '-'}"
-                f" vs {p['allocation_sizes'][at] if at < len(p['allocation_sizes']) else '-'}")
-            seq = f"{len(g['allocation_sizes']):,} / {len(p['allocation_sizes']):,}, {where}"
+            diff = sequence_differences(g["allocation_sizes"], p["allocation_sizes"])
+            where = "same sizes in order" if diff is None else (
+                f"{diff[0]:,} only on the GPU, {diff[1]:,} only on the phantom (first: {diff[2][0]} vs "
+                f"{diff[2][1]} bytes)")
+            seq = f"{len(g['allocation_sizes']):,} / {len(p['allocation_sizes']):,}: {where}"
         rows.append(f"| {model} | {alloc} | {_mib(ga)} / {_mib(pa)} ({diff:+.2f}%) | {seq} | "
                     f"{_mib(g['peak_reserved_bytes'])} / {_mib(p['peak_reserved_bytes'])} |")
         summary.append({"model": model, "allocator": alloc, "gpu": g, "phantom": p, "allocated_diff_pct": diff})

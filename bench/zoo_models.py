@@ -6,7 +6,7 @@ with no downloaded weights, one step function each.
         step()
 
 The same builders run on a real GPU (tests/gpu/zoo_on_gpu.sh) and on a
-phantom one (bench/zoo.py), so that what they allocate can be set side by
+phantom one (bench/zoo_fidelity.py), so that what they allocate can be set side by
 side. Models are created under `torch.device("cuda")`: their initialisation
 runs on the device (a phantom's kernels do nothing), not on the host's
 CPU (a tensor a step makes names its device: the context is gone by then).

@@ -251,8 +251,11 @@ class Cuda(NamedTuple):
 
 
 def _torch_version_py():
+    """torch/version.py of the PyTorch this interpreter would import, or
+    None. A directory named torch without an __init__.py (a namespace
+    package: a project's tests/torch/ on sys.path) is not PyTorch."""
     spec = importlib.util.find_spec("torch")  # does not import torch
-    if spec is None or not spec.submodule_search_locations:
+    if spec is None or spec.origin is None or not spec.submodule_search_locations:
         return None
     return Path(list(spec.submodule_search_locations)[0]) / "version.py"
 

@@ -152,6 +152,26 @@ int vgfc_enter(enum vgfc_api api)
     return 0;
 }
 
+/* The stubs a phantom has named on stderr already: a user's dry run that
+ * fails in a call no one modelled must say which call, once (PyTorch's own
+ * message is only "operation not supported"). The names are the stubs'
+ * string literals, so a pointer compares them; past the table's size,
+ * every later stub is still counted, only not named again. */
+#define NAMED_STUBS 64
+static const char *named[NAMED_STUBS];
+static int nnamed;
+
+/* 1 when `name` is named for the first time (callers hold unsupported_lock). */
+static int first_naming(const char *name)
+{
+    for (int i = 0; i < nnamed; i++)
+        if (named[i] == name)
+            return 0;
+    if (nnamed < NAMED_STUBS)
+        named[nnamed++] = name;
+    return 1;
+}
+
 int vgfc_unsupported(const char *name)
 {
     if (vgfc_tracing())
@@ -159,7 +179,11 @@ int vgfc_unsupported(const char *name)
     pthread_mutex_lock(&unsupported_lock);
     unsupported++;
     snprintf(last_unsupported, sizeof last_unsupported, "%s", name);
+    int say = vgfc_phantom() && first_naming(name);
     pthread_mutex_unlock(&unsupported_lock);
+    if (say)
+        fprintf(stderr, "vramguard phantom GPU: %s is not modelled; it returns \"operation not "
+                        "supported\" (the error that follows comes from it)\n", name);
     int code = __atomic_load_n(&sticky, __ATOMIC_RELAXED);
     return code ? code : VGFC_NOT_SUPPORTED;
 }

@@ -532,6 +532,8 @@ static int config_is_attention(const vgdnn_desc *cfg)
     int matmul = 0;
     for (int64_t i = 0; i < ops->count; i++) {
         const vgdnn_desc *op = ((vgdnn_desc **)ops->data)[i];
+        if (!op)
+            continue;
         switch ((int)op->type) {
         case CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR: matmul = 1; break;
         case CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR:

@@ -12,8 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A module's mark while it is loaded: unloading clears it, so a second
+ * unload of the same handle is refused (as by a driver) instead of freeing
+ * twice. The memory is kept, never reused, for that check: modules are
+ * few (one per jitted kernel). */
+#define MODULE_LOADED 0x6d6f64756c65ULL
+
 struct CUmod_st {
-    int loaded;
+    unsigned long long loaded;
 };
 
 struct CUfunc_st {
@@ -39,7 +45,7 @@ static CUresult load(CUmodule *module, const void *image)
     struct CUmod_st *m = calloc(1, sizeof *m);
     if (!m)
         return drv_error(CUDA_ERROR_OUT_OF_MEMORY);
-    m->loaded = 1;
+    m->loaded = MODULE_LOADED;
     *module = m;
     return CUDA_SUCCESS;
 }
@@ -67,9 +73,8 @@ CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int nu
 CUresult cuModuleUnload(CUmodule module)
 {
     DRV_ENTER(cuModuleUnload);
-    if (!module)
+    if (!module || !__atomic_exchange_n(&module->loaded, 0, __ATOMIC_ACQ_REL))
         return drv_error(CUDA_ERROR_INVALID_HANDLE);
-    free(module);
     return CUDA_SUCCESS;
 }
 
@@ -78,6 +83,8 @@ CUresult cuModuleGetFunction(CUfunction *function, CUmodule module, const char *
     DRV_ENTER(cuModuleGetFunction);
     if (!function || !module || !name)
         return drv_error(CUDA_ERROR_INVALID_VALUE);
+    if (__atomic_load_n(&module->loaded, __ATOMIC_ACQUIRE) != MODULE_LOADED)
+        return drv_error(CUDA_ERROR_INVALID_HANDLE);
     *function = &the_function;
     return CUDA_SUCCESS;
 }

@@ -8,6 +8,9 @@
  *   cuMemMap              the memfd mapped MAP_FIXED into a reservation,
  *                         still inaccessible
  *   cuMemSetAccess        mprotect: now copies and memsets may use it
+ *
+ * On a phantom the same bookkeeping without host memory: no memfd, no
+ * mapping over the reservation, no mprotect (copies skip device memory).
  *   cuMemUnmap            the reservation's PROT_NONE pages put back
  *   cuMemRelease          the handle dropped; the physical memory goes
  *                         when no handle or mapping holds it
@@ -128,7 +131,8 @@ static void unref(struct phys *p)
             break;
         }
     }
-    close(p->fd);
+    if (p->fd >= 0)
+        close(p->fd);
     vgfc_mem_uncharge(p->prop.location.id, p->size);
     free(p);
 }
@@ -165,8 +169,11 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
     if (vgfc_mem_charge(dev, size) != VGFC_SUCCESS)
         return drv_error(CUDA_ERROR_OUT_OF_MEMORY);
     struct phys *p = calloc(1, sizeof *p);
-    int fd = memfd_create("vg_fakecuda", MFD_CLOEXEC);
-    if (!p || fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+    /* A phantom's physical memory is a count, not a file: a descriptor per
+     * handle would run out at the open-file limit (20,000 2 MiB pages is
+     * 40 GiB) and be taken for an out-of-memory. */
+    int fd = vgfc_phantom() ? -1 : memfd_create("vg_fakecuda", MFD_CLOEXEC);
+    if (!p || (!vgfc_phantom() && (fd < 0 || ftruncate(fd, (off_t)size) != 0))) {
         if (fd >= 0)
             close(fd);
         free(p);
@@ -289,7 +296,10 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
     struct phys *p = find_handle(handle);
     if (p && offset <= p->size && size <= p->size - offset && enclosing(&reserved, base, size) &&
         !any_within(&mapped, base, size)) {
-        void *at = mmap((void *)base, size, PROT_NONE, MAP_SHARED | MAP_FIXED, p->fd, (off_t)offset);
+        /* A phantom's mapping is bookkeeping: the reservation's PROT_NONE
+         * pages stay as they are (no host memory, no new memory region). */
+        void *at = vgfc_phantom() ? (void *)base
+                                  : mmap((void *)base, size, PROT_NONE, MAP_SHARED | MAP_FIXED, p->fd, (off_t)offset);
         if (at == MAP_FAILED) {
             res = CUDA_ERROR_OUT_OF_MEMORY;
         } else if (add_span(&mapped, (struct span){base, size, p, 0}) != 0) {
@@ -358,7 +368,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
     pthread_mutex_lock(&lock);
     size_t n;
     long first = mappings_covering((uintptr_t)ptr, size, &n);
-    if (first >= 0 && mprotect((void *)(uintptr_t)ptr, size, prot) == 0) {
+    if (first >= 0 && (vgfc_phantom() || mprotect((void *)(uintptr_t)ptr, size, prot) == 0)) {
         for (size_t k = 0; k < n; k++)
             set_accessible(&mapped.v[first + (long)k], prot != PROT_NONE);
         res = CUDA_SUCCESS;
@@ -375,7 +385,8 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
     size_t n;
     long first = mappings_covering((uintptr_t)ptr, size, &n);
     if (first >= 0) {
-        reserve_pages((void *)(uintptr_t)ptr, size);
+        if (!vgfc_phantom())
+            reserve_pages((void *)(uintptr_t)ptr, size);
         while (n--) {
             struct span *m = &mapped.v[first];
             set_accessible(m, 0);

@@ -13,6 +13,7 @@
  */
 #include "rt.h"
 
+#include <stdint.h>
 #include <string.h>
 
 /* ---- allocation -------------------------------------------------------- */
@@ -238,7 +239,10 @@ static cudaError_t copy_2d(void *dst, size_t dpitch, const void *src, size_t spi
         return cudaSuccess;
     if (width > dpitch || width > spitch)
         return rt_error(cudaErrorInvalidPitchValue);
-    /* Both ends span from their first byte to the last row's end. */
+    /* Both ends span from their first byte to the last row's end; a span
+     * past the address space is no memory at all. */
+    if (height - 1 > (SIZE_MAX - width) / dpitch || height - 1 > (SIZE_MAX - width) / spitch)
+        return rt_error(cudaErrorInvalidValue);
     struct ends ends;
     cudaError_t err = check_copy(dst, src, (height - 1) * dpitch + width, (height - 1) * spitch + width, kind,
                                  &ends);

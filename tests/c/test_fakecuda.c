@@ -14,6 +14,7 @@
 #include <string.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -913,6 +914,8 @@ static void test_launches(void)
     CHECK(image != NULL && image_size > 0);
     CHECK_EQ(cuLinkDestroy(link), CUDA_SUCCESS);
     CHECK_EQ(cuModuleUnload(mod), CUDA_SUCCESS);
+    CHECK_EQ(cuModuleUnload(mod), CUDA_ERROR_INVALID_HANDLE); /* once only */
+    CHECK_EQ(cuModuleGetFunction(&fn, mod, "kernel"), CUDA_ERROR_INVALID_HANDLE);
     CHECK_EQ(vg_fakecuda_unsupported_calls(), 0);
 
     /* After an illegal access, launches fail as everything else does. */
@@ -1032,6 +1035,30 @@ static int phantom_child(int touch)
     if (cudaMalloc((void **)&more, 921 * MiB) != cudaErrorMemoryAllocation) /* 924 - 4 MiB free */
         return 6;
     cudaGetLastError();
+    /* Virtual memory: 256 pages mapped one handle each under an open-file
+     * limit of 32, which one descriptor per handle would break (taken for
+     * an out-of-memory); the mappings cost no host memory either. */
+    struct rlimit few = {32, 32};
+    if (setrlimit(RLIMIT_NOFILE, &few) != 0)
+        return 7;
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+    CUdeviceptr va = 0;
+    if (cuMemAddressReserve(&va, 512 * MiB, 0, 0, 0) != CUDA_SUCCESS)
+        return 8;
+    CUmemAccessDesc rw = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    for (size_t i = 0; i < 256; i++) {
+        CUmemGenericAllocationHandle h;
+        if (cuMemCreate(&h, 2 * MiB, &prop, 0) != CUDA_SUCCESS ||
+            cuMemMap(va + i * 2 * MiB, 2 * MiB, 0, h, 0) != CUDA_SUCCESS || cuMemRelease(h) != CUDA_SUCCESS ||
+            cuMemSetAccess(va + i * 2 * MiB, 2 * MiB, &rw, 1) != CUDA_SUCCESS)
+            return 9;
+    }
+    if (cudaMemset((void *)(uintptr_t)va, 1, 512 * MiB) != cudaSuccess || cudaMemGetInfo(&free_b, &total) ||
+        free_b != (924 - 4 - 512) * MiB)
+        return 10;
+    if (cuMemUnmap(va, 512 * MiB) != CUDA_SUCCESS || cuMemAddressFree(va, 512 * MiB) != CUDA_SUCCESS)
+        return 11;
     if (touch)
         d[0] = 1;
     return 0;
@@ -1066,10 +1093,38 @@ static void test_env_knobs(void)
     CHECK(rerun("VG_FAKECUDA_CONTEXT=lots", "--env-child") >= 128);
 }
 
+/* A phantom names a stub on stderr the first time it is called, once: the
+ * child's stderr goes to a file, which must hold the name on one line. */
+static int phantom_stub_child(void)
+{
+    char path[] = "/tmp/vg_fakecuda_stub_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0 || !freopen(path, "w", stderr))
+        return 1;
+    void *p = NULL;
+    for (int i = 0; i < 3; i++)
+        if (cudaMallocManaged(&p, 64, cudaMemAttachGlobal) != cudaErrorNotSupported)
+            return 2;
+    fflush(stderr);
+    FILE *f = fopen(path, "r");
+    char line[512];
+    int lines = 0, named = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        lines++;
+        named += strstr(line, "cudaMallocManaged is not modelled") != NULL;
+    }
+    if (f)
+        fclose(f);
+    close(fd);
+    unlink(path);
+    return lines == 1 && named == 1 ? 0 : 3;
+}
+
 static void test_phantom(void)
 {
     const char *env = "VG_FAKECUDA_PHANTOM=1 VG_FAKECUDA_MEM=1GiB VG_FAKECUDA_CONTEXT=100MiB";
     CHECK_EQ(rerun(env, "--phantom-child"), 0);
+    CHECK_EQ(rerun(env, "--phantom-stub"), 0);
     /* AddressSanitizer would report the fault and exit 1: let it through. */
     CHECK_EQ(rerun("ASAN_OPTIONS=handle_segv=0 VG_FAKECUDA_PHANTOM=1 VG_FAKECUDA_MEM=1GiB "
                    "VG_FAKECUDA_CONTEXT=100MiB", "--phantom-touch"), 128 + SIGSEGV);
@@ -1079,6 +1134,8 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--env-child") == 0)
         return env_child();
+    if (argc > 1 && strcmp(argv[1], "--phantom-stub") == 0)
+        return phantom_stub_child();
     if (argc > 1 && strncmp(argv[1], "--phantom-", 10) == 0)
         return phantom_child(strcmp(argv[1], "--phantom-touch") == 0);
     /* Before the first CUDA call, which reads them. */
