@@ -15,12 +15,16 @@
 /* A module's mark while it is loaded: unloading clears it, so a second
  * unload of the same handle is refused (as by a driver) instead of freeing
  * twice. The memory is kept, never reused, for that check: modules are
- * few (one per jitted kernel). */
+ * few (one per jitted kernel). They stay on a list, so that a leak checker
+ * sees them kept, not lost. */
 #define MODULE_LOADED 0x6d6f64756c65ULL
 
 struct CUmod_st {
     unsigned long long loaded;
+    struct CUmod_st *next;
 };
+
+static struct CUmod_st *modules;
 
 struct CUfunc_st {
     int function;
@@ -46,6 +50,9 @@ static CUresult load(CUmodule *module, const void *image)
     if (!m)
         return drv_error(CUDA_ERROR_OUT_OF_MEMORY);
     m->loaded = MODULE_LOADED;
+    m->next = __atomic_load_n(&modules, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(&modules, &m->next, m, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+        ;
     *module = m;
     return CUDA_SUCCESS;
 }
