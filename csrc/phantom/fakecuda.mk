@@ -100,8 +100,9 @@ $(TORCH_VENV)/.installed: tests/torch-requirements.txt $(PY_SOURCES)
 	VRAMGUARD_WERROR=1 $(TORCH_VENV)/bin/python -m pip install -q -e ".[test]"
 	touch $@
 
-# The fake's own test first, then PyTorch on it. pytest's exit code 5
-# (nothing ran) fails this like any other.
+# The fake's own tests first, plain and under ASan+UBSan, then PyTorch on
+# it. pytest's exit code 5 (nothing ran) fails this like any other.
 check-torch: $(TORCH_VENV)/.installed
 	$(MAKE) --no-print-directory test-fakecuda TORCH_PYTHON=$(TORCH_VENV)/bin/python
+	$(MAKE) --no-print-directory test-fakecuda-san TORCH_PYTHON=$(TORCH_VENV)/bin/python
 	LD_PRELOAD="$$(cat $(FAKECUDA)/LD_PRELOAD)" $(TORCH_VENV)/bin/python -m pytest -q -rs -m torch tests/torch
