@@ -121,3 +121,50 @@ def test_install_kernel_writes_and_removes_a_kernelspec(tmp_path):
                            "--prefix", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert not spec_dir.exists()
+
+
+# ------------------------------------------------------------------ notebooks (no PyTorch: the cells' text)
+
+
+def notebook(tmp_path, *cells):
+    nb = {"cells": [{"cell_type": "code", "source": c, "metadata": {}, "outputs": []} for c in cells],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps(nb))
+    return path
+
+
+def test_a_percent_or_bang_continuing_a_statement_is_python(tmp_path):
+    from vramguard._dryrun_child import notebook_cells
+
+    code = ("x = (1\n    != 2)\ny = (7\n    % 3)\nz = 7 \\\n    % 4\n"
+            "s = '''\n!not a shell line\n'''\n!ls\nfiles = !ls\n%matplotlib inline\n")
+    cells, notes = notebook_cells(notebook(tmp_path, code))
+    source = cells[0][1]
+    namespace = {}
+    exec(compile(source, "cell", "exec"), namespace)  # a SyntaxError before
+    assert (namespace["x"], namespace["y"], namespace["z"], namespace["s"]) == (True, 1, 3, "\n!not a shell line\n")
+    assert notes == ["cell 1, line 10: !ls", "cell 1, line 11: files = !ls", "cell 1, line 12: %matplotlib inline"]
+    assert len(source.splitlines()) == len(code.splitlines())  # the line numbers kept
+
+
+def test_timing_magics_keep_the_statement_they_time(tmp_path):
+    from vramguard._dryrun_child import notebook_cells
+
+    code = ("%time out = (2,\n    3)\nfor i in range(2):\n    %timeit -n 10 -r1 w = i * 5\n"
+            "%prun -s cumtime v = 7\n%time\n")
+    cells, notes = notebook_cells(notebook(tmp_path, code))
+    namespace = {}
+    exec(compile(cells[0][1], "cell", "exec"), namespace)
+    assert (namespace["out"], namespace["w"], namespace["v"]) == ((2, 3), 5, 7)
+    assert notes == ["cell 1, line 6: %time"]
+
+
+def test_writefile_a_appends(tmp_path, monkeypatch):
+    from vramguard._dryrun_child import run_notebook
+
+    monkeypatch.chdir(tmp_path)
+    path = notebook(tmp_path, "%%writefile out.txt\nfirst", "%%writefile -a out.txt\nsecond",
+                    "%%writefile --append out.txt\nthird", "text = open('out.txt').read()")
+    run_notebook(str(path))
+    assert (tmp_path / "out.txt").read_text() == "first\nsecond\nthird\n"

@@ -128,7 +128,7 @@ def test_a_notebook(tmp_path):
     """Code cells in order, magics and shell lines left out with a note, the
     out-of-memory named by cell and line."""
     cells = [
-        "%matplotlib inline\nimport torch\nMiB = 1 << 20",
+        "%matplotlib inline\nimport torch\nMiB = (1 <<\n    20)\n%time mib = MiB",
         "!nvidia-smi\nx = torch.empty(100 * MiB, dtype=torch.uint8, device='cuda')\nprint('cell 2 ran')",
         "%%bash\necho never",
         "def more():\n    return torch.empty(2 << 30, dtype=torch.uint8, device='cuda')\ny = more()",
