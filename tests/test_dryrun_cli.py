@@ -123,6 +123,68 @@ def test_install_kernel_writes_and_removes_a_kernelspec(tmp_path):
     assert not spec_dir.exists()
 
 
+@pytest.mark.parametrize("memory", ["0", "300MiB", "400MiB"])
+def test_install_kernel_refuses_a_device_with_nothing_beside_its_context(tmp_path, memory):
+    """Refused as dryrun refuses it, before the phantom is looked for."""
+    proc = subprocess.run([sys.executable, "-m", "vramguard", "install-kernel", "--gpu", "T4", "--memory", memory,
+                           "--prefix", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    check_refused(proc, "leaves nothing beside the CUDA context's 400.00 MiB")
+    assert not (tmp_path / "share").exists()
+
+
+def test_install_kernel_variants_are_kernels_of_their_own(tmp_path):
+    """Another size or allocator is another kernel (named for them), so a
+    second install does not replace the first; --remove with them removes
+    that one, with --gpu alone every one of that card."""
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "vramguard", "install-kernel", *args, "--prefix", str(tmp_path)],
+                              capture_output=True, text=True, timeout=120)
+
+    proc = cli("--gpu", "T4")
+    if proc.returncode == 2 and "phantom GPU" in proc.stderr:
+        pytest.skip("the phantom's libraries cannot be built here")
+    assert proc.returncode == 0, proc.stderr
+    for args in (("--memory", "8GiB"), ("--memory", "8GiB", "--allocator", "expandable"),
+                 ("--memory", "15828320256")):  # the card's total: the default kernel
+        proc = cli("--gpu", "T4", *args)
+        assert proc.returncode == 0, proc.stderr
+    kernels = tmp_path / "share" / "jupyter" / "kernels"
+    names = sorted(p.name for p in kernels.iterdir())
+    assert names == ["vramguard-phantom-t4", "vramguard-phantom-t4-8gib", "vramguard-phantom-t4-8gib-expandable"]
+    spec = json.loads((kernels / "vramguard-phantom-t4-8gib-expandable" / "kernel.json").read_text())
+    assert spec["display_name"] == "Python 3 (phantom T4, 8.00 GiB, expandable)"
+    assert spec["env"]["VG_FAKECUDA_MEM"] == str(8 << 30)
+    assert spec["env"]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert json.loads((kernels / "vramguard-phantom-t4" / "kernel.json").read_text())["env"]["VG_FAKECUDA_MEM"] \
+        == "15828320256"
+    proc = cli("--remove", "--gpu", "T4", "--memory", "8GiB")
+    assert proc.returncode == 0 and proc.stdout.count("removed") == 1, proc.stdout + proc.stderr
+    assert sorted(p.name for p in kernels.iterdir()) == ["vramguard-phantom-t4",
+                                                         "vramguard-phantom-t4-8gib-expandable"]
+    proc = cli("--remove", "--gpu", "T4")
+    assert proc.returncode == 0 and proc.stdout.count("removed") == 2, proc.stdout + proc.stderr
+    assert list(kernels.iterdir()) == []
+
+
+def test_install_kernel_writes_kernel_json_whole_or_not_at_all(tmp_path, monkeypatch):
+    """Without jupyter_client kernel.json is written by hand: a write that
+    fails halfway keeps the kernelspec there was, and leaves no temporary."""
+    from vramguard import _phantom_kernel
+
+    monkeypatch.setattr(_phantom_kernel, "_manager", lambda: None)
+    monkeypatch.setattr(_phantom_kernel, "_spec", lambda preset, memory, allocator: {"display_name": "first"})
+    name, where = _phantom_kernel.install_kernel("T4", prefix=str(tmp_path))
+    assert name == "vramguard-phantom-t4"
+    monkeypatch.setattr(_phantom_kernel, "_spec", lambda preset, memory, allocator: {"a": 1, "b": object()})
+    with pytest.raises(TypeError):
+        _phantom_kernel.install_kernel("T4", prefix=str(tmp_path))
+    import os
+
+    assert os.listdir(where) == ["kernel.json"]
+    with open(os.path.join(where, "kernel.json")) as f:
+        assert json.load(f) == {"display_name": "first"}
+
+
 # ------------------------------------------------------------------ notebooks (no PyTorch: the cells' text)
 
 

@@ -119,7 +119,7 @@ def _install_kernel(args):
 
     prefix = sys.prefix if args.sys_prefix else args.prefix
     if args.remove:
-        removed = remove_kernel(args.gpu, prefix=prefix)
+        removed = remove_kernel(args.gpu, prefix=prefix, memory=args.memory, allocator=args.allocator)
         if not removed:
             print("no phantom kernel to remove" + (f" for {args.gpu}" if args.gpu else ""))
         for path in removed:
@@ -127,9 +127,9 @@ def _install_kernel(args):
         return 0
     if args.gpu is None:
         raise BadInput("install-kernel: --gpu is required (e.g. --gpu T4)")
-    memory = parse_size(args.memory, "memory") if args.memory is not None else None
     try:
-        name, where = install_kernel(args.gpu, prefix=prefix, memory=memory, allocator=args.allocator)
+        # --memory is checked as dryrun checks it (one line: nothing beside the context), before the phantom
+        name, where = install_kernel(args.gpu, prefix=prefix, memory=args.memory, allocator=args.allocator)
     except PhantomUnavailable as exc:
         raise BadInput(str(exc)) from None
     print(f"installed kernel {name} in {where}")
@@ -207,8 +207,10 @@ def main(argv=None):
     ker = sub.add_parser("install-kernel",
                          help="a Jupyter kernel whose GPU is a phantom (--remove: uninstall)")
     ker.add_argument("--gpu", help="the card (T4, L4, ...); with --remove, left out: every phantom kernel")
-    ker.add_argument("--memory", help="the device's memory instead of the card's total")
-    ker.add_argument("--allocator", default="native", choices=("native", "expandable"))
+    ker.add_argument("--memory", help="the device's memory instead of the card's total (in the kernel's "
+                                      "name; with --remove: remove that kernel)")
+    ker.add_argument("--allocator", choices=("native", "expandable"),
+                     help="default native (expandable: in the kernel's name; with --remove: remove that kernel)")
     where = ker.add_mutually_exclusive_group()
     where.add_argument("--user", action="store_true", help="in the user's Jupyter data dir (the default)")
     where.add_argument("--prefix", help="under PREFIX/share/jupyter/kernels")

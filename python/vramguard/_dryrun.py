@@ -127,6 +127,33 @@ def _check_size(value, what):
     return nbytes
 
 
+def check_device(memory, preset, context=None):
+    """(device bytes, context bytes): `memory` (bytes or "8GiB"; None: the
+    preset's total) and `context` (None: the preset's), refused with one
+    line when the device would hold nothing beside its CUDA context. The
+    dry run's rule, and a phantom kernel's."""
+    device = _check_size(memory, "memory") if memory is not None else preset.total_bytes
+    context = _check_size(context, "context") if context is not None else preset.context_bytes
+    if device <= context:
+        raise DryRunInputError(f"--memory {format_size(device)} leaves nothing beside the CUDA context's "
+                               f"{format_size(context)}")
+    return device, context
+
+
+def alloc_conf(allocator, user=None):
+    """PYTORCH_CUDA_ALLOC_CONF for a run: the user's (`user`) as it is for
+    native; for expandable the user's with expandable_segments:True in place
+    of any expandable_segments setting of theirs; none for vramguard, whose
+    allocator replaces PyTorch's."""
+    if allocator == "vramguard":
+        return None
+    items = [item.strip() for item in (user or "").split(",") if item.strip()]
+    if allocator == "expandable":
+        items = [item for item in items if item.split(":")[0].strip() != "expandable_segments"]
+        items.append("expandable_segments:True")
+    return ",".join(items) or None
+
+
 # ------------------------------------------------------------------ one child
 
 
@@ -677,11 +704,7 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     if sweep_spec and min_memory:
         raise DryRunInputError("--min-memory and --sweep cannot be combined: run --min-memory on one value")
     script = _check_script(script)
-    device = _check_size(memory, "memory") if memory is not None else preset.total_bytes
-    context = _check_size(context, "context") if context is not None else preset.context_bytes
-    if device <= context:
-        raise DryRunInputError(f"--memory {format_size(device)} leaves nothing beside the CUDA context's "
-                               f"{format_size(context)}")
+    device, context = check_device(memory, preset, context)
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise DryRunInputError(f"--steps must be a whole number above 0, got {steps!r}")
     if jobs is None:
