@@ -283,12 +283,28 @@ class _Live:
         _kill_groups(procs)
 
 
+def _no_figures(rc):
+    """Why a run that wrote no figures ended, from its exit status (the
+    status itself is said beside it, not here)."""
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return f"killed by {name} before its figures were written"
+    if rc == 0:
+        return "ended by os._exit before its figures were written"
+    return "ended before its figures were written (os._exit, or a crash: see its log)"
+
+
 def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, steps=0,
               snapshot=True, echo=True, stdout=None, stderr=None, live=None):
     """Runs the script once in a child on the phantom; returns the child's
     figures (a dict), with `exit_status` and `log` added. Ctrl-C here ends
     the child and its process group (and those `live` holds) before
-    KeyboardInterrupt goes on."""
+    KeyboardInterrupt goes on; a run is taken for interrupted only then
+    (`live` cancelled), never for its status: a script's own exit status
+    130 or KeyboardInterrupt is its own failure."""
     live = _Live() if live is None else live
     if live.cancelled:
         raise KeyboardInterrupt
@@ -331,6 +347,8 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, s
         proc.stdout.close()
         proc.stderr.close()
         _signal_group(proc, signal.SIGKILL)  # the script's leftovers (a worker that outlived it) go with it
+    if live.cancelled:  # Ctrl-C, or another run's: the dry run ends, whatever this one's status
+        raise KeyboardInterrupt
     status = rc if rc >= 0 else 128 - rc  # killed by signal N: what a shell says, 128 + N
     try:
         with open(result_path, encoding="utf-8") as f:
@@ -340,11 +358,8 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, s
             "allocator": allocator, "peak_allocated_bytes": None, "peak_reserved_bytes": None,
             "fits": None, "first_oom": None, "d2h_reads": None, "host_peak_rss_bytes": None,
             "snapshot": None, "compiled": {}, "extensions": [],
-            "error": (f"the run ended without its figures (killed by signal {-rc})" if rc < 0
-                      else f"the run ended without its figures (exit status {rc})"),
+            "error": _no_figures(rc),
         }
-        if rc == 130 or live.cancelled:
-            raise KeyboardInterrupt
     result.setdefault("exit_status", status)  # the script's own, which the child wrote
     result["log"] = log_path
     result.setdefault("elapsed_s", round(time.monotonic() - started, 3))
@@ -418,7 +433,8 @@ def _columns(result):
             row.insert(4, _size(run.get("min_memory_bytes")))
         if sweep:
             largest = run.get("largest_batch")
-            row.insert(4, "none" if largest is None else str(largest))
+            row.insert(4, "unknown" if run.get("fits") is None
+                       else "none" if largest is None else str(largest))
         rows.append(row)
     return headers, rows
 
@@ -446,8 +462,14 @@ def _verdict(result):
     if sweep:
         lines = []
         for n, r in runs.items():
-            lines.append(f"{n}: {sweep['name']}={r['largest_batch']}" if r.get("largest_batch") is not None
-                         else f"{n}: no {sweep['name']} fits")
+            value = (r.get("failed_at") or {}).get("value")
+            if r.get("fits") is None:
+                lines.append(f"{n}: not known, the script failed"
+                             + (f" at {sweep['name']}={value}" if value is not None else ""))
+            elif r.get("largest_batch") is not None:
+                lines.append(f"{n}: {sweep['name']}={r['largest_batch']}")
+            else:
+                lines.append(f"{n}: no {sweep['name']} fits")
         head = f"Largest {sweep['name']} that fits on a {gpu}: " + "; ".join(lines) + "."
     elif len(fit) == len(runs):
         head = f"Fits on a {gpu} with {'every allocator tried' if len(runs) > 1 else fit[0]}."
@@ -473,6 +495,8 @@ def _verdict(result):
             out.append(f"Smallest device: {format_size(least)} with {best}{card}, "
                        f"exact to {GRANULE >> 20} MiB, the CUDA context's "
                        f"{format_size(result.get('context_bytes', 0))} included.")
+        elif any(r.get("fits") is None for r in runs.values()):
+            out.append("Smallest device: not known: the search stopped where the script failed (below).")
         else:
             out.append("Smallest device: none found (it does not fit the full device).")
     return out
@@ -516,7 +540,12 @@ def _notes(result):
         notes.append(f"Each run stopped after {result.get('steps')} optimizer steps (--steps).")
     for r in runs:
         if r.get("error"):
-            notes.append(f"{r['allocator']}: the script failed: {r['error']} "
+            failed_at = r.get("failed_at") or {}
+            at = (f" at {r.get('sweep_name') or (result.get('sweep') or {}).get('name')}={failed_at['value']}"
+                  if "value" in failed_at
+                  else f" on a device of {format_size(failed_at['memory_bytes'])} (--min-memory)"
+                  if "memory_bytes" in failed_at else "")
+            notes.append(f"{r['allocator']}: the script failed{at}: {r['error']} "
                          f"(exit status {r.get('exit_status')}).")
     missing = sorted({lib for r in runs for key, lib in _PHANTOM_GAPS if key in (r.get("error") or "")})
     if missing:
@@ -568,6 +597,15 @@ def report_html(result):
 # ------------------------------------------------------------------ the dry run
 
 
+class _SearchFailed(Exception):
+    """A run of --min-memory's or --sweep's search failed for a reason other
+    than memory (fits None): the search stops there, with that run."""
+
+    def __init__(self, run):
+        super().__init__(run.get("error"))
+        self.run = run
+
+
 class _Runner:
     def __init__(self, script, args, gpu, memory, context, steps, snapshot, echo, out_dir, notebook,
                  stdout, stderr):
@@ -610,12 +648,16 @@ class _Runner:
         return result
 
     def min_memory(self, allocator, full):
-        """The smallest device (a multiple of GRANULE, or the full one) on
-        which the run fits, by bisection: below the context plus the peak
-        allocated nothing can fit; what the device held at its peak in the
-        full run (the context, the libraries' own memory such as cuBLAS's
-        handle, and the allocator's reserve) is tried first, as the likely
-        answer, so that the search is over a few GRANULEs, not the card."""
+        """The smallest device on which the run fits, by bisection: exact to
+        GRANULE (the sizes tried are its multiples), or the card's own size
+        (the full run's, which need not be a multiple) when nothing smaller
+        fits. Below the context plus the peak allocated nothing can fit;
+        what the device held at its peak in the full run (the context, the
+        libraries' own memory such as cuBLAS's handle, and the allocator's
+        reserve) is tried first, as the likely answer, so that the search is
+        over a few GRANULEs, not the card. Only an out-of-memory (fits False)
+        narrows the search from below: a run that fails otherwise (fits
+        None) stops it, raising _SearchFailed with that run."""
         top = int(self.memory)
         if not full.get("fits"):
             return None
@@ -624,12 +666,13 @@ class _Runner:
         hi = top  # fits
         held = int(full.get("device_peak_bytes") or 0) or self.context + int(full.get("peak_reserved_bytes") or 0)
         guess = -(-held // GRANULE) * GRANULE
-        tried = {}
 
         def fits(size):
             r = self.run(allocator, f"{allocator} {format_size(size)}", memory=size, snapshot=False)
-            tried[size] = r
-            return bool(r.get("fits"))
+            if r.get("fits") is None:
+                r["failed_at"] = {"memory_bytes": size}
+                raise _SearchFailed(r)
+            return r["fits"]
 
         if lo < guess < hi:
             if fits(guess):
@@ -652,11 +695,13 @@ class _Runner:
         """The largest value that fits, by bisection over the increasing
         values (a larger one never needs less memory): about log2 of their
         count in runs, not one per value. Returns it (None when the
-        smallest does not fit) and the runs made, in the values' order."""
+        smallest does not fit), the runs made, in the values' order, and the
+        run that failed for a reason other than memory (fits None), which
+        ends the search with no answer, or None."""
         token = "{" + name + "}"
         tried = {}
 
-        def fits(value):
+        def run(value):
             if any(token in a for a in self.args):
                 args, env = [a.replace(token, str(value)) for a in self.args], {}
             else:
@@ -664,16 +709,20 @@ class _Runner:
             r = self.run(allocator, f"{allocator} {name}={value}", args=args, extra_env=env)
             r["sweep_value"] = value
             tried[value] = r
-            return bool(r.get("fits"))
+            return r
 
         lo, hi = -1, len(values)  # values[lo] fits, values[hi] does not (-1, len: not known)
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if fits(values[mid]):
+            r = run(values[mid])
+            if r.get("fits") is None:  # not an out-of-memory: it says nothing of the values above
+                r["failed_at"] = {"value": values[mid]}
+                return None, [tried[v] for v in sorted(tried)], r
+            if r["fits"]:
                 lo = mid
             else:
                 hi = mid
-        return (values[lo] if lo >= 0 else None), [tried[v] for v in sorted(tried)]
+        return (values[lo] if lo >= 0 else None), [tried[v] for v in sorted(tried)], None
 
 
 def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memory=False, sweep=None,
@@ -736,24 +785,30 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
         if not sweep_spec:
             run = runner.run(allocator, allocator)
             if min_memory:
-                run["min_memory_bytes"] = runner.min_memory(allocator, run)
+                try:
+                    run["min_memory_bytes"] = runner.min_memory(allocator, run)
+                except _SearchFailed as stop:  # the failed run is the answer: its error and its status
+                    run = dict(stop.run, min_memory_bytes=None)
             return run
-        largest, runs = runner.sweep(allocator, *sweep_spec)
-        # The smallest value tried that did not fit: where the sweep broke.
-        broke = next((r for r in runs if not r.get("fits")
-                      and (largest is None or r["sweep_value"] > largest)), None)
-        chosen = next((r for r in runs if r["sweep_value"] == largest), broke)
-        run = {k: v for k, v in chosen.items() if k != "sweep_value"}
+        largest, runs, failed = runner.sweep(allocator, *sweep_spec)
+        if failed is not None:
+            run = {k: v for k, v in failed.items() if k != "sweep_value"}
+        else:
+            # The smallest value tried that ran out of memory: where the sweep broke.
+            broke = next((r for r in runs if r.get("fits") is False
+                          and (largest is None or r["sweep_value"] > largest)), None)
+            chosen = next((r for r in runs if r["sweep_value"] == largest), broke)
+            run = {k: v for k, v in chosen.items() if k != "sweep_value"}
+            run["fits"] = largest is not None
+            if broke is not None:
+                run["first_oom"] = broke.get("first_oom")
+                if run["first_oom"]:
+                    run["first_oom"] = dict(run["first_oom"], value=broke["sweep_value"])
         run["largest_batch"] = largest
-        run["fits"] = largest is not None
         run["sweep"] = [dict({k: r.get(k) for k in ("fits", "peak_allocated_bytes", "peak_reserved_bytes",
-                                                     "first_oom", "error")}, value=r["sweep_value"])
+                                                     "first_oom", "error", "exit_status")},
+                             value=r["sweep_value"])
                         for r in runs]
-        if broke is not None:
-            run["first_oom"] = broke.get("first_oom")
-            run["error"] = broke.get("error")
-            if run["first_oom"]:
-                run["first_oom"] = dict(run["first_oom"], value=broke["sweep_value"])
         return run
 
     for allocator, run in zip(allocators, _each(one, allocators, jobs, runner.live)):

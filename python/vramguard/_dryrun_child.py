@@ -362,8 +362,14 @@ class Run:
                 print(exc.code, file=sys.stderr)  # what Python prints for sys.exit("message")
             if self.exit_status:
                 self.error = f"SystemExit: {exc.code}"
-        except KeyboardInterrupt:
-            raise
+        except KeyboardInterrupt as exc:
+            if _SIGINT_RECEIVED:  # the dry run's Ctrl-C (its SIGINT to the run): it ends, quietly
+                raise
+            # The script's own KeyboardInterrupt: its failure, with the status
+            # Python gives it.
+            self.error = "KeyboardInterrupt" + (f": {_first_line(exc)}" if str(exc).strip() else "")
+            self.exit_status = 130
+            _print_user_traceback(exc)
         except BaseException as exc:
             if self.is_oom(exc):
                 self.oom = (exc, _traceback_frames(exc))
@@ -552,6 +558,18 @@ def _print_user_traceback(exc):
     sys.stderr.flush()
 
 
+_SIGINT_RECEIVED = False
+
+
+def _on_sigint(signum, frame):
+    """Python's own SIGINT handler (KeyboardInterrupt), and a note that a
+    SIGINT came: the dry run cancelling this run, not the script raising
+    KeyboardInterrupt itself. A script's own handler replaces this."""
+    global _SIGINT_RECEIVED
+    _SIGINT_RECEIVED = True
+    raise KeyboardInterrupt
+
+
 def _die_with_parent():
     """The run ends when the dry run does (Linux: PR_SET_PDEATHSIG)."""
     try:
@@ -587,6 +605,8 @@ def parse(argv):
 
 def main(argv=None):
     _die_with_parent()
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_sigint)
     started = time.monotonic()
     opts = parse(sys.argv[1:] if argv is None else argv)
     run = Run(opts)

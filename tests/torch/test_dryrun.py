@@ -279,6 +279,85 @@ def test_min_memory_of_a_known_sequence(tmp_path):
     assert "Smallest device: 448.00 MiB" in report(result)
 
 
+def test_a_sweep_stops_where_the_script_fails_otherwise(tmp_path):
+    """A run that fails for a reason other than memory says nothing of the
+    values above it: the sweep stops there, with that run's error and its
+    status (not 'largest BATCH=2', exit 0)."""
+    write(tmp_path, "sweep.py", """
+        import os, sys, torch
+        batch = int(os.environ["BATCH"])
+        x = torch.empty(batch << 20, dtype=torch.uint8, device="cuda")
+        if batch == 4:
+            raise ValueError("no batch of 4")
+        if batch == 8:
+            sys.exit(3)
+    """)
+    result, stderr = dryrun(tmp_path, "--memory", "1GiB", "--allocator", "native", "--no-snapshot",
+                            "--sweep", "BATCH=1,2,4,8,16", "sweep.py", expect=1)
+    run = result["native"]
+    assert run["fits"] is None and result["fits"] is None
+    assert run["largest_batch"] is None
+    assert run["error"] == "ValueError: no batch of 4" and run["exit_status"] == 1
+    assert run["failed_at"] == {"value": 4} and [s["value"] for s in run["sweep"]] == [4]
+    text = report(result)
+    assert "native: not known, the script failed at BATCH=4" in text
+    assert "native: the script failed at BATCH=4: ValueError: no batch of 4 (exit status 1)." in text
+    # 4 fits (a larger device than it needs), then 8 exits 3: the status is that run's
+    write(tmp_path, "sweep.py", (tmp_path / "sweep.py").read_text().replace("batch == 4", "batch == 5"))
+    result, _ = dryrun(tmp_path, "--memory", "1GiB", "--allocator", "native", "--no-snapshot",
+                       "--sweep", "BATCH=1,2,4,8,16", "sweep.py", expect=3)
+    run = result["native"]
+    assert [(s["value"], s["fits"]) for s in run["sweep"]] == [(4, True), (8, None)]
+    assert run["fits"] is None and run["error"] == "SystemExit: 3" and run["exit_status"] == 3
+    assert run["failed_at"] == {"value": 8} and run["largest_batch"] is None
+
+
+def test_min_memory_stops_where_the_script_fails_otherwise(tmp_path):
+    """On a smaller device the script exits 5 (not an out-of-memory): the
+    search stops there, and the status is that run's (not 'the whole card
+    is the smallest', exit 0)."""
+    write(tmp_path, "picky.py", """
+        import sys, torch
+        x = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+        if torch.cuda.get_device_properties(0).total_memory < (2 << 30):
+            print("this device is too small for my liking")
+            sys.exit(5)
+    """)
+    result, stderr = dryrun(tmp_path, "--memory", "2GiB", "--allocator", "native", "--no-snapshot",
+                            "--min-memory", "picky.py", expect=5)
+    run = result["native"]
+    assert run["fits"] is None and run["min_memory_bytes"] is None
+    assert run["error"] == "SystemExit: 5" and run["exit_status"] == 5
+    assert run["failed_at"]["memory_bytes"] < 2 << 30
+    text = report(result)
+    assert "Smallest device: not known: the search stopped where the script failed" in text
+    assert "(--min-memory): SystemExit: 5 (exit status 5)." in text
+
+
+@pytest.mark.parametrize("code, status, error", [
+    ("os._exit(130)", 130, "ended before its figures were written (os._exit, or a crash: see its log)"),
+    ("raise KeyboardInterrupt", 130, "KeyboardInterrupt"),
+    ("os._exit(0)", 1, "ended by os._exit before its figures were written"),
+])
+def test_a_script_that_ends_itself_is_not_a_ctrl_c(tmp_path, code, status, error):
+    """Only the dry run's own cancellation is an interruption: a script's
+    status 130 or KeyboardInterrupt is its failure, reported, its status
+    the dry run's."""
+    write(tmp_path, "ends.py", f"""
+        import os, torch
+        x = torch.empty(1 << 20, device="cuda")
+        {code}
+    """)
+    result, stderr = dryrun(tmp_path, "--allocator", "native", "--no-snapshot", "ends.py", expect=status)
+    assert "vramguard: interrupted" not in stderr
+    run = result["native"]
+    assert run["fits"] is None and run["error"] == error
+    assert run["exit_status"] == (0 if "_exit(0)" in code else 130)
+    text = report(result)
+    assert text.count("exit status") == 1, text
+    assert f"native: the script failed: {error} (exit status {run['exit_status']})." in text
+
+
 def _gone(pid):
     try:
         with open(f"/proc/{pid}/status") as f:
