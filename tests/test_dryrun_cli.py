@@ -123,6 +123,20 @@ def test_install_kernel_writes_and_removes_a_kernelspec(tmp_path):
     assert not spec_dir.exists()
 
 
+@pytest.mark.parametrize("name", ["LD_PRELOAD", "PYTORCH_CUDA_ALLOC_CONF", "PATH", "PYTHONPATH",
+                                  "VG_FAKECUDA_MEM", "VRAMGUARD_BUDGET"])
+def test_a_sweep_may_not_overwrite_the_dry_runs_environment(script, name):
+    check_refused(dryrun("--sweep", f"{name}=1,2", "train.py", cwd=script),
+                  f"{name} is a variable the dry run sets or needs")
+    assert parse_sweep("path=1,2") == ("path", [1, 2])  # names are case-sensitive: only the real ones
+
+
+def test_a_memory_too_large_says_memory_once(script):
+    proc = dryrun("--memory", "1e999", "train.py", cwd=script)
+    check_refused(proc, "--memory '1e999': is too large (more than 64 bits)")
+    assert proc.stderr.count("memory") == 1, proc.stderr
+
+
 @pytest.mark.parametrize("memory", ["0", "300MiB", "400MiB"])
 def test_install_kernel_refuses_a_device_with_nothing_beside_its_context(tmp_path, memory):
     """Refused as dryrun refuses it, before the phantom is looked for."""

@@ -44,6 +44,11 @@ _PHANTOM_GAPS = (("CUDNN_STATUS_NOT_INITIALIZED", "cuDNN"), ("CUBLAS_STATUS_NOT_
                  ("CUFFT_", "cuFFT"), ("CURAND_STATUS", "cuRAND"), ("CUSOLVER_STATUS", "cuSOLVER"),
                  ("CUSPARSE_STATUS", "cuSPARSE"))
 _SWEEP = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.+)$")
+#: Variables the dry run sets or its runs need: a --sweep of one of them
+#: would undo the phantom (or the allocator) it set.
+_RESERVED_ENV = ("LD_PRELOAD", "LD_LIBRARY_PATH", "PYTORCH_CUDA_ALLOC_CONF", "PATH", "PYTHONPATH",
+                 "PYTHONUNBUFFERED", "TRITON_LIBCUDA_PATH", "TORCH_COMPILE_DISABLE")
+_RESERVED_PREFIXES = ("VG_FAKECUDA_", "VRAMGUARD_")
 
 
 class DryRunInputError(ValueError):
@@ -76,6 +81,9 @@ def parse_sweep(text):
     if not match:
         raise DryRunInputError(f"--sweep {text!r}: expected NAME=V1,V2,... (e.g. BATCH=1,2,4,8)")
     name, raw = match.groups()
+    if name in _RESERVED_ENV or name.startswith(_RESERVED_PREFIXES):
+        raise DryRunInputError(f"--sweep {text!r}: {name} is a variable the dry run sets or needs: "
+                               "sweep another name (e.g. BATCH)")
     values = []
     for part in raw.split(","):
         part = part.strip()
@@ -123,7 +131,12 @@ def _check_size(value, what):
     try:
         nbytes = parse_size(value, what)
     except (TypeError, ValueError) as exc:
-        raise DryRunInputError(f"--{what} {value!r}: {exc}") from None
+        said = str(exc)
+        for lead in (f"{what} {value!r} ", f"a {what} "):  # parse_size names the value too: once is enough
+            if said.startswith(lead):
+                said = said[len(lead):]
+                break
+        raise DryRunInputError(f"--{what} {value!r}: {said}") from None
     return nbytes
 
 
@@ -736,9 +749,14 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     "expandable", "vramguard" (a list, or "native,vramguard"). memory: the
     device's bytes instead of the preset's total ("8GiB"). min_memory: also
     find each allocator's smallest device (more runs: about log2 of the
-    range / 16 MiB). sweep: "BATCH=1,2,4,8": each value substituted for
+    range / 16 MiB), exact to 16 MiB, or the card's size when only the
+    whole card fits. sweep: "BATCH=1,2,4,8": each value substituted for
     "{BATCH}" in the arguments (or set as the variable BATCH when no
-    argument has it); the largest that fits is found by bisection. out: the directory
+    argument has it); the largest that fits is found by bisection
+    (`largest_value` per allocator; `largest_batch` too, whatever the
+    name). A run of either search that fails for a reason other than memory
+    stops that allocator's search: its result is that run's (fits None, its
+    error and exit status, `failed_at`). out: the directory
     for snapshots, logs and results (default: a new temporary one). steps:
     stop each run after that many optimizer steps. context: the bytes the
     CUDA context holds on the device (default: the preset's, 400 MiB
@@ -790,6 +808,7 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
                 except _SearchFailed as stop:  # the failed run is the answer: its error and its status
                     run = dict(stop.run, min_memory_bytes=None)
             return run
+        name = sweep_spec[0]
         largest, runs, failed = runner.sweep(allocator, *sweep_spec)
         if failed is not None:
             run = {k: v for k, v in failed.items() if k != "sweep_value"}
@@ -804,7 +823,8 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
                 run["first_oom"] = broke.get("first_oom")
                 if run["first_oom"]:
                     run["first_oom"] = dict(run["first_oom"], value=broke["sweep_value"])
-        run["largest_batch"] = largest
+        # largest_batch: the key the sweep's answer always had, whatever its name (kept)
+        run.update(largest_value=largest, largest_batch=largest, sweep_name=name)
         run["sweep"] = [dict({k: r.get(k) for k in ("fits", "peak_allocated_bytes", "peak_reserved_bytes",
                                                      "first_oom", "error", "exit_status")},
                              value=r["sweep_value"])

@@ -169,6 +169,7 @@ def test_a_sweep_keeps_the_largest_batch_that_fits(tmp_path):
     for name in ("native", "vramguard"):
         run = result[name]
         assert run["largest_batch"] == 2 and run["fits"] is True
+        assert run["largest_value"] == 2 and run["sweep_name"] == "BATCH"
         assert [s["value"] for s in run["sweep"]] == [2, 3]
         assert [s["fits"] for s in run["sweep"]] == [True, False]
         assert run["peak_allocated_bytes"] == 464 * MiB
@@ -296,7 +297,7 @@ def test_a_sweep_stops_where_the_script_fails_otherwise(tmp_path):
                             "--sweep", "BATCH=1,2,4,8,16", "sweep.py", expect=1)
     run = result["native"]
     assert run["fits"] is None and result["fits"] is None
-    assert run["largest_batch"] is None
+    assert run["largest_batch"] is None and run["largest_value"] is None
     assert run["error"] == "ValueError: no batch of 4" and run["exit_status"] == 1
     assert run["failed_at"] == {"value": 4} and [s["value"] for s in run["sweep"]] == [4]
     text = report(result)
