@@ -544,13 +544,21 @@ def _notes(result):
                      f"run{'s' if len(took_over) > 1 else ''} ran under vramguard too.")
     expected = {"expandable": "expandable_segments:True"}
     own = sorted({r.get("alloc_conf") for r in runs
-                  if r.get("alloc_conf") and r.get("alloc_conf") != expected.get(r["allocator"])})
+                  if r.get("alloc_conf") and r.get("alloc_conf") != r.get("alloc_conf_set",
+                                                                           expected.get(r["allocator"]))})
     if own:
         notes.append(f"The script sets PYTORCH_CUDA_ALLOC_CONF itself ({'; '.join(own)}): the runs used its "
                      "setting where it was made before CUDA started.")
     stopped = [r for r in runs if r.get("stopped_at_steps")]
     if stopped:
         notes.append(f"Each run stopped after {result.get('steps')} optimizer steps (--steps).")
+    user = result.get("user_alloc_conf")
+    given = [(r["allocator"], r.get("alloc_conf_set")) for r in runs if r.get("alloc_conf_set")]
+    if user and given:
+        notes.append(f"Your PYTORCH_CUDA_ALLOC_CONF={user} was applied: "
+                     + "; ".join(f"{n} ran with {conf}" for n, conf in given)
+                     + (" (not in vramguard's run: its allocator replaces PyTorch's)."
+                        if any(r["allocator"] == "vramguard" for r in runs) else "."))
     for r in runs:
         if r.get("error"):
             failed_at = r.get("failed_at") or {}
@@ -634,6 +642,9 @@ class _Runner:
         self.base_env = environ(gpu.name, context=context)
         self.live = _Live()
         self.extra_env = {}
+        # the user's own settings, kept: the allocator's (native, expandable) and their preloads
+        self.user_alloc_conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or None
+        self.user_preload = os.environ.get("LD_PRELOAD", "").strip() or None
 
     def say(self, text):
         with _WRITE_LOCK:
@@ -644,9 +655,12 @@ class _Runner:
 
     def run(self, allocator, label, memory=None, args=None, extra_env=None, snapshot=None):
         env = dict(self.base_env, VG_FAKECUDA_MEM=str(int(memory or self.memory)))
+        if self.user_preload:  # the phantom's libraries first, then the user's
+            env["LD_PRELOAD"] = f"{env['LD_PRELOAD']} {self.user_preload}"
         env.update(self.extra_env)
-        if allocator == "expandable":
-            env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+        conf = alloc_conf(allocator, self.user_alloc_conf)
+        if conf:
+            env["PYTORCH_CUDA_ALLOC_CONF"] = conf
         env.update(extra_env or {})
         size = format_size(int(memory or self.memory))
         self.say(f"{label}: running on a phantom {self.gpu.name} of {size}")
@@ -655,6 +669,7 @@ class _Runner:
                            steps=self.steps, snapshot=self.snapshot if snapshot is None else snapshot,
                            echo=self.echo,
                            stdout=self.stdout, stderr=self.stderr, live=self.live)
+        result["alloc_conf_set"] = conf  # what the run was given; alloc_conf: what it had at its end
         verdict = {True: "fits", False: "out of memory", None: "failed"}[result.get("fits")]
         self.say(f"{label}: {verdict}, peak allocated {_size(result.get('peak_allocated_bytes'))}, "
                  f"reserved {_size(result.get('peak_reserved_bytes'))} ({result.get('elapsed_s', 0):.1f}s)")
@@ -764,7 +779,10 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     echo: pass the script's output through (prefixed by its run). jobs:
     allocators run at once (default: one per two cores, at most three).
     no_compile: torch.compile off (TORCH_COMPILE_DISABLE=1): eager mode's
-    figures, for a script whose compilation fails on the phantom."""
+    figures, for a script whose compilation fails on the phantom.
+    PYTORCH_CUDA_ALLOC_CONF, where set, is kept for native and, with
+    expandable_segments:True, for expandable; LD_PRELOAD comes after the
+    phantom's libraries."""
     allocators = parse_allocators(allocators)
     preset = _check_gpu(gpu)
     sweep_spec = parse_sweep(sweep) if sweep is not None else None
@@ -794,7 +812,7 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     result = DryRunResult(gpu=preset.name, device_bytes=device, context_bytes=context, script=script,
                           args=[str(a) for a in args], out_dir=out_dir, steps=steps,
                           allocators=list(allocators), min_memory=bool(min_memory),
-                          no_compile=bool(no_compile))
+                          no_compile=bool(no_compile), user_alloc_conf=runner.user_alloc_conf)
     if sweep_spec:
         result["sweep"] = {"name": sweep_spec[0], "values": sweep_spec[1]}
     started = time.monotonic()

@@ -359,6 +359,32 @@ def test_a_script_that_ends_itself_is_not_a_ctrl_c(tmp_path, code, status, error
     assert f"native: the script failed: {error} (exit status {run['exit_status']})." in text
 
 
+def test_the_users_allocator_settings_and_preloads_are_kept(tmp_path):
+    write(tmp_path, "env.py", """
+        import os, torch
+        x = torch.empty(1 << 20, device="cuda")
+        print("conf", os.environ.get("PYTORCH_CUDA_ALLOC_CONF"))
+        print("preload", os.environ["LD_PRELOAD"].split()[0].rsplit("/", 1)[-1], os.environ["LD_PRELOAD"].split()[-1])
+    """)
+    env = dict(_env(), PYTORCH_CUDA_ALLOC_CONF="expandable_segments:False,max_split_size_mb:128",
+               LD_PRELOAD="libm.so.6")
+    cmd = [sys.executable, "-m", "vramguard", "dryrun", "--json", "--no-snapshot", "--out", str(tmp_path / "out"),
+           "--allocator", "native,expandable", "env.py"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert "[native] conf expandable_segments:False,max_split_size_mb:128" in proc.stderr
+    assert "[expandable] conf max_split_size_mb:128,expandable_segments:True" in proc.stderr
+    assert proc.stderr.count(" libm.so.6\n") == 2 and "[native] preload libm.so.6" not in proc.stderr
+    assert result["user_alloc_conf"] == "expandable_segments:False,max_split_size_mb:128"
+    assert result["expandable"]["alloc_conf_set"] == "max_split_size_mb:128,expandable_segments:True"
+    text = report(result)
+    assert ("Your PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False,max_split_size_mb:128 was applied: "
+            "native ran with expandable_segments:False,max_split_size_mb:128; expandable ran with "
+            "max_split_size_mb:128,expandable_segments:True.") in text
+    assert "sets PYTORCH_CUDA_ALLOC_CONF itself" not in text
+
+
 def _gone(pid):
     try:
         with open(f"/proc/{pid}/status") as f:
