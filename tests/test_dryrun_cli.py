@@ -123,6 +123,11 @@ def test_install_kernel_writes_and_removes_a_kernelspec(tmp_path):
     assert not spec_dir.exists()
 
 
+def test_out_naming_a_file_is_one_clear_line(script):
+    (script / "results").write_text("not a directory")
+    check_refused(dryrun("--out", "results", "train.py", cwd=script), "--out results: is a file, not a directory")
+
+
 @pytest.mark.parametrize("name", ["LD_PRELOAD", "PYTORCH_CUDA_ALLOC_CONF", "PATH", "PYTHONPATH",
                                   "VG_FAKECUDA_MEM", "VRAMGUARD_BUDGET"])
 def test_a_sweep_may_not_overwrite_the_dry_runs_environment(script, name):

@@ -153,6 +153,16 @@ def check_device(memory, preset, context=None):
     return device, context
 
 
+def _check_out(out):
+    """--out: a directory, or a path where one can be made."""
+    if out is None:
+        return None
+    path = os.path.abspath(os.fspath(out))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise DryRunInputError(f"--out {os.fspath(out)}: is a file, not a directory")
+    return path
+
+
 def alloc_conf(allocator, user=None):
     """PYTORCH_CUDA_ALLOC_CONF for a run: the user's (`user`) as it is for
     native; for expandable the user's with expandable_segments:True in place
@@ -628,7 +638,7 @@ class _SearchFailed(Exception):
 
 
 class _Runner:
-    def __init__(self, script, args, gpu, memory, context, steps, snapshot, echo, out_dir, notebook,
+    def __init__(self, script, args, gpu, memory, context, steps, snapshot, echo, notebook,
                  stdout, stderr):
         from ._phantom import environ
 
@@ -636,12 +646,15 @@ class _Runner:
         self.gpu = gpu
         self.memory = memory
         self.context, self.steps, self.snapshot, self.echo = context, steps, snapshot, echo
-        self.out_dir, self.notebook = out_dir, notebook
+        self.notebook = notebook
         self.stdout, self.stderr = stdout, stderr
         # the phantom's libraries (built the first time), or why not, before any run
+        # and before the output directory: a phantom that cannot be had leaves nothing behind
         self.base_env = environ(gpu.name, context=context)
+        self.out_dir = None  # set by dryrun() once the environment is there
         self.live = _Live()
         self.extra_env = {}
+        self.started = 0  # runs started: a dry run that fails before any leaves no temporary directory
         # the user's own settings, kept: the allocator's (native, expandable) and their preloads
         self.user_alloc_conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or None
         self.user_preload = os.environ.get("LD_PRELOAD", "").strip() or None
@@ -664,11 +677,11 @@ class _Runner:
         env.update(extra_env or {})
         size = format_size(int(memory or self.memory))
         self.say(f"{label}: running on a phantom {self.gpu.name} of {size}")
+        self.started += 1
         result = run_child(self.script, self.args if args is None else args, allocator, _child_env(env),
                            self.out_dir, label, notebook=self.notebook,
                            steps=self.steps, snapshot=self.snapshot if snapshot is None else snapshot,
-                           echo=self.echo,
-                           stdout=self.stdout, stderr=self.stderr, live=self.live)
+                           echo=self.echo, stdout=self.stdout, stderr=self.stderr, live=self.live)
         result["alloc_conf_set"] = conf  # what the run was given; alloc_conf: what it had at its end
         verdict = {True: "fits", False: "out of memory", None: "failed"}[result.get("fits")]
         self.say(f"{label}: {verdict}, peak allocated {_size(result.get('peak_allocated_bytes'))}, "
@@ -771,11 +784,11 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     (`largest_value` per allocator; `largest_batch` too, whatever the
     name). A run of either search that fails for a reason other than memory
     stops that allocator's search: its result is that run's (fits None, its
-    error and exit status, `failed_at`). out: the directory
-    for snapshots, logs and results (default: a new temporary one). steps:
-    stop each run after that many optimizer steps. context: the bytes the
-    CUDA context holds on the device (default: the preset's, 400 MiB
-    unless measured on the card).
+    error and exit status, `failed_at`). out: the directory for snapshots,
+    logs and results (default: a new temporary one, removed again when the
+    dry run fails before any run). steps: stop each run after that many
+    optimizer steps. context: the bytes the CUDA context holds on the
+    device (default: the preset's, 400 MiB unless measured on the card).
     echo: pass the script's output through (prefixed by its run). jobs:
     allocators run at once (default: one per two cores, at most three).
     no_compile: torch.compile off (TORCH_COMPILE_DISABLE=1): eager mode's
@@ -796,21 +809,45 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
         jobs = default_jobs(allocators)
     elif isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise DryRunInputError(f"--jobs must be a whole number above 0, got {jobs!r}")
+    out_path = _check_out(out)
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
         raise DryRunInputError(f"PyTorch is not installed in this Python ({sys.executable}): "
                                "a dry run runs the script with it")
-    out_dir = os.path.abspath(out) if out else tempfile.mkdtemp(prefix="vramguard-dryrun-")
-    os.makedirs(out_dir, exist_ok=True)
     stdout = sys.stdout if stdout is None else stdout
     stderr = sys.stderr if stderr is None else stderr
-    runner = _Runner(script, args, preset, device, context, steps, snapshot, echo, out_dir,
+    # The phantom's environment first: where it cannot be had, no directory is made.
+    runner = _Runner(script, args, preset, device, context, steps, snapshot, echo,
                      script.endswith(".ipynb"), stdout, stderr)
     if no_compile:
         runner.extra_env["TORCH_COMPILE_DISABLE"] = "1"
+    temporary = out_path is None
+    if temporary:
+        out_dir = tempfile.mkdtemp(prefix="vramguard-dryrun-")
+    else:
+        out_dir = out_path
+        try:
+            os.makedirs(out_dir, exist_ok=True)
+        except OSError as exc:
+            raise DryRunInputError(f"--out {os.fspath(out)}: {exc.strerror or exc}") from None
+    runner.out_dir = out_dir
+    try:
+        return _dryrun(runner, script, args, preset, device, context, allocators, min_memory, sweep_spec,
+                       steps, no_compile, jobs)
+    except BaseException:
+        if temporary:
+            if runner.started:
+                runner.say(f"the logs so far are in {out_dir}")
+            else:
+                shutil.rmtree(out_dir, ignore_errors=True)  # nothing in it, and nobody told where it is
+        raise
+
+
+def _dryrun(runner, script, args, preset, device, context, allocators, min_memory, sweep_spec, steps,
+            no_compile, jobs):
     result = DryRunResult(gpu=preset.name, device_bytes=device, context_bytes=context, script=script,
-                          args=[str(a) for a in args], out_dir=out_dir, steps=steps,
+                          args=[str(a) for a in args], out_dir=runner.out_dir, steps=steps,
                           allocators=list(allocators), min_memory=bool(min_memory),
                           no_compile=bool(no_compile), user_alloc_conf=runner.user_alloc_conf)
     if sweep_spec:

@@ -385,6 +385,42 @@ def test_the_users_allocator_settings_and_preloads_are_kept(tmp_path):
     assert "sets PYTORCH_CUDA_ALLOC_CONF itself" not in text
 
 
+def test_no_directory_is_left_when_the_phantom_cannot_be_had(tmp_path):
+    """The phantom's environment comes first: where it cannot be built
+    (here an unwritable cache) neither --out nor a temporary directory is
+    made."""
+    write(tmp_path, "s.py", "import torch\n")
+    (tmp_path / "not-a-dir").write_text("")
+    (tmp_path / "tmp").mkdir()
+    env = dict(_env(), XDG_CACHE_HOME=str(tmp_path / "not-a-dir"), TMPDIR=str(tmp_path / "tmp"))
+    for out in (["--out", "out"], []):
+        proc = subprocess.run([sys.executable, "-m", "vramguard", "dryrun", *out, "s.py"], capture_output=True,
+                              text=True, cwd=tmp_path, env=env, timeout=300)
+        assert proc.returncode == 2 and "phantom GPU" in proc.stderr, proc.stderr
+        assert not (tmp_path / "out").exists() and list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_temporary_directory_goes_when_the_dry_run_fails_before_any_run(tmp_path, monkeypatch):
+    import tempfile
+
+    import vramguard
+    from vramguard import _dryrun
+
+    for key, value in _env().items():
+        monkeypatch.setenv(key, value)
+    write(tmp_path, "s.py", "import torch\n")
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_dryrun._Runner, "run", ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        vramguard.dryrun(str(tmp_path / "s.py"), allocators="native")
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
 def _gone(pid):
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -403,7 +439,8 @@ def test_ctrl_c_ends_the_run_and_its_children(tmp_path):
         time.sleep(60)
     """)
     cmd = [sys.executable, "-m", "vramguard", "dryrun", "--no-snapshot", "--allocator", "native", "slow.py"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+    (tmp_path / "tmp").mkdir()
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=dict(_env(), TMPDIR=str(tmp_path / "tmp")), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
@@ -419,6 +456,9 @@ def test_ctrl_c_ends_the_run_and_its_children(tmp_path):
     assert proc.returncode == 130, err
     assert time.monotonic() - started < 10
     assert "vramguard: interrupted" in err and "Traceback" not in err
+    # the temporary directory the report would have named is named here
+    kept = list((tmp_path / "tmp").iterdir())
+    assert len(kept) == 1 and f"the logs so far are in {kept[0]}" in err, err
     deadline = time.monotonic() + 5
     while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
