@@ -128,6 +128,10 @@ def test_out_naming_a_file_is_one_clear_line(script):
     check_refused(dryrun("--out", "results", "train.py", cwd=script), "--out results: is a file, not a directory")
 
 
+def test_a_missing_cwd_is_refused(script):
+    check_refused(dryrun("--cwd", "nothere", "train.py", cwd=script), "--cwd nothere: No such directory")
+
+
 @pytest.mark.parametrize("name", ["LD_PRELOAD", "PYTORCH_CUDA_ALLOC_CONF", "PATH", "PYTHONPATH",
                                   "VG_FAKECUDA_MEM", "VRAMGUARD_BUDGET"])
 def test_a_sweep_may_not_overwrite_the_dry_runs_environment(script, name):

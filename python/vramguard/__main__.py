@@ -103,7 +103,7 @@ def _dryrun(args):
                         memory=args.memory, min_memory=args.min_memory, sweep=args.sweep, out=args.out,
                         steps=args.steps, context=args.context, snapshot=not args.no_snapshot,
                         echo=not args.quiet, stdout=echo_to, stderr=sys.stderr, jobs=args.jobs,
-                        no_compile=args.no_compile)
+                        no_compile=args.no_compile, cwd=args.cwd)
     except PhantomUnavailable as exc:
         raise BadInput(str(exc)) from None
     if args.json:
@@ -192,6 +192,8 @@ def main(argv=None):
                      help="allocators run at once (default: one per two cores, at most three)")
     dry.add_argument("--out", help="directory for the memory snapshots, logs and results "
                                    "(default: a new temporary one, named in the report)")
+    dry.add_argument("--cwd", help="the directory the script runs in (default: this one; the script's "
+                                   "files are real: a checkpoint it saves, zeros, replaces a real one)")
     dry.add_argument("--no-compile", action="store_true",
                      help="turn torch.compile off (TORCH_COMPILE_DISABLE=1): a phantom cannot build Triton "
                           "kernels, so a script that compiles measures eager mode instead")

@@ -163,6 +163,18 @@ def _check_out(out):
     return path
 
 
+def _check_cwd(cwd):
+    """--cwd: an existing directory, where the script runs."""
+    if cwd is None:
+        return None
+    path = os.path.abspath(os.fspath(cwd))
+    if not os.path.exists(path):
+        raise DryRunInputError(f"--cwd {os.fspath(cwd)}: No such directory")
+    if not os.path.isdir(path):
+        raise DryRunInputError(f"--cwd {os.fspath(cwd)}: is a file, not a directory")
+    return path
+
+
 def alloc_conf(allocator, user=None):
     """PYTORCH_CUDA_ALLOC_CONF for a run: the user's (`user`) as it is for
     native; for expandable the user's with expandable_segments:True in place
@@ -321,13 +333,14 @@ def _no_figures(rc):
 
 
 def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, steps=0,
-              snapshot=True, echo=True, stdout=None, stderr=None, live=None):
-    """Runs the script once in a child on the phantom; returns the child's
-    figures (a dict), with `exit_status` and `log` added. Ctrl-C here ends
-    the child and its process group (and those `live` holds) before
-    KeyboardInterrupt goes on; a run is taken for interrupted only then
-    (`live` cancelled), never for its status: a script's own exit status
-    130 or KeyboardInterrupt is its own failure."""
+              snapshot=True, echo=True, stdout=None, stderr=None, live=None, cwd=None):
+    """Runs the script once in a child on the phantom (in `cwd`, default
+    this process's working directory); returns the child's figures (a
+    dict), with `exit_status` and `log` added. Ctrl-C here ends the child
+    and its process group (and those `live` holds) before KeyboardInterrupt
+    goes on; a run is taken for interrupted only then (`live` cancelled),
+    never for its status: a script's own exit status 130 or
+    KeyboardInterrupt is its own failure."""
     live = _Live() if live is None else live
     if live.cancelled:
         raise KeyboardInterrupt
@@ -343,13 +356,15 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, s
         cmd += ["--snapshot", os.path.join(out_dir, f"{stem}.pickle")]
     if notebook:
         cmd.append("--notebook")
-    cmd += [os.fspath(script), "--"] + [str(a) for a in args]
+    # as given (its sys.argv[0] and __file__), but absolute where the child runs elsewhere (cwd)
+    script = os.fspath(script) if cwd is None else os.path.abspath(os.fspath(script))
+    cmd += [script, "--"] + [str(a) for a in args]
     stdout = sys.stdout if stdout is None else stdout
     stderr = sys.stderr if stderr is None else stderr
     started = time.monotonic()
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
+                                stderr=subprocess.PIPE, start_new_session=True, cwd=cwd)
         live.add(proc)
         prefix = f"[{label}] "
         threads = [_Forward(proc.stdout, stdout if echo else None, prefix, log),
@@ -582,6 +597,10 @@ def _notes(result):
     if missing:
         notes.append(f"That failure is the phantom's, not the script's: this build of the phantom GPU has no "
                      f"stand-in for {_names(missing)}.")
+    if result.get("cwd"):
+        notes.append(f"The script ran in {result['cwd']}{' (--cwd)' if result.get('cwd_given') else ''} "
+                     "with real file I/O: files it writes (a torch.save checkpoint holds zeros on a phantom) "
+                     "overwrite real ones" + ("." if result.get("cwd_given") else "; --cwd DIR runs it elsewhere."))
     return notes
 
 
@@ -639,14 +658,14 @@ class _SearchFailed(Exception):
 
 class _Runner:
     def __init__(self, script, args, gpu, memory, context, steps, snapshot, echo, notebook,
-                 stdout, stderr):
+                 stdout, stderr, cwd=None):
         from ._phantom import environ
 
         self.script, self.args = script, list(args)
         self.gpu = gpu
         self.memory = memory
         self.context, self.steps, self.snapshot, self.echo = context, steps, snapshot, echo
-        self.notebook = notebook
+        self.notebook, self.cwd = notebook, cwd
         self.stdout, self.stderr = stdout, stderr
         # the phantom's libraries (built the first time), or why not, before any run
         # and before the output directory: a phantom that cannot be had leaves nothing behind
@@ -681,7 +700,8 @@ class _Runner:
         result = run_child(self.script, self.args if args is None else args, allocator, _child_env(env),
                            self.out_dir, label, notebook=self.notebook,
                            steps=self.steps, snapshot=self.snapshot if snapshot is None else snapshot,
-                           echo=self.echo, stdout=self.stdout, stderr=self.stderr, live=self.live)
+                           echo=self.echo, stdout=self.stdout, stderr=self.stderr, live=self.live,
+                           cwd=self.cwd)
         result["alloc_conf_set"] = conf  # what the run was given; alloc_conf: what it had at its end
         verdict = {True: "fits", False: "out of memory", None: "failed"}[result.get("fits")]
         self.say(f"{label}: {verdict}, peak allocated {_size(result.get('peak_allocated_bytes'))}, "
@@ -768,7 +788,7 @@ class _Runner:
 
 def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memory=False, sweep=None,
            out=None, steps=None, context=None, snapshot=True, echo=True, stdout=None,
-           stderr=None, jobs=None, no_compile=False):
+           stderr=None, jobs=None, no_compile=False, cwd=None):
     """Run `script` with `args` on a phantom `gpu` once per allocator and
     return a DryRunResult: per allocator its peak allocated and reserved
     bytes, whether it fits, its first out-of-memory (line and request).
@@ -789,6 +809,9 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     dry run fails before any run). steps: stop each run after that many
     optimizer steps. context: the bytes the CUDA context holds on the
     device (default: the preset's, 400 MiB unless measured on the card).
+    cwd: the directory the script runs in (default this one: its files are
+    real files, so a checkpoint it saves, zeros on a phantom, overwrites a
+    real one).
     echo: pass the script's output through (prefixed by its run). jobs:
     allocators run at once (default: one per two cores, at most three).
     no_compile: torch.compile off (TORCH_COMPILE_DISABLE=1): eager mode's
@@ -810,6 +833,7 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     elif isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise DryRunInputError(f"--jobs must be a whole number above 0, got {jobs!r}")
     out_path = _check_out(out)
+    cwd = _check_cwd(cwd)
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
@@ -819,7 +843,7 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     stderr = sys.stderr if stderr is None else stderr
     # The phantom's environment first: where it cannot be had, no directory is made.
     runner = _Runner(script, args, preset, device, context, steps, snapshot, echo,
-                     script.endswith(".ipynb"), stdout, stderr)
+                     script.endswith(".ipynb"), stdout, stderr, cwd=cwd)
     if no_compile:
         runner.extra_env["TORCH_COMPILE_DISABLE"] = "1"
     temporary = out_path is None
@@ -834,7 +858,7 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     runner.out_dir = out_dir
     try:
         return _dryrun(runner, script, args, preset, device, context, allocators, min_memory, sweep_spec,
-                       steps, no_compile, jobs)
+                       steps, no_compile, jobs, cwd)
     except BaseException:
         if temporary:
             if runner.started:
@@ -845,11 +869,12 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
 
 
 def _dryrun(runner, script, args, preset, device, context, allocators, min_memory, sweep_spec, steps,
-            no_compile, jobs):
+            no_compile, jobs, cwd):
     result = DryRunResult(gpu=preset.name, device_bytes=device, context_bytes=context, script=script,
                           args=[str(a) for a in args], out_dir=runner.out_dir, steps=steps,
                           allocators=list(allocators), min_memory=bool(min_memory),
-                          no_compile=bool(no_compile), user_alloc_conf=runner.user_alloc_conf)
+                          no_compile=bool(no_compile), cwd=cwd or os.getcwd(), cwd_given=cwd is not None,
+                          user_alloc_conf=runner.user_alloc_conf)
     if sweep_spec:
         result["sweep"] = {"name": sweep_spec[0], "values": sweep_spec[1]}
     started = time.monotonic()

@@ -98,6 +98,9 @@ def test_a_script_end_to_end(tmp_path):
     text = report(result)
     assert "native" in text and "Fits on a T4 of 1.00 GiB with every allocator tried." in text
     assert "120.00 MiB" in text
+    assert result["cwd"] == str(tmp_path)
+    assert text.count(f"The script ran in {tmp_path} with real file I/O") == 1  # once, not per run
+    assert "--cwd DIR runs it elsewhere" in text
 
 
 def test_the_python_api_returns_a_result_with_html(tmp_path, monkeypatch):
@@ -383,6 +386,20 @@ def test_the_users_allocator_settings_and_preloads_are_kept(tmp_path):
             "native ran with expandable_segments:False,max_split_size_mb:128; expandable ran with "
             "max_split_size_mb:128,expandable_segments:True.") in text
     assert "sets PYTORCH_CUDA_ALLOC_CONF itself" not in text
+
+
+def test_cwd_runs_the_script_elsewhere(tmp_path):
+    write(tmp_path, "save.py", """
+        import torch
+        torch.save(torch.ones(4, device="cuda"), "ckpt.pt")
+    """)
+    (tmp_path / "ckpt.pt").write_text("the real checkpoint")
+    (tmp_path / "scratch").mkdir()
+    result, _ = dryrun(tmp_path, "--allocator", "native", "--no-snapshot", "--cwd", "scratch", "save.py", expect=0)
+    assert (tmp_path / "ckpt.pt").read_text() == "the real checkpoint"
+    assert (tmp_path / "scratch" / "ckpt.pt").is_file()
+    assert result["cwd"] == str(tmp_path / "scratch")
+    assert f"The script ran in {tmp_path / 'scratch'} (--cwd) with real file I/O" in report(result)
 
 
 def test_no_directory_is_left_when_the_phantom_cannot_be_had(tmp_path):
