@@ -103,7 +103,7 @@ def _dryrun(args):
                         memory=args.memory, min_memory=args.min_memory, sweep=args.sweep, out=args.out,
                         steps=args.steps, context=args.context, snapshot=not args.no_snapshot,
                         echo=not args.quiet, stdout=echo_to, stderr=sys.stderr, jobs=args.jobs,
-                        no_compile=args.no_compile)
+                        no_compile=args.no_compile, cwd=args.cwd)
     except PhantomUnavailable as exc:
         raise BadInput(str(exc)) from None
     if args.json:
@@ -119,7 +119,7 @@ def _install_kernel(args):
 
     prefix = sys.prefix if args.sys_prefix else args.prefix
     if args.remove:
-        removed = remove_kernel(args.gpu, prefix=prefix)
+        removed = remove_kernel(args.gpu, prefix=prefix, memory=args.memory, allocator=args.allocator)
         if not removed:
             print("no phantom kernel to remove" + (f" for {args.gpu}" if args.gpu else ""))
         for path in removed:
@@ -127,9 +127,9 @@ def _install_kernel(args):
         return 0
     if args.gpu is None:
         raise BadInput("install-kernel: --gpu is required (e.g. --gpu T4)")
-    memory = parse_size(args.memory, "memory") if args.memory is not None else None
     try:
-        name, where = install_kernel(args.gpu, prefix=prefix, memory=memory, allocator=args.allocator)
+        # --memory is checked as dryrun checks it (one line: nothing beside the context), before the phantom
+        name, where = install_kernel(args.gpu, prefix=prefix, memory=args.memory, allocator=args.allocator)
     except PhantomUnavailable as exc:
         raise BadInput(str(exc)) from None
     print(f"installed kernel {name} in {where}")
@@ -192,6 +192,8 @@ def main(argv=None):
                      help="allocators run at once (default: one per two cores, at most three)")
     dry.add_argument("--out", help="directory for the memory snapshots, logs and results "
                                    "(default: a new temporary one, named in the report)")
+    dry.add_argument("--cwd", help="the directory the script runs in (default: this one; the script's "
+                                   "files are real: a checkpoint it saves, zeros, replaces a real one)")
     dry.add_argument("--no-compile", action="store_true",
                      help="turn torch.compile off (TORCH_COMPILE_DISABLE=1): a phantom cannot build Triton "
                           "kernels, so a script that compiles measures eager mode instead")
@@ -207,8 +209,10 @@ def main(argv=None):
     ker = sub.add_parser("install-kernel",
                          help="a Jupyter kernel whose GPU is a phantom (--remove: uninstall)")
     ker.add_argument("--gpu", help="the card (T4, L4, ...); with --remove, left out: every phantom kernel")
-    ker.add_argument("--memory", help="the device's memory instead of the card's total")
-    ker.add_argument("--allocator", default="native", choices=("native", "expandable"))
+    ker.add_argument("--memory", help="the device's memory instead of the card's total (in the kernel's "
+                                      "name; with --remove: remove that kernel)")
+    ker.add_argument("--allocator", choices=("native", "expandable"),
+                     help="default native (expandable: in the kernel's name; with --remove: remove that kernel)")
     where = ker.add_mutually_exclusive_group()
     where.add_argument("--user", action="store_true", help="in the user's Jupyter data dir (the default)")
     where.add_argument("--prefix", help="under PREFIX/share/jupyter/kernels")

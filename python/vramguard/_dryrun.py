@@ -44,6 +44,11 @@ _PHANTOM_GAPS = (("CUDNN_STATUS_NOT_INITIALIZED", "cuDNN"), ("CUBLAS_STATUS_NOT_
                  ("CUFFT_", "cuFFT"), ("CURAND_STATUS", "cuRAND"), ("CUSOLVER_STATUS", "cuSOLVER"),
                  ("CUSPARSE_STATUS", "cuSPARSE"))
 _SWEEP = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.+)$")
+#: Variables the dry run sets or its runs need: a --sweep of one of them
+#: would undo the phantom (or the allocator) it set.
+_RESERVED_ENV = ("LD_PRELOAD", "LD_LIBRARY_PATH", "PYTORCH_CUDA_ALLOC_CONF", "PATH", "PYTHONPATH",
+                 "PYTHONUNBUFFERED", "TRITON_LIBCUDA_PATH", "TORCH_COMPILE_DISABLE")
+_RESERVED_PREFIXES = ("VG_FAKECUDA_", "VRAMGUARD_")
 
 
 class DryRunInputError(ValueError):
@@ -76,6 +81,9 @@ def parse_sweep(text):
     if not match:
         raise DryRunInputError(f"--sweep {text!r}: expected NAME=V1,V2,... (e.g. BATCH=1,2,4,8)")
     name, raw = match.groups()
+    if name in _RESERVED_ENV or name.startswith(_RESERVED_PREFIXES):
+        raise DryRunInputError(f"--sweep {text!r}: {name} is a variable the dry run sets or needs: "
+                               "sweep another name (e.g. BATCH)")
     values = []
     for part in raw.split(","):
         part = part.strip()
@@ -123,8 +131,62 @@ def _check_size(value, what):
     try:
         nbytes = parse_size(value, what)
     except (TypeError, ValueError) as exc:
-        raise DryRunInputError(f"--{what} {value!r}: {exc}") from None
+        said = str(exc)
+        for lead in (f"{what} {value!r} ", f"a {what} "):  # parse_size names the value too: once is enough
+            if said.startswith(lead):
+                said = said[len(lead):]
+                break
+        raise DryRunInputError(f"--{what} {value!r}: {said}") from None
     return nbytes
+
+
+def check_device(memory, preset, context=None):
+    """(device bytes, context bytes): `memory` (bytes or "8GiB"; None: the
+    preset's total) and `context` (None: the preset's), refused with one
+    line when the device would hold nothing beside its CUDA context. The
+    dry run's rule, and a phantom kernel's."""
+    device = _check_size(memory, "memory") if memory is not None else preset.total_bytes
+    context = _check_size(context, "context") if context is not None else preset.context_bytes
+    if device <= context:
+        raise DryRunInputError(f"--memory {format_size(device)} leaves nothing beside the CUDA context's "
+                               f"{format_size(context)}")
+    return device, context
+
+
+def _check_out(out):
+    """--out: a directory, or a path where one can be made."""
+    if out is None:
+        return None
+    path = os.path.abspath(os.fspath(out))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise DryRunInputError(f"--out {os.fspath(out)}: is a file, not a directory")
+    return path
+
+
+def _check_cwd(cwd):
+    """--cwd: an existing directory, where the script runs."""
+    if cwd is None:
+        return None
+    path = os.path.abspath(os.fspath(cwd))
+    if not os.path.exists(path):
+        raise DryRunInputError(f"--cwd {os.fspath(cwd)}: No such directory")
+    if not os.path.isdir(path):
+        raise DryRunInputError(f"--cwd {os.fspath(cwd)}: is a file, not a directory")
+    return path
+
+
+def alloc_conf(allocator, user=None):
+    """PYTORCH_CUDA_ALLOC_CONF for a run: the user's (`user`) as it is for
+    native; for expandable the user's with expandable_segments:True in place
+    of any expandable_segments setting of theirs; none for vramguard, whose
+    allocator replaces PyTorch's."""
+    if allocator == "vramguard":
+        return None
+    items = [item.strip() for item in (user or "").split(",") if item.strip()]
+    if allocator == "expandable":
+        items = [item for item in items if item.split(":")[0].strip() != "expandable_segments"]
+        items.append("expandable_segments:True")
+    return ",".join(items) or None
 
 
 # ------------------------------------------------------------------ one child
@@ -256,12 +318,29 @@ class _Live:
         _kill_groups(procs)
 
 
+def _no_figures(rc):
+    """Why a run that wrote no figures ended, from its exit status (the
+    status itself is said beside it, not here)."""
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return f"killed by {name} before its figures were written"
+    if rc == 0:
+        return "ended by os._exit before its figures were written"
+    return "ended before its figures were written (os._exit, or a crash: see its log)"
+
+
 def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, steps=0,
-              snapshot=True, echo=True, stdout=None, stderr=None, live=None):
-    """Runs the script once in a child on the phantom; returns the child's
-    figures (a dict), with `exit_status` and `log` added. Ctrl-C here ends
-    the child and its process group (and those `live` holds) before
-    KeyboardInterrupt goes on."""
+              snapshot=True, echo=True, stdout=None, stderr=None, live=None, cwd=None):
+    """Runs the script once in a child on the phantom (in `cwd`, default
+    this process's working directory); returns the child's figures (a
+    dict), with `exit_status` and `log` added. Ctrl-C here ends the child
+    and its process group (and those `live` holds) before KeyboardInterrupt
+    goes on; a run is taken for interrupted only then (`live` cancelled),
+    never for its status: a script's own exit status 130 or
+    KeyboardInterrupt is its own failure."""
     live = _Live() if live is None else live
     if live.cancelled:
         raise KeyboardInterrupt
@@ -277,13 +356,15 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, s
         cmd += ["--snapshot", os.path.join(out_dir, f"{stem}.pickle")]
     if notebook:
         cmd.append("--notebook")
-    cmd += [os.fspath(script), "--"] + [str(a) for a in args]
+    # as given (its sys.argv[0] and __file__), but absolute where the child runs elsewhere (cwd)
+    script = os.fspath(script) if cwd is None else os.path.abspath(os.fspath(script))
+    cmd += [script, "--"] + [str(a) for a in args]
     stdout = sys.stdout if stdout is None else stdout
     stderr = sys.stderr if stderr is None else stderr
     started = time.monotonic()
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
+                                stderr=subprocess.PIPE, start_new_session=True, cwd=cwd)
         live.add(proc)
         prefix = f"[{label}] "
         threads = [_Forward(proc.stdout, stdout if echo else None, prefix, log),
@@ -304,6 +385,8 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, s
         proc.stdout.close()
         proc.stderr.close()
         _signal_group(proc, signal.SIGKILL)  # the script's leftovers (a worker that outlived it) go with it
+    if live.cancelled:  # Ctrl-C, or another run's: the dry run ends, whatever this one's status
+        raise KeyboardInterrupt
     status = rc if rc >= 0 else 128 - rc  # killed by signal N: what a shell says, 128 + N
     try:
         with open(result_path, encoding="utf-8") as f:
@@ -313,11 +396,8 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, s
             "allocator": allocator, "peak_allocated_bytes": None, "peak_reserved_bytes": None,
             "fits": None, "first_oom": None, "d2h_reads": None, "host_peak_rss_bytes": None,
             "snapshot": None, "compiled": {}, "extensions": [],
-            "error": (f"the run ended without its figures (killed by signal {-rc})" if rc < 0
-                      else f"the run ended without its figures (exit status {rc})"),
+            "error": _no_figures(rc),
         }
-        if rc == 130 or live.cancelled:
-            raise KeyboardInterrupt
     result.setdefault("exit_status", status)  # the script's own, which the child wrote
     result["log"] = log_path
     result.setdefault("elapsed_s", round(time.monotonic() - started, 3))
@@ -391,7 +471,8 @@ def _columns(result):
             row.insert(4, _size(run.get("min_memory_bytes")))
         if sweep:
             largest = run.get("largest_batch")
-            row.insert(4, "none" if largest is None else str(largest))
+            row.insert(4, "unknown" if run.get("fits") is None
+                       else "none" if largest is None else str(largest))
         rows.append(row)
     return headers, rows
 
@@ -419,8 +500,14 @@ def _verdict(result):
     if sweep:
         lines = []
         for n, r in runs.items():
-            lines.append(f"{n}: {sweep['name']}={r['largest_batch']}" if r.get("largest_batch") is not None
-                         else f"{n}: no {sweep['name']} fits")
+            value = (r.get("failed_at") or {}).get("value")
+            if r.get("fits") is None:
+                lines.append(f"{n}: not known, the script failed"
+                             + (f" at {sweep['name']}={value}" if value is not None else ""))
+            elif r.get("largest_batch") is not None:
+                lines.append(f"{n}: {sweep['name']}={r['largest_batch']}")
+            else:
+                lines.append(f"{n}: no {sweep['name']} fits")
         head = f"Largest {sweep['name']} that fits on a {gpu}: " + "; ".join(lines) + "."
     elif len(fit) == len(runs):
         head = f"Fits on a {gpu} with {'every allocator tried' if len(runs) > 1 else fit[0]}."
@@ -446,6 +533,8 @@ def _verdict(result):
             out.append(f"Smallest device: {format_size(least)} with {best}{card}, "
                        f"exact to {GRANULE >> 20} MiB, the CUDA context's "
                        f"{format_size(result.get('context_bytes', 0))} included.")
+        elif any(r.get("fits") is None for r in runs.values()):
+            out.append("Smallest device: not known: the search stopped where the script failed (below).")
         else:
             out.append("Smallest device: none found (it does not fit the full device).")
     return out
@@ -480,21 +569,38 @@ def _notes(result):
                      f"run{'s' if len(took_over) > 1 else ''} ran under vramguard too.")
     expected = {"expandable": "expandable_segments:True"}
     own = sorted({r.get("alloc_conf") for r in runs
-                  if r.get("alloc_conf") and r.get("alloc_conf") != expected.get(r["allocator"])})
+                  if r.get("alloc_conf") and r.get("alloc_conf") != r.get("alloc_conf_set",
+                                                                           expected.get(r["allocator"]))})
     if own:
         notes.append(f"The script sets PYTORCH_CUDA_ALLOC_CONF itself ({'; '.join(own)}): the runs used its "
                      "setting where it was made before CUDA started.")
     stopped = [r for r in runs if r.get("stopped_at_steps")]
     if stopped:
         notes.append(f"Each run stopped after {result.get('steps')} optimizer steps (--steps).")
+    user = result.get("user_alloc_conf")
+    given = [(r["allocator"], r.get("alloc_conf_set")) for r in runs if r.get("alloc_conf_set")]
+    if user and given:
+        notes.append(f"Your PYTORCH_CUDA_ALLOC_CONF={user} was applied: "
+                     + "; ".join(f"{n} ran with {conf}" for n, conf in given)
+                     + (" (not in vramguard's run: its allocator replaces PyTorch's)."
+                        if any(r["allocator"] == "vramguard" for r in runs) else "."))
     for r in runs:
         if r.get("error"):
-            notes.append(f"{r['allocator']}: the script failed: {r['error']} "
+            failed_at = r.get("failed_at") or {}
+            at = (f" at {r.get('sweep_name') or (result.get('sweep') or {}).get('name')}={failed_at['value']}"
+                  if "value" in failed_at
+                  else f" on a device of {format_size(failed_at['memory_bytes'])} (--min-memory)"
+                  if "memory_bytes" in failed_at else "")
+            notes.append(f"{r['allocator']}: the script failed{at}: {r['error']} "
                          f"(exit status {r.get('exit_status')}).")
     missing = sorted({lib for r in runs for key, lib in _PHANTOM_GAPS if key in (r.get("error") or "")})
     if missing:
         notes.append(f"That failure is the phantom's, not the script's: this build of the phantom GPU has no "
                      f"stand-in for {_names(missing)}.")
+    if result.get("cwd"):
+        notes.append(f"The script ran in {result['cwd']}{' (--cwd)' if result.get('cwd_given') else ''} "
+                     "with real file I/O: files it writes (a torch.save checkpoint holds zeros on a phantom) "
+                     "overwrite real ones" + ("." if result.get("cwd_given") else "; --cwd DIR runs it elsewhere."))
     return notes
 
 
@@ -541,21 +647,36 @@ def report_html(result):
 # ------------------------------------------------------------------ the dry run
 
 
+class _SearchFailed(Exception):
+    """A run of --min-memory's or --sweep's search failed for a reason other
+    than memory (fits None): the search stops there, with that run."""
+
+    def __init__(self, run):
+        super().__init__(run.get("error"))
+        self.run = run
+
+
 class _Runner:
-    def __init__(self, script, args, gpu, memory, context, steps, snapshot, echo, out_dir, notebook,
-                 stdout, stderr):
+    def __init__(self, script, args, gpu, memory, context, steps, snapshot, echo, notebook,
+                 stdout, stderr, cwd=None):
         from ._phantom import environ
 
         self.script, self.args = script, list(args)
         self.gpu = gpu
         self.memory = memory
         self.context, self.steps, self.snapshot, self.echo = context, steps, snapshot, echo
-        self.out_dir, self.notebook = out_dir, notebook
+        self.notebook, self.cwd = notebook, cwd
         self.stdout, self.stderr = stdout, stderr
         # the phantom's libraries (built the first time), or why not, before any run
+        # and before the output directory: a phantom that cannot be had leaves nothing behind
         self.base_env = environ(gpu.name, context=context)
+        self.out_dir = None  # set by dryrun() once the environment is there
         self.live = _Live()
         self.extra_env = {}
+        self.started = 0  # runs started: a dry run that fails before any leaves no temporary directory
+        # the user's own settings, kept: the allocator's (native, expandable) and their preloads
+        self.user_alloc_conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or None
+        self.user_preload = os.environ.get("LD_PRELOAD", "").strip() or None
 
     def say(self, text):
         with _WRITE_LOCK:
@@ -566,29 +687,38 @@ class _Runner:
 
     def run(self, allocator, label, memory=None, args=None, extra_env=None, snapshot=None):
         env = dict(self.base_env, VG_FAKECUDA_MEM=str(int(memory or self.memory)))
+        if self.user_preload:  # the phantom's libraries first, then the user's
+            env["LD_PRELOAD"] = f"{env['LD_PRELOAD']} {self.user_preload}"
         env.update(self.extra_env)
-        if allocator == "expandable":
-            env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+        conf = alloc_conf(allocator, self.user_alloc_conf)
+        if conf:
+            env["PYTORCH_CUDA_ALLOC_CONF"] = conf
         env.update(extra_env or {})
         size = format_size(int(memory or self.memory))
         self.say(f"{label}: running on a phantom {self.gpu.name} of {size}")
+        self.started += 1
         result = run_child(self.script, self.args if args is None else args, allocator, _child_env(env),
                            self.out_dir, label, notebook=self.notebook,
                            steps=self.steps, snapshot=self.snapshot if snapshot is None else snapshot,
-                           echo=self.echo,
-                           stdout=self.stdout, stderr=self.stderr, live=self.live)
+                           echo=self.echo, stdout=self.stdout, stderr=self.stderr, live=self.live,
+                           cwd=self.cwd)
+        result["alloc_conf_set"] = conf  # what the run was given; alloc_conf: what it had at its end
         verdict = {True: "fits", False: "out of memory", None: "failed"}[result.get("fits")]
         self.say(f"{label}: {verdict}, peak allocated {_size(result.get('peak_allocated_bytes'))}, "
                  f"reserved {_size(result.get('peak_reserved_bytes'))} ({result.get('elapsed_s', 0):.1f}s)")
         return result
 
     def min_memory(self, allocator, full):
-        """The smallest device (a multiple of GRANULE, or the full one) on
-        which the run fits, by bisection: below the context plus the peak
-        allocated nothing can fit; what the device held at its peak in the
-        full run (the context, the libraries' own memory such as cuBLAS's
-        handle, and the allocator's reserve) is tried first, as the likely
-        answer, so that the search is over a few GRANULEs, not the card."""
+        """The smallest device on which the run fits, by bisection: exact to
+        GRANULE (the sizes tried are its multiples), or the card's own size
+        (the full run's, which need not be a multiple) when nothing smaller
+        fits. Below the context plus the peak allocated nothing can fit;
+        what the device held at its peak in the full run (the context, the
+        libraries' own memory such as cuBLAS's handle, and the allocator's
+        reserve) is tried first, as the likely answer, so that the search is
+        over a few GRANULEs, not the card. Only an out-of-memory (fits False)
+        narrows the search from below: a run that fails otherwise (fits
+        None) stops it, raising _SearchFailed with that run."""
         top = int(self.memory)
         if not full.get("fits"):
             return None
@@ -597,12 +727,13 @@ class _Runner:
         hi = top  # fits
         held = int(full.get("device_peak_bytes") or 0) or self.context + int(full.get("peak_reserved_bytes") or 0)
         guess = -(-held // GRANULE) * GRANULE
-        tried = {}
 
         def fits(size):
             r = self.run(allocator, f"{allocator} {format_size(size)}", memory=size, snapshot=False)
-            tried[size] = r
-            return bool(r.get("fits"))
+            if r.get("fits") is None:
+                r["failed_at"] = {"memory_bytes": size}
+                raise _SearchFailed(r)
+            return r["fits"]
 
         if lo < guess < hi:
             if fits(guess):
@@ -625,11 +756,13 @@ class _Runner:
         """The largest value that fits, by bisection over the increasing
         values (a larger one never needs less memory): about log2 of their
         count in runs, not one per value. Returns it (None when the
-        smallest does not fit) and the runs made, in the values' order."""
+        smallest does not fit), the runs made, in the values' order, and the
+        run that failed for a reason other than memory (fits None), which
+        ends the search with no answer, or None."""
         token = "{" + name + "}"
         tried = {}
 
-        def fits(value):
+        def run(value):
             if any(token in a for a in self.args):
                 args, env = [a.replace(token, str(value)) for a in self.args], {}
             else:
@@ -637,21 +770,25 @@ class _Runner:
             r = self.run(allocator, f"{allocator} {name}={value}", args=args, extra_env=env)
             r["sweep_value"] = value
             tried[value] = r
-            return bool(r.get("fits"))
+            return r
 
         lo, hi = -1, len(values)  # values[lo] fits, values[hi] does not (-1, len: not known)
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if fits(values[mid]):
+            r = run(values[mid])
+            if r.get("fits") is None:  # not an out-of-memory: it says nothing of the values above
+                r["failed_at"] = {"value": values[mid]}
+                return None, [tried[v] for v in sorted(tried)], r
+            if r["fits"]:
                 lo = mid
             else:
                 hi = mid
-        return (values[lo] if lo >= 0 else None), [tried[v] for v in sorted(tried)]
+        return (values[lo] if lo >= 0 else None), [tried[v] for v in sorted(tried)], None
 
 
 def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memory=False, sweep=None,
            out=None, steps=None, context=None, snapshot=True, echo=True, stdout=None,
-           stderr=None, jobs=None, no_compile=False):
+           stderr=None, jobs=None, no_compile=False, cwd=None):
     """Run `script` with `args` on a phantom `gpu` once per allocator and
     return a DryRunResult: per allocator its peak allocated and reserved
     bytes, whether it fits, its first out-of-memory (line and request).
@@ -660,51 +797,84 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     "expandable", "vramguard" (a list, or "native,vramguard"). memory: the
     device's bytes instead of the preset's total ("8GiB"). min_memory: also
     find each allocator's smallest device (more runs: about log2 of the
-    range / 16 MiB). sweep: "BATCH=1,2,4,8": each value substituted for
+    range / 16 MiB), exact to 16 MiB, or the card's size when only the
+    whole card fits. sweep: "BATCH=1,2,4,8": each value substituted for
     "{BATCH}" in the arguments (or set as the variable BATCH when no
-    argument has it); the largest that fits is found by bisection. out: the directory
-    for snapshots, logs and results (default: a new temporary one). steps:
-    stop each run after that many optimizer steps. context: the bytes the
-    CUDA context holds on the device (default: the preset's, 400 MiB
-    unless measured on the card).
+    argument has it); the largest that fits is found by bisection
+    (`largest_value` per allocator; `largest_batch` too, whatever the
+    name). A run of either search that fails for a reason other than memory
+    stops that allocator's search: its result is that run's (fits None, its
+    error and exit status, `failed_at`). out: the directory for snapshots,
+    logs and results (default: a new temporary one, removed again when the
+    dry run fails before any run). steps: stop each run after that many
+    optimizer steps. context: the bytes the CUDA context holds on the
+    device (default: the preset's, 400 MiB unless measured on the card).
+    cwd: the directory the script runs in (default this one: its files are
+    real files, so a checkpoint it saves, zeros on a phantom, overwrites a
+    real one).
     echo: pass the script's output through (prefixed by its run). jobs:
     allocators run at once (default: one per two cores, at most three).
     no_compile: torch.compile off (TORCH_COMPILE_DISABLE=1): eager mode's
-    figures, for a script whose compilation fails on the phantom."""
+    figures, for a script whose compilation fails on the phantom.
+    PYTORCH_CUDA_ALLOC_CONF, where set, is kept for native and, with
+    expandable_segments:True, for expandable; LD_PRELOAD comes after the
+    phantom's libraries."""
     allocators = parse_allocators(allocators)
     preset = _check_gpu(gpu)
     sweep_spec = parse_sweep(sweep) if sweep is not None else None
     if sweep_spec and min_memory:
         raise DryRunInputError("--min-memory and --sweep cannot be combined: run --min-memory on one value")
     script = _check_script(script)
-    device = _check_size(memory, "memory") if memory is not None else preset.total_bytes
-    context = _check_size(context, "context") if context is not None else preset.context_bytes
-    if device <= context:
-        raise DryRunInputError(f"--memory {format_size(device)} leaves nothing beside the CUDA context's "
-                               f"{format_size(context)}")
+    device, context = check_device(memory, preset, context)
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise DryRunInputError(f"--steps must be a whole number above 0, got {steps!r}")
     if jobs is None:
         jobs = default_jobs(allocators)
     elif isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise DryRunInputError(f"--jobs must be a whole number above 0, got {jobs!r}")
+    out_path = _check_out(out)
+    cwd = _check_cwd(cwd)
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
         raise DryRunInputError(f"PyTorch is not installed in this Python ({sys.executable}): "
                                "a dry run runs the script with it")
-    out_dir = os.path.abspath(out) if out else tempfile.mkdtemp(prefix="vramguard-dryrun-")
-    os.makedirs(out_dir, exist_ok=True)
     stdout = sys.stdout if stdout is None else stdout
     stderr = sys.stderr if stderr is None else stderr
-    runner = _Runner(script, args, preset, device, context, steps, snapshot, echo, out_dir,
-                     script.endswith(".ipynb"), stdout, stderr)
+    # The phantom's environment first: where it cannot be had, no directory is made.
+    runner = _Runner(script, args, preset, device, context, steps, snapshot, echo,
+                     script.endswith(".ipynb"), stdout, stderr, cwd=cwd)
     if no_compile:
         runner.extra_env["TORCH_COMPILE_DISABLE"] = "1"
+    temporary = out_path is None
+    if temporary:
+        out_dir = tempfile.mkdtemp(prefix="vramguard-dryrun-")
+    else:
+        out_dir = out_path
+        try:
+            os.makedirs(out_dir, exist_ok=True)
+        except OSError as exc:
+            raise DryRunInputError(f"--out {os.fspath(out)}: {exc.strerror or exc}") from None
+    runner.out_dir = out_dir
+    try:
+        return _dryrun(runner, script, args, preset, device, context, allocators, min_memory, sweep_spec,
+                       steps, no_compile, jobs, cwd)
+    except BaseException:
+        if temporary:
+            if runner.started:
+                runner.say(f"the logs so far are in {out_dir}")
+            else:
+                shutil.rmtree(out_dir, ignore_errors=True)  # nothing in it, and nobody told where it is
+        raise
+
+
+def _dryrun(runner, script, args, preset, device, context, allocators, min_memory, sweep_spec, steps,
+            no_compile, jobs, cwd):
     result = DryRunResult(gpu=preset.name, device_bytes=device, context_bytes=context, script=script,
-                          args=[str(a) for a in args], out_dir=out_dir, steps=steps,
+                          args=[str(a) for a in args], out_dir=runner.out_dir, steps=steps,
                           allocators=list(allocators), min_memory=bool(min_memory),
-                          no_compile=bool(no_compile))
+                          no_compile=bool(no_compile), cwd=cwd or os.getcwd(), cwd_given=cwd is not None,
+                          user_alloc_conf=runner.user_alloc_conf)
     if sweep_spec:
         result["sweep"] = {"name": sweep_spec[0], "values": sweep_spec[1]}
     started = time.monotonic()
@@ -713,24 +883,32 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
         if not sweep_spec:
             run = runner.run(allocator, allocator)
             if min_memory:
-                run["min_memory_bytes"] = runner.min_memory(allocator, run)
+                try:
+                    run["min_memory_bytes"] = runner.min_memory(allocator, run)
+                except _SearchFailed as stop:  # the failed run is the answer: its error and its status
+                    run = dict(stop.run, min_memory_bytes=None)
             return run
-        largest, runs = runner.sweep(allocator, *sweep_spec)
-        # The smallest value tried that did not fit: where the sweep broke.
-        broke = next((r for r in runs if not r.get("fits")
-                      and (largest is None or r["sweep_value"] > largest)), None)
-        chosen = next((r for r in runs if r["sweep_value"] == largest), broke)
-        run = {k: v for k, v in chosen.items() if k != "sweep_value"}
-        run["largest_batch"] = largest
-        run["fits"] = largest is not None
+        name = sweep_spec[0]
+        largest, runs, failed = runner.sweep(allocator, *sweep_spec)
+        if failed is not None:
+            run = {k: v for k, v in failed.items() if k != "sweep_value"}
+        else:
+            # The smallest value tried that ran out of memory: where the sweep broke.
+            broke = next((r for r in runs if r.get("fits") is False
+                          and (largest is None or r["sweep_value"] > largest)), None)
+            chosen = next((r for r in runs if r["sweep_value"] == largest), broke)
+            run = {k: v for k, v in chosen.items() if k != "sweep_value"}
+            run["fits"] = largest is not None
+            if broke is not None:
+                run["first_oom"] = broke.get("first_oom")
+                if run["first_oom"]:
+                    run["first_oom"] = dict(run["first_oom"], value=broke["sweep_value"])
+        # largest_batch: the key the sweep's answer always had, whatever its name (kept)
+        run.update(largest_value=largest, largest_batch=largest, sweep_name=name)
         run["sweep"] = [dict({k: r.get(k) for k in ("fits", "peak_allocated_bytes", "peak_reserved_bytes",
-                                                     "first_oom", "error")}, value=r["sweep_value"])
+                                                     "first_oom", "error", "exit_status")},
+                             value=r["sweep_value"])
                         for r in runs]
-        if broke is not None:
-            run["first_oom"] = broke.get("first_oom")
-            run["error"] = broke.get("error")
-            if run["first_oom"]:
-                run["first_oom"] = dict(run["first_oom"], value=broke["sweep_value"])
         return run
 
     for allocator, run in zip(allocators, _each(one, allocators, jobs, runner.live)):

@@ -98,6 +98,9 @@ def test_a_script_end_to_end(tmp_path):
     text = report(result)
     assert "native" in text and "Fits on a T4 of 1.00 GiB with every allocator tried." in text
     assert "120.00 MiB" in text
+    assert result["cwd"] == str(tmp_path)
+    assert text.count(f"The script ran in {tmp_path} with real file I/O") == 1  # once, not per run
+    assert "--cwd DIR runs it elsewhere" in text
 
 
 def test_the_python_api_returns_a_result_with_html(tmp_path, monkeypatch):
@@ -128,7 +131,7 @@ def test_a_notebook(tmp_path):
     """Code cells in order, magics and shell lines left out with a note, the
     out-of-memory named by cell and line."""
     cells = [
-        "%matplotlib inline\nimport torch\nMiB = 1 << 20",
+        "%matplotlib inline\nimport torch\nMiB = (1 <<\n    20)\n%time mib = MiB",
         "!nvidia-smi\nx = torch.empty(100 * MiB, dtype=torch.uint8, device='cuda')\nprint('cell 2 ran')",
         "%%bash\necho never",
         "def more():\n    return torch.empty(2 << 30, dtype=torch.uint8, device='cuda')\ny = more()",
@@ -169,6 +172,7 @@ def test_a_sweep_keeps_the_largest_batch_that_fits(tmp_path):
     for name in ("native", "vramguard"):
         run = result[name]
         assert run["largest_batch"] == 2 and run["fits"] is True
+        assert run["largest_value"] == 2 and run["sweep_name"] == "BATCH"
         assert [s["value"] for s in run["sweep"]] == [2, 3]
         assert [s["fits"] for s in run["sweep"]] == [True, False]
         assert run["peak_allocated_bytes"] == 464 * MiB
@@ -279,6 +283,161 @@ def test_min_memory_of_a_known_sequence(tmp_path):
     assert "Smallest device: 448.00 MiB" in report(result)
 
 
+def test_a_sweep_stops_where_the_script_fails_otherwise(tmp_path):
+    """A run that fails for a reason other than memory says nothing of the
+    values above it: the sweep stops there, with that run's error and its
+    status (not 'largest BATCH=2', exit 0)."""
+    write(tmp_path, "sweep.py", """
+        import os, sys, torch
+        batch = int(os.environ["BATCH"])
+        x = torch.empty(batch << 20, dtype=torch.uint8, device="cuda")
+        if batch == 4:
+            raise ValueError("no batch of 4")
+        if batch == 8:
+            sys.exit(3)
+    """)
+    result, stderr = dryrun(tmp_path, "--memory", "1GiB", "--allocator", "native", "--no-snapshot",
+                            "--sweep", "BATCH=1,2,4,8,16", "sweep.py", expect=1)
+    run = result["native"]
+    assert run["fits"] is None and result["fits"] is None
+    assert run["largest_batch"] is None and run["largest_value"] is None
+    assert run["error"] == "ValueError: no batch of 4" and run["exit_status"] == 1
+    assert run["failed_at"] == {"value": 4} and [s["value"] for s in run["sweep"]] == [4]
+    text = report(result)
+    assert "native: not known, the script failed at BATCH=4" in text
+    assert "native: the script failed at BATCH=4: ValueError: no batch of 4 (exit status 1)." in text
+    # 4 fits (a larger device than it needs), then 8 exits 3: the status is that run's
+    write(tmp_path, "sweep.py", (tmp_path / "sweep.py").read_text().replace("batch == 4", "batch == 5"))
+    result, _ = dryrun(tmp_path, "--memory", "1GiB", "--allocator", "native", "--no-snapshot",
+                       "--sweep", "BATCH=1,2,4,8,16", "sweep.py", expect=3)
+    run = result["native"]
+    assert [(s["value"], s["fits"]) for s in run["sweep"]] == [(4, True), (8, None)]
+    assert run["fits"] is None and run["error"] == "SystemExit: 3" and run["exit_status"] == 3
+    assert run["failed_at"] == {"value": 8} and run["largest_batch"] is None
+
+
+def test_min_memory_stops_where_the_script_fails_otherwise(tmp_path):
+    """On a smaller device the script exits 5 (not an out-of-memory): the
+    search stops there, and the status is that run's (not 'the whole card
+    is the smallest', exit 0)."""
+    write(tmp_path, "picky.py", """
+        import sys, torch
+        x = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+        if torch.cuda.get_device_properties(0).total_memory < (2 << 30):
+            print("this device is too small for my liking")
+            sys.exit(5)
+    """)
+    result, stderr = dryrun(tmp_path, "--memory", "2GiB", "--allocator", "native", "--no-snapshot",
+                            "--min-memory", "picky.py", expect=5)
+    run = result["native"]
+    assert run["fits"] is None and run["min_memory_bytes"] is None
+    assert run["error"] == "SystemExit: 5" and run["exit_status"] == 5
+    assert run["failed_at"]["memory_bytes"] < 2 << 30
+    text = report(result)
+    assert "Smallest device: not known: the search stopped where the script failed" in text
+    assert "(--min-memory): SystemExit: 5 (exit status 5)." in text
+
+
+@pytest.mark.parametrize("code, status, error", [
+    ("os._exit(130)", 130, "ended before its figures were written (os._exit, or a crash: see its log)"),
+    ("raise KeyboardInterrupt", 130, "KeyboardInterrupt"),
+    ("os._exit(0)", 1, "ended by os._exit before its figures were written"),
+])
+def test_a_script_that_ends_itself_is_not_a_ctrl_c(tmp_path, code, status, error):
+    """Only the dry run's own cancellation is an interruption: a script's
+    status 130 or KeyboardInterrupt is its failure, reported, its status
+    the dry run's."""
+    write(tmp_path, "ends.py", f"""
+        import os, torch
+        x = torch.empty(1 << 20, device="cuda")
+        {code}
+    """)
+    result, stderr = dryrun(tmp_path, "--allocator", "native", "--no-snapshot", "ends.py", expect=status)
+    assert "vramguard: interrupted" not in stderr
+    run = result["native"]
+    assert run["fits"] is None and run["error"] == error
+    assert run["exit_status"] == (0 if "_exit(0)" in code else 130)
+    text = report(result)
+    assert text.count("exit status") == 1, text
+    assert f"native: the script failed: {error} (exit status {run['exit_status']})." in text
+
+
+def test_the_users_allocator_settings_and_preloads_are_kept(tmp_path):
+    write(tmp_path, "env.py", """
+        import os, torch
+        x = torch.empty(1 << 20, device="cuda")
+        print("conf", os.environ.get("PYTORCH_CUDA_ALLOC_CONF"))
+        print("preload", os.environ["LD_PRELOAD"].split()[0].rsplit("/", 1)[-1], os.environ["LD_PRELOAD"].split()[-1])
+    """)
+    env = dict(_env(), PYTORCH_CUDA_ALLOC_CONF="expandable_segments:False,max_split_size_mb:128",
+               LD_PRELOAD="libm.so.6")
+    cmd = [sys.executable, "-m", "vramguard", "dryrun", "--json", "--no-snapshot", "--out", str(tmp_path / "out"),
+           "--allocator", "native,expandable", "env.py"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert "[native] conf expandable_segments:False,max_split_size_mb:128" in proc.stderr
+    assert "[expandable] conf max_split_size_mb:128,expandable_segments:True" in proc.stderr
+    assert proc.stderr.count(" libm.so.6\n") == 2 and "[native] preload libm.so.6" not in proc.stderr
+    assert result["user_alloc_conf"] == "expandable_segments:False,max_split_size_mb:128"
+    assert result["expandable"]["alloc_conf_set"] == "max_split_size_mb:128,expandable_segments:True"
+    text = report(result)
+    assert ("Your PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False,max_split_size_mb:128 was applied: "
+            "native ran with expandable_segments:False,max_split_size_mb:128; expandable ran with "
+            "max_split_size_mb:128,expandable_segments:True.") in text
+    assert "sets PYTORCH_CUDA_ALLOC_CONF itself" not in text
+
+
+def test_cwd_runs_the_script_elsewhere(tmp_path):
+    write(tmp_path, "save.py", """
+        import torch
+        torch.save(torch.ones(4, device="cuda"), "ckpt.pt")
+    """)
+    (tmp_path / "ckpt.pt").write_text("the real checkpoint")
+    (tmp_path / "scratch").mkdir()
+    result, _ = dryrun(tmp_path, "--allocator", "native", "--no-snapshot", "--cwd", "scratch", "save.py", expect=0)
+    assert (tmp_path / "ckpt.pt").read_text() == "the real checkpoint"
+    assert (tmp_path / "scratch" / "ckpt.pt").is_file()
+    assert result["cwd"] == str(tmp_path / "scratch")
+    assert f"The script ran in {tmp_path / 'scratch'} (--cwd) with real file I/O" in report(result)
+
+
+def test_no_directory_is_left_when_the_phantom_cannot_be_had(tmp_path):
+    """The phantom's environment comes first: where it cannot be built
+    (here an unwritable cache) neither --out nor a temporary directory is
+    made."""
+    write(tmp_path, "s.py", "import torch\n")
+    (tmp_path / "not-a-dir").write_text("")
+    (tmp_path / "tmp").mkdir()
+    env = dict(_env(), XDG_CACHE_HOME=str(tmp_path / "not-a-dir"), TMPDIR=str(tmp_path / "tmp"))
+    for out in (["--out", "out"], []):
+        proc = subprocess.run([sys.executable, "-m", "vramguard", "dryrun", *out, "s.py"], capture_output=True,
+                              text=True, cwd=tmp_path, env=env, timeout=300)
+        assert proc.returncode == 2 and "phantom GPU" in proc.stderr, proc.stderr
+        assert not (tmp_path / "out").exists() and list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_temporary_directory_goes_when_the_dry_run_fails_before_any_run(tmp_path, monkeypatch):
+    import tempfile
+
+    import vramguard
+    from vramguard import _dryrun
+
+    for key, value in _env().items():
+        monkeypatch.setenv(key, value)
+    write(tmp_path, "s.py", "import torch\n")
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_dryrun._Runner, "run", ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        vramguard.dryrun(str(tmp_path / "s.py"), allocators="native")
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
 def _gone(pid):
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -297,7 +456,8 @@ def test_ctrl_c_ends_the_run_and_its_children(tmp_path):
         time.sleep(60)
     """)
     cmd = [sys.executable, "-m", "vramguard", "dryrun", "--no-snapshot", "--allocator", "native", "slow.py"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+    (tmp_path / "tmp").mkdir()
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=dict(_env(), TMPDIR=str(tmp_path / "tmp")), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
@@ -313,6 +473,9 @@ def test_ctrl_c_ends_the_run_and_its_children(tmp_path):
     assert proc.returncode == 130, err
     assert time.monotonic() - started < 10
     assert "vramguard: interrupted" in err and "Traceback" not in err
+    # the temporary directory the report would have named is named here
+    kept = list((tmp_path / "tmp").iterdir())
+    assert len(kept) == 1 and f"the logs so far are in {kept[0]}" in err, err
     deadline = time.monotonic() + 5
     while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
