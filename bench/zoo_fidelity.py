@@ -124,10 +124,10 @@ def compare(gpu_results, gpu, out):
         diff = (pa - ga) / ga * 100 if ga else 0.0
         seq = ""
         if "allocation_sizes" in g and "allocation_sizes" in p:
-            diff = sequence_differences(g["allocation_sizes"], p["allocation_sizes"])
-            where = "same sizes in order" if diff is None else (
-                f"{diff[0]:,} only on the GPU, {diff[1]:,} only on the phantom (first: {diff[2][0]} vs "
-                f"{diff[2][1]} bytes)")
+            apart = sequence_differences(g["allocation_sizes"], p["allocation_sizes"])
+            where = "same sizes in order" if apart is None else (
+                f"{apart[0]:,} only on the GPU, {apart[1]:,} only on the phantom (first: {apart[2][0]} vs "
+                f"{apart[2][1]} bytes)")
             seq = f"{len(g['allocation_sizes']):,} / {len(p['allocation_sizes']):,}: {where}"
         rows.append(f"| {model} | {alloc} | {_mib(ga)} / {_mib(pa)} ({diff:+.2f}%) | {seq} | "
                     f"{_mib(g['peak_reserved_bytes'])} / {_mib(p['peak_reserved_bytes'])} |")
