@@ -22,6 +22,10 @@ import subprocess
 import sys
 
 MiB = 1 << 20
+#: The longest stretch of differing allocations aligned one by one (above it, counted).
+ALIGN_AT = 20_000
+#: --reuse: the phantom's results already in --out stand (a restarted comparison).
+REUSE = False
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -70,8 +74,23 @@ def sequence_differences(gpu, phantom):
     later index differing without the alignment."""
     if gpu == phantom:
         return None
+    import collections
     import difflib
 
+    # What both share at the ends needs no alignment; difflib's is quadratic
+    # in the rest, so past ALIGN_AT allocations (a generation loop makes
+    # 369,641) only the counts are compared, as multisets.
+    start = 0
+    while start < min(len(gpu), len(phantom)) and gpu[start] == phantom[start]:
+        start += 1
+    end = 0
+    while end < min(len(gpu), len(phantom)) - start and gpu[-1 - end] == phantom[-1 - end]:
+        end += 1
+    gpu, phantom = gpu[start:len(gpu) - end], phantom[start:len(phantom) - end]
+    first = (gpu[0] if gpu else None, phantom[0] if phantom else None)
+    if max(len(gpu), len(phantom)) > ALIGN_AT:
+        g, p = collections.Counter(gpu), collections.Counter(phantom)
+        return sum((g - p).values()), sum((p - g).values()), first
     only_gpu = only_phantom = 0
     first = None
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, gpu, phantom, autojunk=False).get_opcodes():
@@ -97,6 +116,9 @@ def run_phantom(gpu_result, gpu, out):
     env["PYTHONPATH"] = os.path.join(ROOT, "python")
     model, alloc = gpu_result["model"], gpu_result["allocator"]
     path = os.path.join(out, f"{model}.{alloc}.json")
+    if REUSE and os.path.exists(path):  # a run an interrupted comparison already made
+        with open(path) as f:
+            return json.load(f)
     history = "2000000" if "allocation_sizes" in gpu_result else "0"
     cmd = [sys.executable, os.path.join(HERE, "zoo_run.py"), model, "--allocator", alloc,
            "--steps", str(gpu_result["steps"]), "--size", gpu_result.get("size", "full"),
@@ -142,7 +164,10 @@ def main(argv=None):
     ap.add_argument("--gpu", default="H200", help="the phantom's preset (the card the results came from)")
     ap.add_argument("--models", help="only these models (comma-separated)")
     ap.add_argument("--out", default="bench/results/phantom_zoo", help="where the phantom's results go")
+    ap.add_argument("--reuse", action="store_true", help="keep the phantom's results already in --out")
     args = ap.parse_args(argv)
+    global REUSE
+    REUSE = args.reuse
     if args.table:
         print(table(load(args.table)))
     if args.compare:
