@@ -3,7 +3,10 @@
 #
 #   bash tests/gpu/run.sh            # the PyTorch integration checks (a few minutes)
 #   bash tests/gpu/run.sh --full     # also ResNet-50 / GPT-2 seq 1024 / ViT-B/16, 100 steps,
-#                                    # the largest batch under one budget, and the trace corpus
+#                                    # the largest batch under one budget, the zoo one run at a
+#                                    # time (bench/zoo_models.py, for step times and the phantom's
+#                                    # fidelity: python bench/zoo_fidelity.py --compare), and the
+#                                    # trace corpus
 #
 # It builds the extension in place (no network needed: the machine's own
 # setuptools and PyTorch; or uses a carried abi3 build), runs the tests marked cuda, the OOM loop, real
@@ -56,6 +59,8 @@ if [ "${1:-}" = "--full" ]; then
   echo "== largest batch under one budget (${BUDGET:-16GiB})"
   $PY bench/gpu_train.py --models resnet50,gpt2-1024,vit --max-batch --budget "${BUDGET:-16GiB}" \
       --json "$RESULTS/gpu_max_batch.json" || status=1
+  echo "== the zoo, one run at a time (step times comparable), 20 steps: bench/zoo_models.py per allocator"
+  JOBS=1 STEPS=20 REBUILD=0 RESULTS="$RESULTS" bash tests/gpu/zoo_on_gpu.sh || status=1
   echo "== trace corpus"
   $PY bench/record_traces.py --out tests/data || status=1
   $PY bench/replay_table.py | tee "$RESULTS/replay_table.md"
