@@ -52,6 +52,13 @@ int vgfc_pci_bus(int dev);
  * same numbers). VGFC_INVALID_VALUE for a number past the header's range. */
 int vgfc_device_attribute(int attr, int dev, int *value);
 
+/* Launches (the runtime's and the driver's alike): whether a grid and
+ * block are ones a device runs (at most 1024 threads a block; a real
+ * launch fails otherwise, and PyTorch never sends one), and how many
+ * blocks of `block_size` threads one multiprocessor holds. */
+int vgfc_launch_shape_ok(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz);
+int vgfc_blocks_per_sm(int block_size);
+
 /* ---- contexts (core_devices.c) ----------------------------------------
  * Each device has one primary context. A thread's current context picks
  * its current device for the runtime too (cudaSetDevice makes the device's

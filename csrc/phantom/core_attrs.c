@@ -123,6 +123,22 @@ static int attribute(CUdevice_attribute attr, int dev)
     }
 }
 
+int vgfc_launch_shape_ok(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz)
+{
+    unsigned long long threads = (unsigned long long)bx * by * bz;
+    return threads > 0 && threads <= 1024 && gx && gy && gz;
+}
+
+/* As many blocks as the multiprocessor's threads allow, at most its block
+ * limit (PyTorch sizes some grids by this; the answer changes launches,
+ * never allocations). */
+int vgfc_blocks_per_sm(int block_size)
+{
+    const struct cc_limits *l = limits();
+    int blocks = block_size > 0 ? l->threads_sm / block_size : 0;
+    return blocks < 1 ? 1 : blocks > l->blocks_sm ? l->blocks_sm : blocks;
+}
+
 int vgfc_device_attribute(int attr, int dev, int *value)
 {
     if (attr < 1 || attr >= CU_DEVICE_ATTRIBUTE_MAX)

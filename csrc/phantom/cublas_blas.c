@@ -93,25 +93,7 @@ static cublasStatus_t gemm_(const char *fn, cublasHandle_t h, cublasOperation_t 
 
 /* ---- level 3: GEMM and its batched forms ------------------------------- */
 
-/* cublas_api.h declares the half-precision GEMMs for C++ only (__half is
- * a class there). In C they take pointers to the incomplete struct __half,
- * the same ABI, declared here. */
-#ifndef __cplusplus
-struct __half;
-#define HALF struct __half
-cublasStatus_t cublasHgemm(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
-                           const HALF *, const HALF *, int, const HALF *, int, const HALF *,
-                           HALF *, int);
-cublasStatus_t cublasHgemmStridedBatched(cublasHandle_t, cublasOperation_t, cublasOperation_t,
-                                         int, int, int, const HALF *, const HALF *, int,
-                                         long long int, const HALF *, int, long long int,
-                                         const HALF *, HALF *, int, long long int, int);
-cublasStatus_t cublasHgemmBatched(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
-                                  int, const HALF *, const HALF *const[], int,
-                                  const HALF *const[], int, const HALF *, HALF *const[], int,
-                                  int);
-#undef HALF
-#endif
+#include "cublas_half.h"
 
 #define GEMM(name, T)                                                                    \
     cublasStatus_t name(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,    \

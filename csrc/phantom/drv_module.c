@@ -136,10 +136,7 @@ CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *num_blocks, CUfunction
     (void)dynamic_smem;
     if (!num_blocks || !function)
         return drv_error(CUDA_ERROR_INVALID_VALUE);
-    int threads = 0;
-    vgfc_device_attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, vgfc_current_device(), &threads);
-    int blocks = block_size > 0 ? threads / block_size : 0;
-    *num_blocks = blocks < 1 ? 1 : blocks > 32 ? 32 : blocks;
+    *num_blocks = vgfc_blocks_per_sm(block_size);
     return CUDA_SUCCESS;
 }
 
@@ -150,8 +147,7 @@ static CUresult launch(CUfunction function, unsigned gx, unsigned gy, unsigned g
 {
     if (!function)
         return drv_error(CUDA_ERROR_INVALID_HANDLE);
-    unsigned long long threads = (unsigned long long)bx * by * bz;
-    if (threads == 0 || threads > 1024 || gx == 0 || gy == 0 || gz == 0)
+    if (!vgfc_launch_shape_ok(gx, gy, gz, bx, by, bz))
         return drv_error(CUDA_ERROR_INVALID_VALUE);
     return CUDA_SUCCESS;
 }

@@ -21,15 +21,12 @@
 #include "rt_launch.h"
 
 /* What every launch checks: a stream that exists, a block the device can
- * run (a real launch fails with cudaErrorInvalidConfiguration otherwise,
- * and PyTorch never sends one: a failure here is a fake's bug worth
- * seeing). */
+ * run (vgfc_launch_shape_ok). */
 static cudaError_t launch(dim3 grid, dim3 block, cudaStream_t stream)
 {
     if (rt_stream_device(stream) < 0)
         return rt_error(cudaErrorInvalidResourceHandle);
-    unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
-    if (threads == 0 || threads > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0)
+    if (!vgfc_launch_shape_ok(grid.x, grid.y, grid.z, block.x, block.y, block.z))
         return rt_error(cudaErrorInvalidConfiguration);
     cudaError_t err;
     rt_capture_work(stream, cudaGraphNodeTypeKernel, NULL, NULL, &err);
@@ -155,16 +152,6 @@ cudaError_t cudaKernelSetAttributeForDevice(cudaKernel_t kernel, enum cudaFuncAt
 }
 #endif
 
-/* As many blocks as the multiprocessor's threads allow (PyTorch sizes some
- * grids by this; the answer changes launches, never allocations). */
-static int blocks_per_sm(int block_size)
-{
-    int threads = 0;
-    vgfc_device_attribute(cudaDevAttrMaxThreadsPerMultiProcessor, vgfc_current_device(), &threads);
-    int blocks = block_size > 0 ? threads / block_size : 0;
-    return blocks < 1 ? 1 : blocks > 32 ? 32 : blocks;
-}
-
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *num_blocks, const void *func, int block_size,
                                                           size_t dynamic_smem)
 {
@@ -172,7 +159,7 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *num_blocks, const
     (void)dynamic_smem;
     if (!num_blocks || !func)
         return rt_error(cudaErrorInvalidValue);
-    *num_blocks = blocks_per_sm(block_size);
+    *num_blocks = vgfc_blocks_per_sm(block_size);
     return cudaSuccess;
 }
 
@@ -184,7 +171,7 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *num_bloc
     (void)dynamic_smem, (void)flags;
     if (!num_blocks || !func)
         return rt_error(cudaErrorInvalidValue);
-    *num_blocks = blocks_per_sm(block_size);
+    *num_blocks = vgfc_blocks_per_sm(block_size);
     return cudaSuccess;
 }
 

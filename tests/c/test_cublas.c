@@ -29,20 +29,9 @@
 
 #define MiB (1ull << 20)
 
-/* cublas_api.h declares the half-precision GEMMs for C++ only. */
-struct __half;
+#include "cublas_half.h"
+
 #define HALF struct __half
-cublasStatus_t cublasHgemm(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
-                           const HALF *, const HALF *, int, const HALF *, int, const HALF *,
-                           HALF *, int);
-cublasStatus_t cublasHgemmStridedBatched(cublasHandle_t, cublasOperation_t, cublasOperation_t,
-                                         int, int, int, const HALF *, const HALF *, int,
-                                         long long int, const HALF *, int, long long int,
-                                         const HALF *, HALF *, int, long long int, int);
-cublasStatus_t cublasHgemmBatched(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
-                                  int, const HALF *, const HALF *const[], int,
-                                  const HALF *const[], int, const HALF *, HALF *const[], int,
-                                  int);
 
 #define OK CUBLAS_STATUS_SUCCESS
 #define BAD CUBLAS_STATUS_INVALID_VALUE
