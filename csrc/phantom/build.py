@@ -142,7 +142,7 @@ LIBRARIES = (
     # It sits on the fake driver, found beside it ($ORIGIN) when preloaded.
     Library(
         soname="libcudart.so.{major}",
-        sources=("rt_errors", "rt_device", "rt_memory", "rt_stream", "rt_graph", "rt_module", "rt_launch"),
+        sources=("rt_errors", "rt_device", "rt_memory", "rt_stream", "rt_graph", "rt_module", "rt_fatbin", "rt_launch"),
         steps=(Step("gen_fakecuda.py", ("runtime", "--cudart", "{cudart}", "--stubs", "{gen}/rt_stubs_gen.c",
                                         "--map", "{gen}/libcudart.map", "{objects}"),
                     compile=("rt_stubs_gen.c",)),),

@@ -19,6 +19,7 @@
 #include <stddef.h>
 
 #include "rt_launch.h"
+#include "rt_fatbin.h"
 
 /* What every launch checks: a stream that exists, a block the device can
  * run (vgfc_launch_shape_ok). */
@@ -116,18 +117,22 @@ cudaError_t cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallback_t call
 /* ---- what callers ask of a kernel before launching it ------------------ */
 
 /* One answer for every kernel: a small one that any block size fits,
- * compiled for the device's own architecture. */
+ * compiled for what its fat binary holds that the device runs
+ * (rt_fatbin.c). */
 cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *func)
 {
     RT_ENTER(cudaFuncGetAttributes);
     if (!attr || !func)
         return rt_error(cudaErrorInvalidDeviceFunction);
-    int arch = vgfc_cc_major() * 10 + vgfc_cc_minor();
+    int binary, ptx;
+    int err = rt_fatbin_versions(func, vgfc_cc_major(), vgfc_cc_minor(), &binary, &ptx);
+    if (err)
+        return rt_error(err);
     *attr = (struct cudaFuncAttributes){
         .maxThreadsPerBlock = 1024,
         .numRegs = 32,
-        .ptxVersion = arch,
-        .binaryVersion = arch,
+        .ptxVersion = ptx,
+        .binaryVersion = binary,
         .maxDynamicSharedSizeBytes = 48 << 10,
         .preferredShmemCarveout = -1,
     };

@@ -2,15 +2,15 @@
  * kernel registration), the launch configuration that nvcc's kernel stubs
  * push and pop, and driver entry points.
  *
- * Registration succeeds and keeps nothing: no kernel will run. A launch
- * (cudaLaunchKernel and the rest, all generated stubs) fails with
- * cudaErrorNotSupported and sets the last error, so PyTorch's check after
- * the launch raises a clean error.
+ * Registration keeps what each kernel was compiled for (rt_fatbin.c), for
+ * cudaFuncGetAttributes; no kernel will run (launches succeed and do
+ * nothing: rt_launch.c).
  *
  * The registration functions are private to nvcc's generated code and
  * declared in no public header; their signatures are the ones nvcc emits.
  */
 #include "rt.h"
+#include "rt_fatbin.h"
 
 #include <cuda.h>
 #include <stddef.h>
@@ -25,13 +25,14 @@ void __cudaRegisterVar(void **handle, char *host_var, char *device_address, cons
 unsigned __cudaPushCallConfiguration(dim3 grid, dim3 block, size_t shared_mem, void *stream);
 cudaError_t __cudaPopCallConfiguration(dim3 *grid, dim3 *block, size_t *shared_mem, void *stream);
 
-/* One handle for every fat binary: nothing is ever looked up in it. */
-static void *fat_binary_handle;
+/* The handle is the fat binary's record (rt_fatbin.c); without memory for
+ * one, a shared handle whose kernels answer as built for the device. */
+static void *no_record;
 
 void **__cudaRegisterFatBinary(void *fat_cubin)
 {
-    (void)fat_cubin;
-    return &fat_binary_handle;
+    rt_fatbin *fatbin = rt_fatbin_register(fat_cubin);
+    return fatbin ? (void **)fatbin : &no_record;
 }
 
 void __cudaRegisterFatBinaryEnd(void **handle)
@@ -47,8 +48,9 @@ void __cudaUnregisterFatBinary(void **handle)
 void __cudaRegisterFunction(void **handle, const char *host_fun, char *device_fun, const char *device_name,
                             int thread_limit, uint3 *tid, uint3 *bid, dim3 *block, dim3 *grid, int *wsize)
 {
-    (void)handle, (void)host_fun, (void)device_fun, (void)device_name, (void)thread_limit;
+    (void)device_fun, (void)device_name, (void)thread_limit;
     (void)tid, (void)bid, (void)block, (void)grid, (void)wsize;
+    if (handle && handle != &no_record) rt_fatbin_add_kernel((rt_fatbin *)handle, host_fun);
 }
 
 void __cudaRegisterVar(void **handle, char *host_var, char *device_address, const char *device_name,

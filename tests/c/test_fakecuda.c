@@ -1130,8 +1130,117 @@ static void test_phantom(void)
                    "VG_FAKECUDA_CONTEXT=100MiB", "--phantom-touch"), 128 + SIGSEGV);
 }
 
+/* ---- what a kernel was compiled for (rt_fatbin.c) ---------------------- */
+
+void **__cudaRegisterFatBinary(void *fat_cubin);
+void __cudaRegisterFunction(void **handle, const char *host_fun, char *device_fun, const char *device_name,
+                            int thread_limit, uint3 *tid, uint3 *bid, dim3 *block, dim3 *grid, int *wsize);
+
+/* A fat binary as nvcc lays it out: a 16-byte header, then per entry a
+ * 64-byte header (kind, header size, payload size, arch at byte 28) and an
+ * 8-byte payload. */
+typedef struct {
+    uint32_t magic, version;
+    const unsigned char *data;
+    const void *unused;
+} test_wrapper;
+
+static size_t make_fatbin(unsigned char *buf, const uint16_t *kinds, const uint32_t *archs, int n)
+{
+    memset(buf, 0, 16 + (size_t)n * 72);
+    uint32_t magic = 0xBA55ED50u;
+    uint16_t header = 16;
+    uint64_t size = (uint64_t)n * 72;
+    memcpy(buf, &magic, 4);
+    memcpy(buf + 6, &header, 2);
+    memcpy(buf + 8, &size, 8);
+    for (int i = 0; i < n; i++) {
+        unsigned char *e = buf + 16 + (size_t)i * 72;
+        uint32_t entry_header = 64;
+        uint64_t payload = 8;
+        memcpy(e, &kinds[i], 2);
+        memcpy(e + 4, &entry_header, 4);
+        memcpy(e + 8, &payload, 8);
+        memcpy(e + 28, &archs[i], 4);
+    }
+    return 16 + (size_t)n * 72;
+}
+
+static void register_kernel(const unsigned char *fatbin, const void *stub)
+{
+    static test_wrapper wrappers[8];
+    static int used;
+    test_wrapper *w = &wrappers[used++];
+    *w = (test_wrapper){0x466243b1u, 1, fatbin, NULL};
+    void **handle = __cudaRegisterFatBinary(w);
+    __cudaRegisterFunction(handle, stub, (char *)"k", "k", -1, NULL, NULL, NULL, NULL, NULL);
+}
+
+/* Kernels compiled for: sm_75, sm_86, sm_90 (stub_90); sm_75 and sm_86
+ * only (stub_none); sm_80 and compute_80 PTX (stub_ptx); a damaged fat
+ * binary whose entry claims more than it holds (stub_damaged). */
+static const char stub_90, stub_none, stub_ptx, stub_damaged, stub_unknown;
+
+static void register_test_kernels(void)
+{
+    static unsigned char with_90[16 + 3 * 72], without[16 + 2 * 72], ptx[16 + 2 * 72], damaged[16 + 72];
+    make_fatbin(with_90, (uint16_t[]){2, 2, 2}, (uint32_t[]){75, 86, 90}, 3);
+    make_fatbin(without, (uint16_t[]){2, 2}, (uint32_t[]){75, 86}, 2);
+    make_fatbin(ptx, (uint16_t[]){2, 1}, (uint32_t[]){80, 80}, 2);
+    make_fatbin(damaged, (uint16_t[]){2}, (uint32_t[]){90}, 1);
+    uint64_t huge = UINT64_MAX;
+    memcpy(damaged + 16 + 8, &huge, 8);
+    register_kernel(with_90, &stub_90);
+    register_kernel(without, &stub_none);
+    register_kernel(ptx, &stub_ptx);
+    register_kernel(damaged, &stub_damaged);
+}
+
+/* Run with VG_FAKECUDA_CC set: exits with the binaryVersion of stub_90
+ * (or stub_ptx), 255 when there is no image. */
+static int arch_child(int which)
+{
+    register_test_kernels();
+    struct cudaFuncAttributes attr;
+    const void *stub = which ? (const void *)&stub_ptx : (const void *)&stub_90;
+    if (cudaFuncGetAttributes(&attr, stub) != cudaSuccess)
+        return 255;
+    return attr.binaryVersion;
+}
+
+static void test_kernel_architectures(void)
+{
+    /* PyTorch's wheels carry SASS for some architectures and no PTX. On the
+     * default 9.0, sm_90 code reports 90; a kernel with no code a 9.0 runs
+     * has no image, as on a card; compute_80 PTX is compiled for 9.0. */
+    register_test_kernels();
+    struct cudaFuncAttributes attr;
+    CHECK_EQ(cudaFuncGetAttributes(&attr, &stub_90), cudaSuccess);
+    CHECK_EQ(attr.binaryVersion, 90);
+    CHECK_EQ(attr.ptxVersion, 90);
+    CHECK_EQ(cudaFuncGetAttributes(&attr, &stub_none), cudaErrorNoKernelImageForDevice);
+    CHECK_EQ(cudaGetLastError(), cudaErrorNoKernelImageForDevice);
+    CHECK_EQ(cudaFuncGetAttributes(&attr, &stub_ptx), cudaSuccess);
+    CHECK_EQ(attr.binaryVersion, 90);
+    CHECK_EQ(attr.ptxVersion, 80);
+    CHECK_EQ(cudaFuncGetAttributes(&attr, &stub_damaged), cudaSuccess); /* nothing read: the device's own */
+    CHECK_EQ(attr.binaryVersion, 90);
+    CHECK_EQ(cudaFuncGetAttributes(&attr, &stub_unknown), cudaSuccess); /* never registered: likewise */
+    CHECK_EQ(attr.binaryVersion, 90);
+    /* An L4 (8.9) runs the sm_86 code, a T4 (7.5) the sm_75, a 7.0 card
+     * none of it; an 8.6 runs sm_80 code rather than compiling the PTX. */
+    CHECK_EQ(rerun("VG_FAKECUDA_CC=8.9", "--arch-child"), 86);
+    CHECK_EQ(rerun("VG_FAKECUDA_CC=7.5", "--arch-child"), 75);
+    CHECK_EQ(rerun("VG_FAKECUDA_CC=7.0", "--arch-child"), 255);
+    CHECK_EQ(rerun("VG_FAKECUDA_CC=8.6", "--arch-child-ptx"), 80);
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--arch-child") == 0)
+        return arch_child(0);
+    if (argc > 1 && strcmp(argv[1], "--arch-child-ptx") == 0)
+        return arch_child(1);
     if (argc > 1 && strcmp(argv[1], "--env-child") == 0)
         return env_child();
     if (argc > 1 && strcmp(argv[1], "--phantom-stub") == 0)
@@ -1143,6 +1252,7 @@ int main(int argc, char **argv)
     setenv("VG_FAKECUDA_MEM", "1GiB,512MiB", 1);
     static const harness_test tests[] = {
         {"devices", test_devices},
+        {"kernel_architectures", test_kernel_architectures},
         {"malloc_to_capacity", test_malloc_to_capacity},
         {"capacity_knob", test_capacity_knob},
         {"fail_malloc", test_fail_malloc},
