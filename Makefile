@@ -138,6 +138,11 @@ BASE ?= origin/main
 bench-compare:
 	bench/compare.sh $(BASE)
 
+# The same for bench-oom: ROUNDS runs of each build, alternating.
+ROUNDS ?= 9
+bench-oom-compare:
+	bench/compare_oom.sh $(BASE) $(ROUNDS) $(OOM_ARGS)
+
 # The Python side: a virtual environment with the package built
 # warnings-as-errors, then pytest (whose exit code 5, "no tests ran", fails
 # the target too).
