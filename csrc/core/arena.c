@@ -76,18 +76,23 @@ static inline void whole_pages(const vg_heap *h, const vg_segment *seg, uintptr_
     *end = (addr - seg->addr + size) >> h->page_shift;
 }
 
-static inline bool page_mapped(const vg_range *r, size_t i)
+/* Bits [lo, hi) of a word, 0 <= lo < hi <= 64. */
+static inline uint64_t word_mask(size_t lo, size_t hi)
 {
-    return i / 64 < r->words && (r->pages[i / 64] >> (i % 64) & 1u);
+    return (hi == 64 ? ~(uint64_t)0 : (((uint64_t)1 << hi) - 1)) & ~(((uint64_t)1 << lo) - 1);
 }
 
-/* Set or clear bits [first, end): the caller has grown the map to `end`. */
+/* Set or clear bits [first, end): the caller has grown the map to `end`.
+ * A word at a time: an unmap under pressure covers hundreds of pages. */
 static void mark_pages(vg_range *r, size_t first, size_t end, bool mapped)
 {
-    for (size_t i = first; i < end; i++) {
-        uint64_t bit = (uint64_t)1 << (i % 64);
-        if (mapped) r->pages[i / 64] |= bit;
-        else r->pages[i / 64] &= ~bit;
+    size_t i = first;
+    while (i < end) {
+        size_t w = i / 64, hi = end - w * 64 < 64 ? end - w * 64 : 64;
+        uint64_t mask = word_mask(i % 64, hi);
+        if (mapped) r->pages[w] |= mask;
+        else r->pages[w] &= ~mask;
+        i = w * 64 + hi;
     }
 }
 
@@ -99,12 +104,32 @@ static size_t missing_pages(const vg_range *r, size_t first, size_t end)
     while (i < end) {
         size_t w = i / 64;
         if (w >= r->words) return missing + (end - i);
-        size_t lo = i % 64, hi = end - w * 64 < 64 ? end - w * 64 : 64;
-        uint64_t mask = (hi == 64 ? ~(uint64_t)0 : (((uint64_t)1 << hi) - 1)) & ~(((uint64_t)1 << lo) - 1);
-        missing += (size_t)__builtin_popcountll(~r->pages[w] & mask);
+        size_t hi = end - w * 64 < 64 ? end - w * 64 : 64;
+        missing += (size_t)__builtin_popcountll(~r->pages[w] & word_mask(i % 64, hi));
         i = w * 64 + hi;
     }
     return missing;
+}
+
+/* The first page in [i, end) that is mapped (`mapped`) or not, else end:
+ * a word at a time, since a range's unmapped tail runs to four times the
+ * device, the stats walk every free block under the heap lock, and the
+ * ladder's unmapping walks the free blocks of every range. Pages past the
+ * bitmap are unmapped. */
+static size_t next_page(const vg_range *r, size_t i, size_t end, bool mapped)
+{
+    size_t limit = end < r->words * 64 ? end : r->words * 64;
+    while (i < limit) {
+        uint64_t bits = mapped ? r->pages[i / 64] : ~r->pages[i / 64];
+        bits &= ~(uint64_t)0 << (i % 64);
+        if (bits) {
+            size_t found = (i & ~(size_t)63) + (size_t)__builtin_ctzll(bits);
+            return found < limit ? found : end;
+        }
+        i = (i | 63) + 1;
+    }
+    /* i is end, or the bitmap's end, past which no page is mapped */
+    return mapped || i >= end ? end : i;
 }
 
 /* Whether every page of [first, end) is mapped: what the hot path asks of
@@ -159,14 +184,9 @@ static int map_pages(vg_heap *h, vg_segment *seg, size_t first, size_t end)
 {
     vg_range *r = seg->range;
     if (grow_pages(r, end) != VG_OK) return VG_ERR_NOMEM;
-    size_t i = first;
+    size_t i = next_page(r, first, end, false);
     while (i < end) {
-        if (page_mapped(r, i)) {
-            i++;
-            continue;
-        }
-        size_t run = i;
-        while (run < end && !page_mapped(r, run)) run++;
+        size_t run = next_page(r, i, end, true);
         size_t bytes = (run - i) << h->page_shift;
         int rc = h->dev->ops->map(h->dev, seg->addr + (i << h->page_shift), bytes);
         if (rc != VG_OK) return rc;
@@ -176,7 +196,7 @@ static int map_pages(vg_heap *h, vg_segment *seg, size_t first, size_t end)
         h->stats.num_maps++;
         h->stats.num_mapped_pages += run - i;
         VG_HISTORY(h, VG_EV_MAP, seg->addr + (i << h->page_shift), bytes, 0, seg->stream->key);
-        i = run;
+        i = next_page(r, run, end, false);
     }
     return VG_OK;
 }
@@ -188,17 +208,13 @@ static size_t unmap_pages(vg_heap *h, vg_segment *seg, size_t first, size_t end,
                           uint64_t *counter)
 {
     vg_range *r = seg->range;
-    size_t done = 0, i = first;
+    size_t done = 0;
     if (end > r->words * 64) end = r->words * 64;
+    size_t i = next_page(r, first, end, true);
     while (i < end && done < budget) {
-        if (!page_mapped(r, i)) {
-            i++;
-            continue;
-        }
-        size_t left = budget - done, run = i;
-        size_t cap = i + (left >> h->page_shift) + ((left & (page_size(h) - 1)) != 0);
-        if (cap < i) cap = end; /* no limit worth the name */
-        while (run < end && run < cap && page_mapped(r, run)) run++;
+        size_t left = budget - done;
+        size_t pages = (left >> h->page_shift) + ((left & (page_size(h) - 1)) != 0);
+        size_t run = next_page(r, i, pages < end - i ? i + pages : end, false);
         size_t bytes = (run - i) << h->page_shift;
         int rc = h->dev->ops->unmap(h->dev, seg->addr + (i << h->page_shift), bytes);
         if (rc == VG_ERR_BUSY) {
@@ -219,7 +235,7 @@ static size_t unmap_pages(vg_heap *h, vg_segment *seg, size_t first, size_t end,
         VG_HISTORY(h, VG_EV_UNMAP, seg->addr + (i << h->page_shift), bytes, 0, seg->stream->key);
         if (counter) (*counter)++;
         done += bytes;
-        i = run;
+        i = next_page(r, run, end, true);
     }
     return done;
 }
@@ -286,15 +302,11 @@ void vg__arena_release_range(vg_heap *h, vg_segment *seg)
 void vg__arena_destroy_range(vg_heap *h, vg_segment *seg)
 {
     vg_range *r = seg->range;
-    for (size_t i = 0; i < r->words * 64;) {
-        if (!page_mapped(r, i)) {
-            i++;
-            continue;
-        }
-        size_t run = i;
-        while (run < r->words * 64 && page_mapped(r, run)) run++;
+    size_t end = r->words * 64;
+    for (size_t i = next_page(r, 0, end, true); i < end;) {
+        size_t run = next_page(r, i, end, false);
         h->dev->ops->unmap(h->dev, seg->addr + (i << h->page_shift), (run - i) << h->page_shift);
-        i = run;
+        i = next_page(r, run, end, true);
     }
     h->dev->ops->range_release(h->dev, seg->addr, seg->size);
     free(r->pages);
@@ -543,26 +555,6 @@ bool vg__arena_find_block(vg_heap *h, vg_request *r)
 /* ------------------------------------------------------------------ */
 /* Reports                                                             */
 /* ------------------------------------------------------------------ */
-
-/* The first page in [i, end) that is mapped (`mapped`) or not, else end:
- * a word at a time, since a range's unmapped tail runs to four times the
- * device and this runs under the heap lock for every stats call. Pages
- * past the bitmap are unmapped. */
-static size_t next_page(const vg_range *r, size_t i, size_t end, bool mapped)
-{
-    size_t limit = end < r->words * 64 ? end : r->words * 64;
-    while (i < limit) {
-        uint64_t bits = mapped ? r->pages[i / 64] : ~r->pages[i / 64];
-        bits &= ~(uint64_t)0 << (i % 64);
-        if (bits) {
-            size_t found = (i & ~(size_t)63) + (size_t)__builtin_ctzll(bits);
-            return found < limit ? found : end;
-        }
-        i = (i | 63) + 1;
-    }
-    /* i is end, or the bitmap's end, past which no page is mapped */
-    return mapped || i >= end ? end : i;
-}
 
 /* The stretches of a free block whose pages are all mapped: each is one
  * piece of cached memory. Returns how many; *longest, the longest. */
