@@ -14,7 +14,9 @@
  *   when none of the stream's ranges can hold the request); map, else
  *   unmap the requesting stream's free pages and retry, else synchronize,
  *   unmap every free page and retry, else OOM. Counted as the segments'
- *   ladder counts its steps, in the same counters.
+ *   ladder counts its steps, in the same counters. When the budget refused
+ *   and its arithmetic shows that no step can succeed, the OOM comes at
+ *   once (num_oom_fast_fails): no synchronize, no unmap.
  * - Unmapping: only pages wholly inside free blocks (a pending block's
  *   may still be in use by another stream), only under pressure (the
  *   ladder, the gc threshold, empty_cache, a lower budget), never while
@@ -437,7 +439,8 @@ static void spare_for(vg_heap *h, vg_request *r, spared *keep)
 /* Unmap free pages of `only` (all streams: NULL), up to `target` bytes,
  * then release the ranges left empty. Synchronizes first, once, and only
  * if there is something to unmap, or always with `must_sync` (the ladder's
- * last step, which waits for deferred frees too). The request's fit is
+ * last step, which waits for deferred frees too, and the stream's step
+ * when the ladder's own walk has found pages to unmap). The request's fit is
  * spared: it is looked for after the synchronize, which may have finished
  * deferred frees. */
 static size_t unmap_for(vg_heap *h, vg_request *r, const vg_stream_state *only, size_t target,
@@ -535,12 +538,71 @@ static size_t stream_target(const vg_heap *h, const vg_request *r)
     return reserved + r->missing > limit ? reserved + r->missing - limit : 0;
 }
 
+/* The mapped pages the ladder could unmap for `r` now: wholly inside free
+ * blocks, the request's own fit spared; of every stream, and of its own.
+ * One walk over the blocks, as the stream step's look before it
+ * synchronizes would make. */
+typedef struct unmappable {
+    size_t all, own;
+} unmappable;
+
+static unmappable count_unmappable(vg_heap *h, vg_request *r)
+{
+    unmappable u = {0, 0};
+    if (h->keep_segments) return u;
+    spared keep;
+    spare_for(h, r, &keep);
+    unmap_scope sc = {NULL, &keep, UINT64_MAX, false};
+    for (vg_segment *seg = h->segments; seg; seg = seg->next) {
+        size_t bytes = unmap_free_pages(h, seg, &sc, SIZE_MAX, NULL, true);
+        u.all += bytes;
+        if (seg->stream == r->stream) u.own += bytes;
+    }
+    return u;
+}
+
+/* The budget refused the request's pages: can any step of the ladder make
+ * room? Whatever it does, the request's block and every live block must
+ * be mapped, so when their bytes alone pass the ceiling nothing can
+ * (a bound that needs no walk). Else, with no deferred free waiting (a
+ * synchronize could finish one, freeing its pages), the steps can at most
+ * unmap every unmappable page, the fit's spared, and the fit then needs
+ * its missing pages: when that passes the ceiling too, no step can
+ * succeed, and the ladder would only synchronize twice and unmap the
+ * whole cache to answer the same OOM (which a later request would map
+ * again). The arithmetic is the one place() makes after those steps, on
+ * the heap as it is now, the lock held; only the device waits, which let
+ * other threads free meanwhile, are saved. */
+static bool no_step_can_fit(vg_heap *h, vg_request *r, unmappable *u)
+{
+    size_t ceiling = vg__ceiling(h);
+    size_t live = (size_t)h->stats.allocated_bytes[VG_STAT_ALL].current;
+    if (r->rounded > ceiling || live > ceiling - r->rounded) return true;
+    *u = count_unmappable(h, r);
+    if (h->pending) return false;
+    size_t kept = vg__reserved(h) - u->all; /* mapped after every unmap */
+    return kept > ceiling || r->missing > ceiling - kept;
+}
+
 bool vg__arena_find_block(vg_heap *h, vg_request *r)
 {
     if (place(h, r, true)) return true;
     if (stopped(h)) return false;
     size_t want = stream_target(h, r);
-    if (want && unmap_for(h, r, r->stream, want, &h->stats.num_stream_releases, false)) {
+    /* Under the budget: fail at once when no step can succeed, and skip
+     * the stream's step when it has nothing to unmap (what its own look
+     * would find, with the walk already made). A stale refusal (a capture
+     * refused the last batch) skips it as before. */
+    unmappable u = {SIZE_MAX, SIZE_MAX};
+    if (r->budget_refused && h->budget) {
+        if (no_step_can_fit(h, r, &u)) {
+            h->stats.num_oom_fast_fails++;
+            return false;
+        }
+        if (!u.own || h->unmap_refused) want = 0;
+    }
+    bool known = u.own != SIZE_MAX; /* the walk found some: no second look */
+    if (want && unmap_for(h, r, r->stream, want, &h->stats.num_stream_releases, known)) {
         h->stats.num_alloc_retries++;
         if (place(h, r, false)) return true;
     }
