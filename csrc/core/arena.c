@@ -15,8 +15,9 @@
  *   unmap the requesting stream's free pages and retry, else synchronize,
  *   unmap every free page and retry, else OOM. Counted as the segments'
  *   ladder counts its steps, in the same counters. When the budget refused
- *   and its arithmetic shows that no step can succeed, the OOM comes at
- *   once (num_oom_fast_fails): no synchronize, no unmap.
+ *   and its arithmetic shows that no step can succeed, the ladder goes
+ *   straight to its last step's unmapping (one synchronize, not two, and
+ *   no retry) and the OOM (num_oom_fast_fails).
  * - Unmapping: only pages wholly inside free blocks (a pending block's
  *   may still be in use by another stream), only under pressure (the
  *   ladder, the gc threshold, empty_cache, a lower budget), never while
@@ -568,11 +569,11 @@ static unmappable count_unmappable(vg_heap *h, vg_request *r)
  * synchronize could finish one, freeing its pages), the steps can at most
  * unmap every unmappable page, the fit's spared, and the fit then needs
  * its missing pages: when that passes the ceiling too, no step can
- * succeed, and the ladder would only synchronize twice and unmap the
- * whole cache to answer the same OOM (which a later request would map
- * again). The arithmetic is the one place() makes after those steps, on
- * the heap as it is now, the lock held; only the device waits, which let
- * other threads free meanwhile, are saved. */
+ * succeed, and the ladder would synchronize twice, unmap in two batches
+ * and retry twice to reach the same OOM. The arithmetic is the one
+ * place() makes after those steps, on the heap as it is now, the lock
+ * held; only the first step's device wait, during which other threads
+ * could free memory, is saved. */
 static bool no_step_can_fit(vg_heap *h, vg_request *r, unmappable *u)
 {
     size_t ceiling = vg__ceiling(h);
@@ -596,7 +597,14 @@ bool vg__arena_find_block(vg_heap *h, vg_request *r)
     unmappable u = {SIZE_MAX, SIZE_MAX};
     if (r->budget_refused && h->budget) {
         if (no_step_can_fit(h, r, &u)) {
+            /* Leave the heap as the ladder's last step would have: every
+             * free page unmapped (the fit's spared) and the empty ranges
+             * released, after one synchronize (always when a deferred free
+             * waits, which it finishes), so that the OOM's report and
+             * what the caller sees after it are the same; the first
+             * step's synchronize and unmaps, and both retries, are saved. */
             h->stats.num_oom_fast_fails++;
+            unmap_for(h, r, NULL, SIZE_MAX, &h->stats.num_sync_releases, h->pending != NULL);
             return false;
         }
         if (!u.own || h->unmap_refused) want = 0;

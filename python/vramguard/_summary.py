@@ -32,7 +32,7 @@ _POLICY = [
     ("device refusals", "num_device_alloc_failed"),
     ("alloc retries", "num_alloc_retries"),
     ("OOMs", "num_ooms"),
-    # of them, the arena's answered before any unmap: no step could have fit
+    # of them, the arena's that skipped the ladder: no step could have fit
     ("at once", "num_oom_fast_fails"),
     ("device errors", "num_device_errors"),
     ("budget refusals", "num_budget_refusals"),
