@@ -25,7 +25,7 @@ INC = -Iinclude -Icsrc/core
 HDRS = $(wildcard include/vramguard/*.h csrc/*/*.h) tests/c/harness.h tests/c/fake_cudart.h
 BUILD = build/c
 
-.PHONY: all test-c test-c-san test-c-tsan bench bench-compare check pytest clean fuzz test
+.PHONY: all test-c test-c-san test-c-tsan bench bench-compare bench-oom bench-oom-compare check pytest clean fuzz test
 C_TESTS = test_core test_hostile test_devices test_cuda test_hook test_threads test_expandable test_report test_arena test_pools
 all: $(C_TESTS:%=$(BUILD)/%)
 
@@ -92,6 +92,12 @@ $(BUILD)/bench_hot_path: $(LIB_SRC) bench/bench_hot_path.c $(HDRS)
 	@mkdir -p $(@D)
 	$(CC) -O2 -DNDEBUG $(CWARN) $(INC) -o $@ $(LIB_SRC) bench/bench_hot_path.c $(LIBS)
 
+# The out-of-memory path under pressure: N threads under a budget, both
+# policies in one run (bench/bench_oom.c says what it reports).
+$(BUILD)/bench_oom: $(LIB_SRC) bench/bench_oom.c $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) -O2 -g -DNDEBUG $(CWARN) $(INC) -o $@ $(LIB_SRC) bench/bench_oom.c $(LIBS)
+
 test-c: $(C_TESTS:%=$(BUILD)/%)
 	set -e; for t in $(C_TESTS); do $(BUILD)/$$t; done
 
@@ -121,11 +127,21 @@ test-c-tsan: $(C_TESTS:%=$(BUILD)/%_tsan)
 bench: $(BUILD)/bench_hot_path
 	$(BUILD)/bench_hot_path
 
+# OOM_ARGS, e.g. "--threads 6 --budget 2 --repeats 5" (the defaults).
+OOM_ARGS ?=
+bench-oom: $(BUILD)/bench_oom
+	$(BUILD)/bench_oom $(OOM_ARGS)
+
 # This tree's hot path against a baseline commit (BASE, default origin/main),
 # both built from this tree's bench driver and run alternately.
 BASE ?= origin/main
 bench-compare:
 	bench/compare.sh $(BASE)
+
+# The same for bench-oom: ROUNDS runs of each build, alternating.
+ROUNDS ?= 9
+bench-oom-compare:
+	bench/compare_oom.sh $(BASE) $(ROUNDS) $(OOM_ARGS)
 
 # The Python side: a virtual environment with the package built
 # warnings-as-errors, then pytest (whose exit code 5, "no tests ran", fails

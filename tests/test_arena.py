@@ -130,6 +130,23 @@ def test_oom_speaks_of_the_arena():
     h.check()
 
 
+def test_an_oom_no_step_can_fit_comes_at_once():
+    # 6 MiB live and 3 MiB asked pass the 8 MiB budget: straight to the last
+    # step's unmapping (none: the cached page is the fit's), no retry
+    h = Heap(GiB, budget=8 * MiB, policy="arena")
+    a = h.malloc(6 * MiB)
+    h.free(h.malloc(MiB + 512))
+    with pytest.raises(MemoryError):
+        h.malloc(3 * MiB)
+    s = h.stats()
+    assert s["num_ooms"] == 1 and s["num_oom_fast_fails"] == 1
+    assert s["num_unmap_syncs"] == 0 and s["num_unmaps"] == 0 and s["num_alloc_retries"] == 0
+    assert s["reserved_bytes.all.current"] == 8 * MiB
+    assert "OOMs 1, at once 1" in vramguard.format_summary(s)
+    h.free(a)
+    h.check()
+
+
 def test_oom_report_counts_an_idle_ranges_mapped_bytes_only():
     # a device heap, as the installed allocator has: simulated devices are
     # set before first use, so in a fresh interpreter

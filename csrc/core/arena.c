@@ -14,7 +14,10 @@
  *   when none of the stream's ranges can hold the request); map, else
  *   unmap the requesting stream's free pages and retry, else synchronize,
  *   unmap every free page and retry, else OOM. Counted as the segments'
- *   ladder counts its steps, in the same counters.
+ *   ladder counts its steps, in the same counters. When the budget refused
+ *   and its arithmetic shows that no step can succeed, the ladder goes
+ *   straight to its last step's unmapping (one synchronize, not two, and
+ *   no retry) and the OOM (num_oom_fast_fails).
  * - Unmapping: only pages wholly inside free blocks (a pending block's
  *   may still be in use by another stream), only under pressure (the
  *   ladder, the gc threshold, empty_cache, a lower budget), never while
@@ -76,18 +79,23 @@ static inline void whole_pages(const vg_heap *h, const vg_segment *seg, uintptr_
     *end = (addr - seg->addr + size) >> h->page_shift;
 }
 
-static inline bool page_mapped(const vg_range *r, size_t i)
+/* Bits [lo, hi) of a word, 0 <= lo < hi <= 64. */
+static inline uint64_t word_mask(size_t lo, size_t hi)
 {
-    return i / 64 < r->words && (r->pages[i / 64] >> (i % 64) & 1u);
+    return (hi == 64 ? ~(uint64_t)0 : (((uint64_t)1 << hi) - 1)) & ~(((uint64_t)1 << lo) - 1);
 }
 
-/* Set or clear bits [first, end): the caller has grown the map to `end`. */
+/* Set or clear bits [first, end): the caller has grown the map to `end`.
+ * A word at a time: an unmap under pressure covers hundreds of pages. */
 static void mark_pages(vg_range *r, size_t first, size_t end, bool mapped)
 {
-    for (size_t i = first; i < end; i++) {
-        uint64_t bit = (uint64_t)1 << (i % 64);
-        if (mapped) r->pages[i / 64] |= bit;
-        else r->pages[i / 64] &= ~bit;
+    size_t i = first;
+    while (i < end) {
+        size_t w = i / 64, hi = end - w * 64 < 64 ? end - w * 64 : 64;
+        uint64_t mask = word_mask(i % 64, hi);
+        if (mapped) r->pages[w] |= mask;
+        else r->pages[w] &= ~mask;
+        i = w * 64 + hi;
     }
 }
 
@@ -99,12 +107,32 @@ static size_t missing_pages(const vg_range *r, size_t first, size_t end)
     while (i < end) {
         size_t w = i / 64;
         if (w >= r->words) return missing + (end - i);
-        size_t lo = i % 64, hi = end - w * 64 < 64 ? end - w * 64 : 64;
-        uint64_t mask = (hi == 64 ? ~(uint64_t)0 : (((uint64_t)1 << hi) - 1)) & ~(((uint64_t)1 << lo) - 1);
-        missing += (size_t)__builtin_popcountll(~r->pages[w] & mask);
+        size_t hi = end - w * 64 < 64 ? end - w * 64 : 64;
+        missing += (size_t)__builtin_popcountll(~r->pages[w] & word_mask(i % 64, hi));
         i = w * 64 + hi;
     }
     return missing;
+}
+
+/* The first page in [i, end) that is mapped (`mapped`) or not, else end:
+ * a word at a time, since a range's unmapped tail runs to four times the
+ * device, the stats walk every free block under the heap lock, and the
+ * ladder's unmapping walks the free blocks of every range. Pages past the
+ * bitmap are unmapped. */
+static size_t next_page(const vg_range *r, size_t i, size_t end, bool mapped)
+{
+    size_t limit = end < r->words * 64 ? end : r->words * 64;
+    while (i < limit) {
+        uint64_t bits = mapped ? r->pages[i / 64] : ~r->pages[i / 64];
+        bits &= ~(uint64_t)0 << (i % 64);
+        if (bits) {
+            size_t found = (i & ~(size_t)63) + (size_t)__builtin_ctzll(bits);
+            return found < limit ? found : end;
+        }
+        i = (i | 63) + 1;
+    }
+    /* i is end, or the bitmap's end, past which no page is mapped */
+    return mapped || i >= end ? end : i;
 }
 
 /* Whether every page of [first, end) is mapped: what the hot path asks of
@@ -159,14 +187,9 @@ static int map_pages(vg_heap *h, vg_segment *seg, size_t first, size_t end)
 {
     vg_range *r = seg->range;
     if (grow_pages(r, end) != VG_OK) return VG_ERR_NOMEM;
-    size_t i = first;
+    size_t i = next_page(r, first, end, false);
     while (i < end) {
-        if (page_mapped(r, i)) {
-            i++;
-            continue;
-        }
-        size_t run = i;
-        while (run < end && !page_mapped(r, run)) run++;
+        size_t run = next_page(r, i, end, true);
         size_t bytes = (run - i) << h->page_shift;
         int rc = h->dev->ops->map(h->dev, seg->addr + (i << h->page_shift), bytes);
         if (rc != VG_OK) return rc;
@@ -176,7 +199,7 @@ static int map_pages(vg_heap *h, vg_segment *seg, size_t first, size_t end)
         h->stats.num_maps++;
         h->stats.num_mapped_pages += run - i;
         VG_HISTORY(h, VG_EV_MAP, seg->addr + (i << h->page_shift), bytes, 0, seg->stream->key);
-        i = run;
+        i = next_page(r, run, end, false);
     }
     return VG_OK;
 }
@@ -188,17 +211,13 @@ static size_t unmap_pages(vg_heap *h, vg_segment *seg, size_t first, size_t end,
                           uint64_t *counter)
 {
     vg_range *r = seg->range;
-    size_t done = 0, i = first;
+    size_t done = 0;
     if (end > r->words * 64) end = r->words * 64;
+    size_t i = next_page(r, first, end, true);
     while (i < end && done < budget) {
-        if (!page_mapped(r, i)) {
-            i++;
-            continue;
-        }
-        size_t left = budget - done, run = i;
-        size_t cap = i + (left >> h->page_shift) + ((left & (page_size(h) - 1)) != 0);
-        if (cap < i) cap = end; /* no limit worth the name */
-        while (run < end && run < cap && page_mapped(r, run)) run++;
+        size_t left = budget - done;
+        size_t pages = (left >> h->page_shift) + ((left & (page_size(h) - 1)) != 0);
+        size_t run = next_page(r, i, pages < end - i ? i + pages : end, false);
         size_t bytes = (run - i) << h->page_shift;
         int rc = h->dev->ops->unmap(h->dev, seg->addr + (i << h->page_shift), bytes);
         if (rc == VG_ERR_BUSY) {
@@ -219,7 +238,7 @@ static size_t unmap_pages(vg_heap *h, vg_segment *seg, size_t first, size_t end,
         VG_HISTORY(h, VG_EV_UNMAP, seg->addr + (i << h->page_shift), bytes, 0, seg->stream->key);
         if (counter) (*counter)++;
         done += bytes;
-        i = run;
+        i = next_page(r, run, end, true);
     }
     return done;
 }
@@ -286,15 +305,11 @@ void vg__arena_release_range(vg_heap *h, vg_segment *seg)
 void vg__arena_destroy_range(vg_heap *h, vg_segment *seg)
 {
     vg_range *r = seg->range;
-    for (size_t i = 0; i < r->words * 64;) {
-        if (!page_mapped(r, i)) {
-            i++;
-            continue;
-        }
-        size_t run = i;
-        while (run < r->words * 64 && page_mapped(r, run)) run++;
+    size_t end = r->words * 64;
+    for (size_t i = next_page(r, 0, end, true); i < end;) {
+        size_t run = next_page(r, i, end, false);
         h->dev->ops->unmap(h->dev, seg->addr + (i << h->page_shift), (run - i) << h->page_shift);
-        i = run;
+        i = next_page(r, run, end, true);
     }
     h->dev->ops->range_release(h->dev, seg->addr, seg->size);
     free(r->pages);
@@ -425,7 +440,8 @@ static void spare_for(vg_heap *h, vg_request *r, spared *keep)
 /* Unmap free pages of `only` (all streams: NULL), up to `target` bytes,
  * then release the ranges left empty. Synchronizes first, once, and only
  * if there is something to unmap, or always with `must_sync` (the ladder's
- * last step, which waits for deferred frees too). The request's fit is
+ * last step, which waits for deferred frees too, and the stream's step
+ * when the ladder's own walk has found pages to unmap). The request's fit is
  * spared: it is looked for after the synchronize, which may have finished
  * deferred frees. */
 static size_t unmap_for(vg_heap *h, vg_request *r, const vg_stream_state *only, size_t target,
@@ -523,12 +539,78 @@ static size_t stream_target(const vg_heap *h, const vg_request *r)
     return reserved + r->missing > limit ? reserved + r->missing - limit : 0;
 }
 
+/* The mapped pages the ladder could unmap for `r` now: wholly inside free
+ * blocks, the request's own fit spared; of every stream, and of its own.
+ * One walk over the blocks, as the stream step's look before it
+ * synchronizes would make. */
+typedef struct unmappable {
+    size_t all, own;
+} unmappable;
+
+static unmappable count_unmappable(vg_heap *h, vg_request *r)
+{
+    unmappable u = {0, 0};
+    if (h->keep_segments) return u;
+    spared keep;
+    spare_for(h, r, &keep);
+    unmap_scope sc = {NULL, &keep, UINT64_MAX, false};
+    for (vg_segment *seg = h->segments; seg; seg = seg->next) {
+        size_t bytes = unmap_free_pages(h, seg, &sc, SIZE_MAX, NULL, true);
+        u.all += bytes;
+        if (seg->stream == r->stream) u.own += bytes;
+    }
+    return u;
+}
+
+/* The budget refused the request's pages: can any step of the ladder make
+ * room? Whatever it does, the request's block and every live block must
+ * be mapped, so when their bytes alone pass the ceiling nothing can
+ * (a bound that needs no walk). Else, with no deferred free waiting (a
+ * synchronize could finish one, freeing its pages), the steps can at most
+ * unmap every unmappable page, the fit's spared, and the fit then needs
+ * its missing pages: when that passes the ceiling too, no step can
+ * succeed, and the ladder would synchronize twice, unmap in two batches
+ * and retry twice to reach the same OOM. The arithmetic is the one
+ * place() makes after those steps, on the heap as it is now, the lock
+ * held; only the first step's device wait, during which other threads
+ * could free memory, is saved. */
+static bool no_step_can_fit(vg_heap *h, vg_request *r, unmappable *u)
+{
+    size_t ceiling = vg__ceiling(h);
+    size_t live = (size_t)h->stats.allocated_bytes[VG_STAT_ALL].current;
+    if (r->rounded > ceiling || live > ceiling - r->rounded) return true;
+    *u = count_unmappable(h, r);
+    if (h->pending) return false;
+    size_t kept = vg__reserved(h) - u->all; /* mapped after every unmap */
+    return kept > ceiling || r->missing > ceiling - kept;
+}
+
 bool vg__arena_find_block(vg_heap *h, vg_request *r)
 {
     if (place(h, r, true)) return true;
     if (stopped(h)) return false;
     size_t want = stream_target(h, r);
-    if (want && unmap_for(h, r, r->stream, want, &h->stats.num_stream_releases, false)) {
+    /* Under the budget: fail at once when no step can succeed, and skip
+     * the stream's step when it has nothing to unmap (what its own look
+     * would find, with the walk already made). A stale refusal (a capture
+     * refused the last batch) skips it as before. */
+    unmappable u = {SIZE_MAX, SIZE_MAX};
+    if (r->budget_refused && h->budget) {
+        if (no_step_can_fit(h, r, &u)) {
+            /* Leave the heap as the ladder's last step would have: every
+             * free page unmapped (the fit's spared) and the empty ranges
+             * released, after one synchronize (always when a deferred free
+             * waits, which it finishes), so that the OOM's report and
+             * what the caller sees after it are the same; the first
+             * step's synchronize and unmaps, and both retries, are saved. */
+            h->stats.num_oom_fast_fails++;
+            unmap_for(h, r, NULL, SIZE_MAX, &h->stats.num_sync_releases, h->pending != NULL);
+            return false;
+        }
+        if (!u.own || h->unmap_refused) want = 0;
+    }
+    bool known = u.own != SIZE_MAX; /* the walk found some: no second look */
+    if (want && unmap_for(h, r, r->stream, want, &h->stats.num_stream_releases, known)) {
         h->stats.num_alloc_retries++;
         if (place(h, r, false)) return true;
     }
@@ -543,26 +625,6 @@ bool vg__arena_find_block(vg_heap *h, vg_request *r)
 /* ------------------------------------------------------------------ */
 /* Reports                                                             */
 /* ------------------------------------------------------------------ */
-
-/* The first page in [i, end) that is mapped (`mapped`) or not, else end:
- * a word at a time, since a range's unmapped tail runs to four times the
- * device and this runs under the heap lock for every stats call. Pages
- * past the bitmap are unmapped. */
-static size_t next_page(const vg_range *r, size_t i, size_t end, bool mapped)
-{
-    size_t limit = end < r->words * 64 ? end : r->words * 64;
-    while (i < limit) {
-        uint64_t bits = mapped ? r->pages[i / 64] : ~r->pages[i / 64];
-        bits &= ~(uint64_t)0 << (i % 64);
-        if (bits) {
-            size_t found = (i & ~(size_t)63) + (size_t)__builtin_ctzll(bits);
-            return found < limit ? found : end;
-        }
-        i = (i | 63) + 1;
-    }
-    /* i is end, or the bitmap's end, past which no page is mapped */
-    return mapped || i >= end ? end : i;
-}
 
 /* The stretches of a free block whose pages are all mapped: each is one
  * piece of cached memory. Returns how many; *longest, the longest. */

@@ -166,7 +166,7 @@ static const counter_name counters[] = {
     COUNTER(num_deferred_frees), COUNTER(num_zero_allocs), COUNTER(num_device_errors),
     COUNTER(num_maps), COUNTER(num_mapped_pages), COUNTER(num_unmaps),
     COUNTER(num_unmapped_pages), COUNTER(num_unmap_syncs), COUNTER(num_unmap_skips), COUNTER(num_range_reserves),
-    COUNTER(num_range_releases), COUNTER(num_unmaps_refused),
+    COUNTER(num_range_releases), COUNTER(num_unmaps_refused), COUNTER(num_oom_fast_fails),
 };
 
 static int set_fragmentation(PyObject *d, vg_heap *h)

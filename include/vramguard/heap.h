@@ -133,7 +133,15 @@ typedef struct vg_stats {
     /* Unmap batches stopped because the provider answered VG_ERR_BUSY (a
      * capture began after the synchronize): the pages stay mapped. */
     uint64_t num_unmaps_refused;
+    /* Allocations the arena answered OOM at once, the budget having
+     * refused their pages: the live bytes and the request's, or what
+     * would stay mapped after unmapping every page the ladder may unmap
+     * plus what the request lacks, pass the ceiling, so no step of the
+     * ladder could succeed (each also counts in num_ooms). */
+    uint64_t num_oom_fast_fails;
 } vg_stats;
+/* vg_stats has num_oom_fast_fails (for code built against older heads). */
+#define VG_STATS_HAVE_LADDER_SHORTCUTS 1
 
 typedef struct vg_fragmentation {
     uint64_t reserved_bytes;      /* with the arena: mapped bytes */

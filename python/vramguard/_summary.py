@@ -32,6 +32,8 @@ _POLICY = [
     ("device refusals", "num_device_alloc_failed"),
     ("alloc retries", "num_alloc_retries"),
     ("OOMs", "num_ooms"),
+    # of them, the arena's that skipped the ladder: no step could have fit
+    ("at once", "num_oom_fast_fails"),
     ("device errors", "num_device_errors"),
     ("budget refusals", "num_budget_refusals"),
     ("shrunk segments", "num_shrunk_segments"),

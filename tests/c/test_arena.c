@@ -309,6 +309,103 @@ static void test_pressure_unmaps_whole_free_pages_after_one_synchronize(void)
     vg_heap_free(f.h, c);
     done(&f);
 }
+/* The live bytes and the request's alone pass the budget: no step of the
+ * ladder can help, so it goes straight to its last step's unmapping and
+ * the OOM: no stream step, no retry. */
+static void test_live_bytes_past_the_budget_fail_at_once(void)
+{
+    fixture f = make(GiB, 8 * MiB, 0);
+    void *a = vg_heap_alloc(f.h, 6 * MiB, 0, NULL);       /* pages 0-2 */
+    void *b = vg_heap_alloc(f.h, MiB + 512, 0, NULL);     /* page 3 */
+    CHECK_MAPPED(f, 8 * MiB);
+    vg_heap_free(f.h, b); /* page 3 cached */
+    vg_oom_info oom;
+    CHECK(vg_heap_alloc(f.h, 3 * MiB, 0, &oom) == NULL);  /* 6 + 3 MiB live > 8 */
+    CHECK_EQ(oom.status, VG_ERR_NOMEM);
+    CHECK(oom.budget_refused);
+    /* The cached page is the fit's, spared: nothing to unmap, so not even
+     * the one synchronize (the ladder made two, and unmapped nothing). */
+    CHECK_EQ(oom.reserved, 8 * MiB);
+    CHECK_MAPPED(f, 8 * MiB);
+    vg_stats st = stats_of(f.h);
+    CHECK_EQ(st.num_ooms, 1);
+    CHECK_EQ(st.num_oom_fast_fails, 1);
+    CHECK_EQ(st.num_budget_refusals, 1);
+    CHECK_EQ(st.num_unmap_syncs, 0);
+    CHECK_EQ(st.num_sync_all_streams, 0);
+    CHECK_EQ(st.num_stream_releases, 0);
+    CHECK_EQ(st.num_alloc_retries, 0);
+    CHECK_EQ(st.num_unmaps, 0);
+    /* What fits still fits: 2 MiB more, in the cached page. */
+    void *c = vg_heap_alloc(f.h, 2 * MiB, 0, NULL);
+    CHECK(c != NULL);
+    CHECK_EQ(stats_of(f.h).num_oom_fast_fails, 1);
+    vg_heap_free(f.h, a);
+    vg_heap_free(f.h, c);
+    done(&f);
+}
+
+/* The live bytes leave room, but what would stay mapped after unmapping
+ * every page the ladder may unmap (pages shared with a live block stay),
+ * plus the request's missing pages, passes the budget: an OOM at once.
+ * One page less, and the ladder unmaps and fits as before. */
+static void test_unmappable_pages_short_of_the_request_fail_at_once(void)
+{
+    fixture f = make(GiB, 8 * MiB, 0);
+    void *a = vg_heap_alloc(f.h, 3 * MiB, 0, NULL);       /* pages 0, 1 */
+    void *b = vg_heap_alloc(f.h, MiB + 512, 0, NULL);     /* pages 1, 2 */
+    CHECK_MAPPED(f, 6 * MiB);
+    vg_heap_free(f.h, a); /* page 0 unmappable, page 1 shared with b */
+    /* The fit is the tail from b's end: 6 MiB touch pages 2-5, 4 of them
+     * missing (8 MiB); mapped after every unmap: pages 1, 2 (4 MiB). */
+    CHECK(vg_heap_alloc(f.h, 6 * MiB, 0, NULL) == NULL);
+    CHECK_MAPPED(f, 4 * MiB); /* page 0 unmapped, as the ladder left it, after one synchronize */
+    vg_stats st = stats_of(f.h);
+    CHECK_EQ(st.num_ooms, 1);
+    CHECK_EQ(st.num_oom_fast_fails, 1);
+    CHECK_EQ(st.num_unmap_syncs, 1);
+    CHECK_EQ(st.num_sync_all_streams, 0);
+    CHECK_EQ(st.num_alloc_retries, 0);
+    CHECK_EQ(st.num_unmaps, 1);
+    /* 5 MiB touch pages 2-4: 4 + 4 MiB fit, page 0 being unmapped. */
+    void *c = vg_heap_alloc(f.h, 5 * MiB, 0, NULL);
+    CHECK(c != NULL);
+    CHECK_MAPPED(f, 8 * MiB);
+    st = stats_of(f.h);
+    CHECK_EQ(st.num_oom_fast_fails, 1);
+    CHECK_EQ(st.num_ooms, 1);
+    CHECK_EQ(st.num_unmap_syncs, 1);
+    CHECK_EQ(st.num_unmapped_pages, 1);
+    CHECK_EQ(st.num_budget_refusals, 1);
+    vg_heap_free(f.h, b);
+    vg_heap_free(f.h, c);
+    done(&f);
+}
+
+/* A deferred free a synchronize may finish could give pages back: the
+ * walk's arithmetic does not answer then, and the ladder runs as before
+ * (here in vain: the freed block's page 0 is not enough). */
+static void test_a_pending_free_keeps_the_ladder(void)
+{
+    fixture f = make(GiB, 8 * MiB, 0);
+    void *a = vg_heap_alloc(f.h, 3 * MiB, 0, NULL);       /* pages 0, 1 */
+    void *b = vg_heap_alloc(f.h, MiB + 512, 0, NULL);     /* pages 1, 2 */
+    CHECK_EQ(vg_heap_record_stream(f.h, a, 11), VG_OK);
+    vg_heap_free(f.h, a); /* pending on stream 11 */
+    CHECK(vg_heap_alloc(f.h, 6 * MiB, 0, NULL) == NULL);
+    vg_stats st = stats_of(f.h);
+    CHECK_EQ(st.num_ooms, 1);
+    CHECK_EQ(st.num_oom_fast_fails, 0);
+    CHECK_EQ(st.num_stream_releases, 0); /* nothing free before the synchronize */
+    CHECK_EQ(st.num_sync_all_streams, 1);
+    CHECK_EQ(st.num_unmap_syncs, 1);
+    CHECK_EQ(st.num_sync_releases, 1); /* page 0, once a's free finished */
+    CHECK_EQ(st.num_alloc_retries, 1);
+    CHECK_MAPPED(f, 4 * MiB);
+    vg_heap_free(f.h, b);
+    done(&f);
+}
+
 /* A capture begins between the synchronize and the unmap: the provider
  * answers VG_ERR_BUSY, nothing is unmapped, no device error is counted,
  * and the allocation is refused as any over the budget is. */
@@ -845,6 +942,9 @@ static const harness_test tests[] = {
     T(test_partial_pages_stay_mapped),
     T(test_steady_loop_maps_nothing_after_its_first_step),
     T(test_pressure_unmaps_whole_free_pages_after_one_synchronize),
+    T(test_live_bytes_past_the_budget_fail_at_once),
+    T(test_unmappable_pages_short_of_the_request_fail_at_once),
+    T(test_a_pending_free_keeps_the_ladder),
     T(test_frees_during_the_unmap_synchronize_spare_only_their_blocks),
     T(test_requesting_stream_gives_back_first),
     T(test_map_refused_midway_is_retried),
