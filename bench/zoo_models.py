@@ -14,7 +14,10 @@ Every loop has fixed shapes and a fixed number of steps, never control
 flow on values read back, so a phantom (whose reads are zeros) takes the
 path a GPU takes.
 """
+import atexit
 import random
+import tempfile
+import threading
 
 # name -> (builder, default batch, {size: options})
 SIZES = ("small", "full")
@@ -124,24 +127,56 @@ def gpt2_generate(torch, batch, size):
     return step
 
 
+def _llama_config(transformers, size):
+    """TinyLlama's shape (about 1.1B parameters), or a small one for CI."""
+    if size == "small":
+        config = transformers.LlamaConfig(hidden_size=256, intermediate_size=704, num_hidden_layers=2,
+                                          num_attention_heads=8, num_key_value_heads=2, vocab_size=32000)
+        return config, 128
+    config = transformers.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
+                                      num_attention_heads=32, num_key_value_heads=4, vocab_size=32000)
+    return config, 1024
+
+
 def llama(torch, batch, size):
     """A Llama-style decoder of about 1.1B parameters (TinyLlama's shape),
     bf16 autocast, gradient checkpointing."""
     import transformers
 
-    if size == "small":
-        config = transformers.LlamaConfig(hidden_size=256, intermediate_size=704, num_hidden_layers=2,
-                                          num_attention_heads=8, num_key_value_heads=2, vocab_size=32000)
-        seq = 128
-    else:
-        config = transformers.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
-                                          num_attention_heads=32, num_key_value_heads=4, vocab_size=32000)
-        seq = 1024
+    config, seq = _llama_config(transformers, size)
     model = transformers.LlamaForCausalLM(config)
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     ids = torch.randint(0, config.vocab_size, (batch, seq))
     opt = _optimizer(torch, model)
+
+    def loss_fn():
+        with _autocast(torch, True):
+            return model(input_ids=ids, labels=ids).loss
+
+    return _train_step(torch, model, opt, loss_fn)
+
+
+def llama_lora(torch, batch, size):
+    """LoRA fine-tuning (peft) of the Llama-style decoder: the base's weights
+    in bf16 and frozen, rank-16 adapters (kept in fp32 by peft) on every
+    attention and MLP projection, bf16 autocast, gradient checkpointing,
+    only the adapters' parameters in AdamW."""
+    import peft
+    import transformers
+
+    config, seq = _llama_config(transformers, size)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    # Not reentrant: the frozen embedding's output needs no grad for the
+    # adapters inside each checkpointed layer to get theirs.
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    lora = peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, task_type="CAUSAL_LM",
+                           target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
+                                           "gate_proj", "up_proj", "down_proj"])
+    model = peft.get_peft_model(model, lora)
+    model.train()
+    ids = torch.randint(0, config.vocab_size, (batch, seq))
+    opt = _optimizer(torch, model)  # requires_grad: the adapters only
 
     def loss_fn():
         with _autocast(torch, True):
@@ -211,6 +246,7 @@ MODELS = {
     "gpt2-varlen": (gpt2_varlen, 8, 2),
     "gpt2-generate": (gpt2_generate, 16, 2),
     "llama-1b": (llama, 4, 2),
+    "llama-1b-lora": (llama_lora, 4, 2),
     "bert": (bert, 32, 4),
     "resnet18": (resnet18, 64, 4),
     "resnet50": (resnet50, 64, 4),
