@@ -189,13 +189,7 @@ def bert(torch, batch, size):
     """BERT-base fine-tuning for classification, sequence 512 (128 small)."""
     import transformers
 
-    if size == "small":
-        config = transformers.BertConfig(hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
-                                         intermediate_size=1024, num_labels=2)
-        seq = 128
-    else:
-        config = transformers.BertConfig(num_labels=2)
-        seq = 512
+    config, seq = _bert_config(transformers, size)
     model = transformers.BertForSequenceClassification(config)
     ids = torch.randint(0, config.vocab_size, (batch, seq))
     labels = torch.randint(0, 2, (batch,))
@@ -206,6 +200,121 @@ def bert(torch, batch, size):
             return model(input_ids=ids, labels=labels).loss
 
     return _train_step(torch, model, opt, loss_fn)
+
+
+class _LoopStepper:
+    """A framework's own training loop (`run`: Trainer.train, Trainer.fit),
+    one optimizer step per call. The loop runs on a thread of its own; its
+    step-end hook calls `pause()`, which hands back to the caller and waits
+    for the next call, so the loop's allocations, optimizer, scheduler and
+    data loading are its own, its state lives on between calls as in one
+    uninterrupted run, and each call times exactly one optimizer step (the
+    first call: the loop's set-up and its first step).
+
+    The loop is asked for more steps than anyone calls for; `close()` (also
+    at exit) lets its hook say stop, and the loop ends as it would. An
+    exception in the loop (an out-of-memory) is raised by the call."""
+
+    def __init__(self, run):
+        self._run = run
+        self._go = threading.Semaphore(0)
+        self._done = threading.Semaphore(0)
+        self._thread = None
+        self._error = None
+        self._ended = False
+        self._stop = False
+
+    def pause(self):
+        """From the loop's step-end hook: True when the loop should stop."""
+        self._done.release()
+        self._go.acquire()
+        return self._stop
+
+    def _main(self):
+        try:
+            self._go.acquire()
+            if not self._stop:
+                self._run()
+        except BaseException as exc:  # raised by the caller's call
+            self._error = exc
+        finally:
+            self._ended = True
+            self._done.release()
+
+    def __call__(self):
+        if self._ended:
+            raise RuntimeError("the training loop has ended")
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._main, name="zoo-training-loop", daemon=True)
+            self._thread.start()
+            atexit.register(self.close)
+        self._go.release()
+        self._done.acquire()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        if self._ended:
+            raise RuntimeError("the training loop ended before its step")
+
+    def close(self):
+        """Ends the loop (its own way out) and waits for it."""
+        if self._thread is not None and not self._ended:
+            self._stop = True
+            self._go.release()
+            self._thread.join()
+
+
+def _mixed_precision(torch):
+    """bf16 on devices that compute it natively (compute capability 8.0 and
+    above), else fp32: fp16 would need a gradient scaler, whose skipped
+    steps are control flow on values read back."""
+    return torch.cuda.get_device_capability() >= (8, 0)
+
+
+def _bert_config(transformers, size):
+    if size == "small":
+        config = transformers.BertConfig(hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+                                         intermediate_size=1024, num_labels=2)
+        return config, 128
+    return transformers.BertConfig(num_labels=2), 512
+
+
+def bert_trainer(torch, batch, size):
+    """BERT-base fine-tuning for classification (the shapes of `bert`) by
+    HF transformers' Trainer: its own loop, AdamW (its default, fused),
+    linear schedule, gradient clipping and mixed precision (bf16 where the
+    device has it, else fp32), batches from a host dataset of random ids
+    moved by the Trainer. Nothing downloaded, saved or reported."""
+    import transformers
+
+    config, seq = _bert_config(transformers, size)
+    model = transformers.BertForSequenceClassification(config)
+    bf16 = _mixed_precision(torch)
+    with torch.device("cpu"):  # the host's, as in a script: the Trainer moves the batches
+        g = torch.Generator().manual_seed(0)
+        rows = 8 * batch  # a few batches, repeated: epochs roll over as in a long run
+        ids = torch.randint(0, config.vocab_size, (rows, seq), generator=g)
+        labels = torch.randint(0, 2, (rows,), generator=g)
+        data = [{"input_ids": ids[i], "attention_mask": torch.ones(seq, dtype=torch.long),
+                 "labels": labels[i]} for i in range(rows)]
+        out = tempfile.TemporaryDirectory(prefix="zoo-bert-trainer-")
+        args = transformers.TrainingArguments(
+            output_dir=out.name, per_device_train_batch_size=batch, max_steps=10**9,
+            bf16=bf16, learning_rate=2e-5, report_to="none", save_strategy="no", eval_strategy="no",
+            logging_nan_inf_filter=False, disable_tqdm=True,
+            dataloader_drop_last=True, seed=0)
+        stepper = None
+
+        class Pause(transformers.TrainerCallback):
+            def on_step_end(self, args, state, control, **kwargs):
+                if stepper.pause():
+                    control.should_training_stop = True
+
+        trainer = transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=[Pause()])
+        trainer.remove_callback(transformers.PrinterCallback)  # stdout is zoo_run.py's (its JSON)
+    stepper = _LoopStepper(trainer.train)
+    stepper.trainer, stepper.output_dir = trainer, out
+    return stepper
 
 
 def _vision(torch, batch, size, arch, bf16, opt_kind):
@@ -248,6 +357,7 @@ MODELS = {
     "llama-1b": (llama, 4, 2),
     "llama-1b-lora": (llama_lora, 4, 2),
     "bert": (bert, 32, 4),
+    "bert-trainer": (bert_trainer, 32, 4),
     "resnet18": (resnet18, 64, 4),
     "resnet50": (resnet50, 64, 4),
     "vit_b_16": (vit_b_16, 32, 2),
