@@ -317,6 +317,58 @@ def bert_trainer(torch, batch, size):
     return stepper
 
 
+def lightning(torch, batch, size):
+    """A small transformer classifier (token ids to one of 10 classes) as a
+    LightningModule trained by `lightning.Trainer` on one GPU: its own loop,
+    AdamW from configure_optimizers, mixed precision (bf16 where the device
+    has it, else fp32), batches from a host DataLoader moved by Lightning.
+    No checkpoints, logger, progress bar or model summary."""
+    import lightning as L
+
+    width, layers, seq, vocab = (128, 2, 64, 1000) if size == "small" else (512, 6, 512, 32000)
+    nn = torch.nn
+
+    class Classifier(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(vocab, width)
+            self.pos = nn.Parameter(torch.zeros(seq, width))
+            layer = nn.TransformerEncoderLayer(width, width // 64, 4 * width, dropout=0.1,
+                                               batch_first=True, norm_first=True)
+            self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+            self.head = nn.Linear(width, 10)
+
+        def training_step(self, batch, batch_idx):
+            ids, labels = batch
+            hidden = self.encoder(self.embed(ids) + self.pos)
+            return nn.functional.cross_entropy(self.head(hidden.mean(1)), labels)
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=3e-4)
+
+    module = Classifier()
+    stepper = None
+
+    class Pause(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if stepper.pause():
+                trainer.should_stop = True
+
+    with torch.device("cpu"):  # the host's, as in a script: Lightning moves the batches
+        g = torch.Generator().manual_seed(0)
+        rows = 8 * batch  # a few batches, repeated: epochs roll over as in a long run
+        data = torch.utils.data.TensorDataset(torch.randint(0, vocab, (rows, seq), generator=g),
+                                              torch.randint(0, 10, (rows,), generator=g))
+        loader = torch.utils.data.DataLoader(data, batch_size=batch, shuffle=True, drop_last=True, generator=g)
+        trainer = L.Trainer(accelerator="gpu", devices=1, max_steps=10**9,
+                            precision="bf16-mixed" if _mixed_precision(torch) else "32-true",
+                            enable_checkpointing=False, logger=False, enable_progress_bar=False,
+                            enable_model_summary=False, callbacks=[Pause()])
+    stepper = _LoopStepper(lambda: trainer.fit(module, train_dataloaders=loader))
+    stepper.trainer = trainer
+    return stepper
+
+
 def _vision(torch, batch, size, arch, bf16, opt_kind):
     import torchvision
 
@@ -358,6 +410,7 @@ MODELS = {
     "llama-1b-lora": (llama_lora, 4, 2),
     "bert": (bert, 32, 4),
     "bert-trainer": (bert_trainer, 32, 4),
+    "lightning": (lightning, 64, 8),
     "resnet18": (resnet18, 64, 4),
     "resnet50": (resnet50, 64, 4),
     "vit_b_16": (vit_b_16, 32, 2),
