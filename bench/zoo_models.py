@@ -213,7 +213,8 @@ class _LoopStepper:
 
     The loop is asked for more steps than anyone calls for; `close()` (also
     at exit) lets its hook say stop, and the loop ends as it would. An
-    exception in the loop (an out-of-memory) is raised by the call."""
+    exception in the loop (an out-of-memory) is raised by the call. The
+    entries add `trainer` and `optimizer_steps()` (the loop's own count)."""
 
     def __init__(self, run):
         self._run = run
@@ -314,6 +315,7 @@ def bert_trainer(torch, batch, size):
         trainer.remove_callback(transformers.PrinterCallback)  # stdout is zoo_run.py's (its JSON)
     stepper = _LoopStepper(trainer.train)
     stepper.trainer, stepper.output_dir = trainer, out
+    stepper.optimizer_steps = lambda: trainer.state.global_step
     return stepper
 
 
@@ -366,6 +368,7 @@ def lightning(torch, batch, size):
                             enable_model_summary=False, callbacks=[Pause()])
     stepper = _LoopStepper(lambda: trainer.fit(module, train_dataloaders=loader))
     stepper.trainer = trainer
+    stepper.optimizer_steps = lambda: trainer.global_step
     return stepper
 
 
