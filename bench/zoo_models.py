@@ -13,6 +13,11 @@ CPU (a tensor a step makes names its device: the context is gone by then).
 Every loop has fixed shapes and a fixed number of steps, never control
 flow on values read back, so a phantom (whose reads are zeros) takes the
 path a GPU takes.
+
+Two entries are driven by a library's own loop (bert-trainer: HF
+transformers' Trainer; lightning: lightning.Trainer): the loop runs on a
+thread and pauses after each optimizer step, so that their step() too is
+one optimizer step (_LoopStepper).
 """
 import atexit
 import random
