@@ -13,8 +13,16 @@ CPU (a tensor a step makes names its device: the context is gone by then).
 Every loop has fixed shapes and a fixed number of steps, never control
 flow on values read back, so a phantom (whose reads are zeros) takes the
 path a GPU takes.
+
+Two entries are driven by a library's own loop (bert-trainer: HF
+transformers' Trainer; lightning: lightning.Trainer): the loop runs on a
+thread and pauses after each optimizer step, so that their step() too is
+one optimizer step (_LoopStepper).
 """
+import atexit
 import random
+import tempfile
+import threading
 
 # name -> (builder, default batch, {size: options})
 SIZES = ("small", "full")
@@ -124,19 +132,23 @@ def gpt2_generate(torch, batch, size):
     return step
 
 
+def _llama_config(transformers, size):
+    """TinyLlama's shape (about 1.1B parameters), or a small one for CI."""
+    if size == "small":
+        config = transformers.LlamaConfig(hidden_size=256, intermediate_size=704, num_hidden_layers=2,
+                                          num_attention_heads=8, num_key_value_heads=2, vocab_size=32000)
+        return config, 128
+    config = transformers.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
+                                      num_attention_heads=32, num_key_value_heads=4, vocab_size=32000)
+    return config, 1024
+
+
 def llama(torch, batch, size):
     """A Llama-style decoder of about 1.1B parameters (TinyLlama's shape),
     bf16 autocast, gradient checkpointing."""
     import transformers
 
-    if size == "small":
-        config = transformers.LlamaConfig(hidden_size=256, intermediate_size=704, num_hidden_layers=2,
-                                          num_attention_heads=8, num_key_value_heads=2, vocab_size=32000)
-        seq = 128
-    else:
-        config = transformers.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
-                                          num_attention_heads=32, num_key_value_heads=4, vocab_size=32000)
-        seq = 1024
+    config, seq = _llama_config(transformers, size)
     model = transformers.LlamaForCausalLM(config)
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
@@ -150,17 +162,39 @@ def llama(torch, batch, size):
     return _train_step(torch, model, opt, loss_fn)
 
 
+def llama_lora(torch, batch, size):
+    """LoRA fine-tuning (peft) of the Llama-style decoder: the base's weights
+    in bf16 and frozen, rank-16 adapters (kept in fp32 by peft) on every
+    attention and MLP projection, bf16 autocast, gradient checkpointing,
+    only the adapters' parameters in AdamW."""
+    import peft
+    import transformers
+
+    config, seq = _llama_config(transformers, size)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    # Not reentrant: the frozen embedding's output needs no grad for the
+    # adapters inside each checkpointed layer to get theirs.
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    lora = peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, task_type="CAUSAL_LM",
+                           target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
+                                           "gate_proj", "up_proj", "down_proj"])
+    model = peft.get_peft_model(model, lora)
+    model.train()
+    ids = torch.randint(0, config.vocab_size, (batch, seq))
+    opt = _optimizer(torch, model)  # requires_grad: the adapters only
+
+    def loss_fn():
+        with _autocast(torch, True):
+            return model(input_ids=ids, labels=ids).loss
+
+    return _train_step(torch, model, opt, loss_fn)
+
+
 def bert(torch, batch, size):
     """BERT-base fine-tuning for classification, sequence 512 (128 small)."""
     import transformers
 
-    if size == "small":
-        config = transformers.BertConfig(hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
-                                         intermediate_size=1024, num_labels=2)
-        seq = 128
-    else:
-        config = transformers.BertConfig(num_labels=2)
-        seq = 512
+    config, seq = _bert_config(transformers, size)
     model = transformers.BertForSequenceClassification(config)
     ids = torch.randint(0, config.vocab_size, (batch, seq))
     labels = torch.randint(0, 2, (batch,))
@@ -171,6 +205,176 @@ def bert(torch, batch, size):
             return model(input_ids=ids, labels=labels).loss
 
     return _train_step(torch, model, opt, loss_fn)
+
+
+class _LoopStepper:
+    """A framework's own training loop (`run`: Trainer.train, Trainer.fit),
+    one optimizer step per call. The loop runs on a thread of its own; its
+    step-end hook calls `pause()`, which hands back to the caller and waits
+    for the next call, so the loop's allocations, optimizer, scheduler and
+    data loading are its own, its state lives on between calls as in one
+    uninterrupted run, and each call times exactly one optimizer step (the
+    first call: the loop's set-up and its first step).
+
+    The loop is asked for more steps than anyone calls for; `close()` (also
+    at exit) lets its hook say stop, and the loop ends as it would. An
+    exception in the loop (an out-of-memory) is raised by the call. The
+    entries add `trainer` and `optimizer_steps()` (the loop's own count)."""
+
+    def __init__(self, run):
+        self._run = run
+        self._go = threading.Semaphore(0)
+        self._done = threading.Semaphore(0)
+        self._thread = None
+        self._error = None
+        self._ended = False
+        self._stop = False
+
+    def pause(self):
+        """From the loop's step-end hook: True when the loop should stop."""
+        self._done.release()
+        self._go.acquire()
+        return self._stop
+
+    def _main(self):
+        try:
+            self._go.acquire()
+            if not self._stop:
+                self._run()
+        except BaseException as exc:  # raised by the caller's call
+            self._error = exc
+        finally:
+            self._ended = True
+            self._done.release()
+
+    def __call__(self):
+        if self._ended:
+            raise RuntimeError("the training loop has ended")
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._main, name="zoo-training-loop", daemon=True)
+            self._thread.start()
+            atexit.register(self.close)
+        self._go.release()
+        self._done.acquire()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        if self._ended:
+            raise RuntimeError("the training loop ended before its step")
+
+    def close(self):
+        """Ends the loop (its own way out) and waits for it."""
+        if self._thread is not None and not self._ended:
+            self._stop = True
+            self._go.release()
+            self._thread.join()
+
+
+def _mixed_precision(torch):
+    """bf16 on devices that compute it natively (compute capability 8.0 and
+    above), else fp32: fp16 would need a gradient scaler, whose skipped
+    steps are control flow on values read back."""
+    return torch.cuda.get_device_capability() >= (8, 0)
+
+
+def _bert_config(transformers, size):
+    if size == "small":
+        config = transformers.BertConfig(hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+                                         intermediate_size=1024, num_labels=2)
+        return config, 128
+    return transformers.BertConfig(num_labels=2), 512
+
+
+def bert_trainer(torch, batch, size):
+    """BERT-base fine-tuning for classification (the shapes of `bert`) by
+    HF transformers' Trainer: its own loop, AdamW (its default, fused),
+    linear schedule, gradient clipping and mixed precision (bf16 where the
+    device has it, else fp32), batches from a host dataset of random ids
+    moved by the Trainer. Nothing downloaded, saved or reported."""
+    import transformers
+
+    config, seq = _bert_config(transformers, size)
+    model = transformers.BertForSequenceClassification(config)
+    bf16 = _mixed_precision(torch)
+    with torch.device("cpu"):  # the host's, as in a script: the Trainer moves the batches
+        g = torch.Generator().manual_seed(0)
+        rows = 8 * batch  # a few batches, repeated: epochs roll over as in a long run
+        ids = torch.randint(0, config.vocab_size, (rows, seq), generator=g)
+        labels = torch.randint(0, 2, (rows,), generator=g)
+        data = [{"input_ids": ids[i], "attention_mask": torch.ones(seq, dtype=torch.long),
+                 "labels": labels[i]} for i in range(rows)]
+        out = tempfile.TemporaryDirectory(prefix="zoo-bert-trainer-")
+        args = transformers.TrainingArguments(
+            output_dir=out.name, per_device_train_batch_size=batch, max_steps=10**9,
+            bf16=bf16, learning_rate=2e-5, report_to="none", save_strategy="no", eval_strategy="no",
+            logging_nan_inf_filter=False, disable_tqdm=True,
+            dataloader_drop_last=True, seed=0)
+        stepper = None
+
+        class Pause(transformers.TrainerCallback):
+            def on_step_end(self, args, state, control, **kwargs):
+                if stepper.pause():
+                    control.should_training_stop = True
+
+        trainer = transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=[Pause()])
+        trainer.remove_callback(transformers.PrinterCallback)  # stdout is zoo_run.py's (its JSON)
+    stepper = _LoopStepper(trainer.train)
+    stepper.trainer, stepper.output_dir = trainer, out
+    stepper.optimizer_steps = lambda: trainer.state.global_step
+    return stepper
+
+
+def lightning(torch, batch, size):
+    """A small transformer classifier (token ids to one of 10 classes) as a
+    LightningModule trained by `lightning.Trainer` on one GPU: its own loop,
+    AdamW from configure_optimizers, mixed precision (bf16 where the device
+    has it, else fp32), batches from a host DataLoader moved by Lightning.
+    No checkpoints, logger, progress bar or model summary."""
+    import lightning as L
+
+    width, layers, seq, vocab = (128, 2, 64, 1000) if size == "small" else (512, 6, 512, 32000)
+    nn = torch.nn
+
+    class Classifier(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(vocab, width)
+            self.pos = nn.Parameter(torch.zeros(seq, width))
+            layer = nn.TransformerEncoderLayer(width, width // 64, 4 * width, dropout=0.1,
+                                               batch_first=True, norm_first=True)
+            self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+            self.head = nn.Linear(width, 10)
+
+        def training_step(self, batch, batch_idx):
+            ids, labels = batch
+            hidden = self.encoder(self.embed(ids) + self.pos)
+            return nn.functional.cross_entropy(self.head(hidden.mean(1)), labels)
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=3e-4)
+
+    module = Classifier()
+    stepper = None
+
+    class Pause(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if stepper.pause():
+                trainer.should_stop = True
+
+    with torch.device("cpu"):  # the host's, as in a script: Lightning moves the batches
+        g = torch.Generator().manual_seed(0)
+        rows = 8 * batch  # a few batches, repeated: epochs roll over as in a long run
+        data = torch.utils.data.TensorDataset(torch.randint(0, vocab, (rows, seq), generator=g),
+                                              torch.randint(0, 10, (rows,), generator=g))
+        loader = torch.utils.data.DataLoader(data, batch_size=batch, shuffle=True, drop_last=True, generator=g)
+        trainer = L.Trainer(accelerator="gpu", devices=1, max_steps=10**9,
+                            precision="bf16-mixed" if _mixed_precision(torch) else "32-true",
+                            enable_checkpointing=False, logger=False, enable_progress_bar=False,
+                            enable_model_summary=False, callbacks=[Pause()])
+    stepper = _LoopStepper(lambda: trainer.fit(module, train_dataloaders=loader))
+    stepper.trainer = trainer
+    stepper.optimizer_steps = lambda: trainer.global_step
+    return stepper
 
 
 def _vision(torch, batch, size, arch, bf16, opt_kind):
@@ -211,7 +415,10 @@ MODELS = {
     "gpt2-varlen": (gpt2_varlen, 8, 2),
     "gpt2-generate": (gpt2_generate, 16, 2),
     "llama-1b": (llama, 4, 2),
+    "llama-1b-lora": (llama_lora, 4, 2),
     "bert": (bert, 32, 4),
+    "bert-trainer": (bert_trainer, 32, 4),
+    "lightning": (lightning, 64, 8),
     "resnet18": (resnet18, 64, 4),
     "resnet50": (resnet50, 64, 4),
     "vit_b_16": (vit_b_16, 32, 2),
