@@ -38,7 +38,11 @@ def test_every_native_key_with_the_same_values():
     native = run(SEQUENCE)
     patched = run("vramguard.install(arena=False)", SEQUENCE, "vramguard._core.device_heap(0).check()")
     first = native["snapshots"][0]
-    assert len(first) == 123
+    # the accelerator's 122, and reserved_bytes_by_private_pools where this
+    # PyTorch's own allocator reports private pools (not 2.10's)
+    pools = sum(k.startswith("reserved_bytes_by_private_pools") for k in first)
+    assert pools in (0, 1)
+    assert len(first) == 122 + pools
     for step, (n, p) in enumerate(zip(native["snapshots"], patched["snapshots"])):
         assert sorted(set(n) - set(p)) == [], step
         assert {k: p[k] for k in n if p[k] != n[k]} == {}, (step, {k: n[k] for k in n if p[k] != n[k]})
