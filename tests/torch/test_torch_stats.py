@@ -38,11 +38,10 @@ def test_every_native_key_with_the_same_values():
     native = run(SEQUENCE)
     patched = run("vramguard.install(arena=False)", SEQUENCE, "vramguard._core.device_heap(0).check()")
     first = native["snapshots"][0]
-    # the accelerator's 122, and reserved_bytes_by_private_pools where this
-    # PyTorch's own allocator reports private pools (not 2.10's)
-    pools = sum(k.startswith("reserved_bytes_by_private_pools") for k in first)
-    assert pools in (0, 1)
-    assert len(first) == 122 + pools
+    # the accelerator's 122, and one more where this PyTorch's own
+    # torch.cuda.memory_stats() has one (2.15's 123; 2.10's are the 122)
+    assert set(native["accelerator"]) <= set(first)
+    assert len(first) - 122 in (0, 1)
     for step, (n, p) in enumerate(zip(native["snapshots"], patched["snapshots"])):
         assert sorted(set(n) - set(p)) == [], step
         assert {k: p[k] for k in n if p[k] != n[k]} == {}, (step, {k: n[k] for k in n if p[k] != n[k]})
