@@ -25,7 +25,7 @@ INC = -Iinclude -Icsrc/core
 HDRS = $(wildcard include/vramguard/*.h csrc/*/*.h) tests/c/harness.h tests/c/fake_cudart.h
 BUILD = build/c
 
-.PHONY: all test-c test-c-san test-c-tsan bench bench-compare bench-oom bench-oom-compare check pytest clean fuzz test
+.PHONY: all test-c test-c-san test-c-tsan bench bench-compare bench-oom bench-oom-compare check pytest clean fuzz test check-other-pythons
 C_TESTS = test_core test_hostile test_devices test_cuda test_hook test_threads test_expandable test_report test_arena test_pools
 all: $(C_TESTS:%=$(BUILD)/%)
 
@@ -159,8 +159,18 @@ pytest: $(VENV)/.installed
 
 check: test-c test-c-san test-c-tsan pytest
 
-# The README's test command: the fast suite, then the real-PyTorch tier.
-test: check check-torch
+# The Python side on the other CPython versions CI covers (3.12, 3.13;
+# `make check` runs $(PYTHON)'s): the abi3 extension built once, installed
+# from its wheel into a virtual environment of each, then pytest there
+# (tests/check_other_pythons.sh; a version not installed is skipped with a
+# line that says so).
+OTHER_PYTHONS ?= python3.12 python3.13
+check-other-pythons:
+	tests/check_other_pythons.sh $(PYTHON) build/wheel $(OTHER_PYTHONS) -- $(OTHER_PYTEST_ARGS)
+
+# The README's test command: the fast suite, then the real-PyTorch tier on
+# the pinned PyTorch, then on the CUDA 12 one.
+test: check check-torch check-torch-cu12
 
 # Fuzzing (not in CI): libFuzzer harnesses, built with clang under ASan and
 # UBSan, each run FUZZ_SECONDS from a corpus kept in build/fuzz/corpus;

@@ -12,6 +12,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* CUDA 12's cublas_api.h wants its includer to define CUBLASAPI (cublas_v2.h
+ * defines it empty for C); CUDA 13's defines it itself. */
+#ifndef CUBLASAPI
+#define CUBLASAPI
+#endif
 #include <cublas_api.h>
 /* cublasLt.h declares cublasLtLoggerForceDisable() without a prototype. */
 #pragma GCC diagnostic push

@@ -4,6 +4,11 @@
 #ifndef VGFC_CUBLAS_HALF_H
 #define VGFC_CUBLAS_HALF_H
 
+/* CUDA 12's cublas_api.h wants its includer to define CUBLASAPI (cublas_v2.h
+ * defines it empty for C); CUDA 13's defines it itself. */
+#ifndef CUBLASAPI
+#define CUBLASAPI
+#endif
 #include <cublas_api.h>
 
 #ifndef __cplusplus

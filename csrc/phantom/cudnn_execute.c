@@ -17,6 +17,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* cuDNN 9.18 added the variant pack's override UIDs (dynamic shapes). An
+ * older header (CUDA 12's PyTorch wheels pin cuDNN 9.10) lacks the name, and
+ * nothing built against it sets the attribute: its number, never found. */
+#if CUDNN_VERSION < 91800
+#define CUDNN_ATTR_VARIANT_PACK_OVERRIDE_UNIQUE_IDS ((cudnnBackendAttributeName_t)1010)
+#endif
+
 /* Tensors reachable from the graph's operations (through operations'
  * descriptors and tensors' ragged offsets), each once. */
 struct tensors {

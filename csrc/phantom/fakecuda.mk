@@ -9,6 +9,9 @@
 #                        memory calls over it (test-fakecuda-san: sanitized)
 #   make check-torch     the real PyTorch (tests/torch-requirements.txt) in
 #                        .venv-torch, on the fake, runs the tests marked torch
+#   make check-torch-cu12  the same for a CUDA 12 PyTorch
+#                        (tests/torch-cu12-requirements.txt) in .venv-torch-cu12,
+#                        the fake built for CUDA 12 in build/fakecuda-cu12
 #
 # `fakecuda` runs the builder (csrc/phantom/build.py, the same one that
 # vramguard._phantom.preload() runs on first use) under TORCH_PYTHON: it
@@ -26,7 +29,7 @@ FC_CFLAGS = -O2 -g -fPIC -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
             -Wstrict-prototypes -Wmissing-prototypes
 FC_HDRS = $(wildcard $(FC_SRC)/*.h) $(FC_SRC)/shim/crt/host_defines.h
 
-.PHONY: fakecuda fakecuda-tests test-fakecuda test-fakecuda-san check-torch
+.PHONY: fakecuda fakecuda-tests test-fakecuda test-fakecuda-san check-torch check-torch-cu12
 
 fakecuda:
 	$(TORCH_PYTHON) $(FC_SRC)/build.py --out $(FAKECUDA) --cc "$(CC)"
@@ -39,8 +42,9 @@ test-fakecuda: fakecuda
 	test ! -e $(FAKECUDA)/test_cudnn || $(FAKECUDA)/test_cudnn
 
 # The same, the fake built with AddressSanitizer and UBSan, in its own directory.
+FAKECUDA_SAN = $(FAKECUDA)-san
 test-fakecuda-san:
-	$(MAKE) --no-print-directory test-fakecuda FAKECUDA=build/fakecuda-san FC_VG_BUILD=san \
+	$(MAKE) --no-print-directory test-fakecuda FAKECUDA=$(FAKECUDA_SAN) FC_VG_BUILD=san \
 		CC="$(CC) -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all"
 
 ifdef FAKECUDA_CONF
@@ -91,18 +95,29 @@ endif
 endif
 
 # The real PyTorch on the fake. Its own environment, so that `make check`
-# stays free of PyTorch; pip's cache makes the reinstall cheap.
+# stays free of PyTorch; pip's cache makes the reinstall cheap. TORCH_VENV,
+# TORCH_REQUIREMENTS and FAKECUDA name one tier's; check-torch-cu12 passes
+# its own.
 TORCH_VENV = .venv-torch
+TORCH_REQUIREMENTS = tests/torch-requirements.txt
 
-$(TORCH_VENV)/.installed: tests/torch-requirements.txt $(PY_SOURCES)
+$(TORCH_VENV)/.installed: $(TORCH_REQUIREMENTS) $(PY_SOURCES)
 	test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
-	$(TORCH_VENV)/bin/python -m pip install -q -r tests/torch-requirements.txt
+	$(TORCH_VENV)/bin/python -m pip install -q -r $(TORCH_REQUIREMENTS)
 	VRAMGUARD_WERROR=1 $(TORCH_VENV)/bin/python -m pip install -q -e ".[test]"
 	touch $@
 
 # The fake's own tests first, plain and under ASan+UBSan, then PyTorch on
 # it. pytest's exit code 5 (nothing ran) fails this like any other.
 check-torch: $(TORCH_VENV)/.installed
-	$(MAKE) --no-print-directory test-fakecuda TORCH_PYTHON=$(TORCH_VENV)/bin/python
-	$(MAKE) --no-print-directory test-fakecuda-san TORCH_PYTHON=$(TORCH_VENV)/bin/python
+	$(MAKE) --no-print-directory test-fakecuda TORCH_PYTHON=$(TORCH_VENV)/bin/python FAKECUDA=$(FAKECUDA)
+	$(MAKE) --no-print-directory test-fakecuda-san TORCH_PYTHON=$(TORCH_VENV)/bin/python FAKECUDA=$(FAKECUDA)
 	LD_PRELOAD="$$(cat $(FAKECUDA)/LD_PRELOAD)" $(TORCH_VENV)/bin/python -m pytest -q -rs -m torch tests/torch
+
+# The same tier on the newest PyTorch whose PyPI wheel is built for CUDA 12
+# (what Colab ships is of that kind): the fake's CUDA 12 build, and
+# vramguard on an older PyTorch. A test that calls what this PyTorch lacks
+# is skipped, naming it (tests/torch/torchfeature.py).
+check-torch-cu12:
+	$(MAKE) --no-print-directory check-torch TORCH_VENV=.venv-torch-cu12 \
+		TORCH_REQUIREMENTS=tests/torch-cu12-requirements.txt FAKECUDA=build/fakecuda-cu12

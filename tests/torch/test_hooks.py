@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hookrun import ROOT, run
+from hookrun import run
+from test_fakecuda_torch import fakecuda_dir
 
 pytestmark = pytest.mark.torch
 
@@ -173,7 +174,7 @@ def base_probe(tmp_path_factory):
     """BASE_PROBE built against the installed torch and the CUDA headers the
     fake was built with."""
     torch_dir = Path(importlib.util.find_spec("torch").origin).parent
-    cuda_mk = (ROOT / "build" / "fakecuda" / "cuda.mk").read_text()
+    cuda_mk = (fakecuda_dir() / "cuda.mk").read_text()
     cuda_inc = re.search(r"^CUDA_INC := (.*)$", cuda_mk, re.M).group(1)
     work = tmp_path_factory.mktemp("base_probe")
     source, library = work / "base_probe.cc", work / "base_probe.so"

@@ -38,7 +38,10 @@ def test_every_native_key_with_the_same_values():
     native = run(SEQUENCE)
     patched = run("vramguard.install(arena=False)", SEQUENCE, "vramguard._core.device_heap(0).check()")
     first = native["snapshots"][0]
-    assert len(first) == 123
+    # the accelerator's 122, and one more where this PyTorch's own
+    # torch.cuda.memory_stats() has one (2.15's 123; 2.10's are the 122)
+    assert set(native["accelerator"]) <= set(first)
+    assert len(first) - 122 in (0, 1)
     for step, (n, p) in enumerate(zip(native["snapshots"], patched["snapshots"])):
         assert sorted(set(n) - set(p)) == [], step
         assert {k: p[k] for k in n if p[k] != n[k]} == {}, (step, {k: n[k] for k in n if p[k] != n[k]})
