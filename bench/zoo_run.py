@@ -61,6 +61,35 @@ def _rss_now():
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+#: The device calls an allocator makes (a phantom counts each): cudaMalloc and
+#: cudaFree for PyTorch's segments and vramguard's, the driver's for virtual
+#: memory (expandable segments, the arena).
+DEVICE_CALLS = ("cudaMalloc", "cudaFree", "cuMemAlloc", "cuMemFree", "cuMemCreate", "cuMemRelease",
+                "cuMemMap", "cuMemUnmap")
+
+
+#: A library's status for an allocation the device refused.
+LIBRARY_OOM = ("CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED", "CUSOLVER_STATUS_ALLOC_FAILED")
+
+
+def _phantom():
+    """The phantom's counters when this process runs on one, else None."""
+    import ctypes
+
+    lib = ctypes.CDLL(None)
+    if not hasattr(lib, "vg_fakecuda_calls"):
+        return None
+    lib.vg_fakecuda_calls.restype = ctypes.c_long
+    lib.vg_fakecuda_calls.argtypes = [ctypes.c_char_p]
+    lib.vg_fakecuda_peak_bytes.restype = ctypes.c_longlong
+    lib.vg_fakecuda_peak_bytes.argtypes = [ctypes.c_int]
+    return lib
+
+
+def _device_calls(phantom):
+    return sum(max(0, phantom.vg_fakecuda_calls(name.encode())) for name in DEVICE_CALLS)
+
+
 def _history_sizes(torch):
     """The sizes of the allocations PyTorch's allocator recorded, in order."""
     snap = torch.cuda.memory._snapshot()
@@ -86,19 +115,37 @@ def run(args):
     # measured against it.
     result["host_rss_start_bytes"] = _rss_now()
     native = args.allocator in ("native", "expandable")
+    if args.record and not args.allocator.startswith("vramguard"):
+        raise SystemExit("zoo_run: --record needs a vramguard allocator (it records vramguard's heap)")
+    if args.record:
+        import vramguard
+
+        vramguard.start_recording(stacks=True, name=f"{args.model}-{args.size}")
     if native and args.history:
         torch.cuda.memory._record_memory_history(max_entries=args.history, context=None, stacks="python")
-    times = []
+    times, calls = [], []
+    phantom = _phantom()
     try:
         step = zoo_models.build(torch, args.model, args.batch, args.size)
         for _ in range(args.steps):
             torch.cuda.synchronize()
+            before = _device_calls(phantom) if phantom else 0
             t = time.perf_counter()
             step()
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t)
+            if phantom:
+                calls.append(_device_calls(phantom) - before)
         result["fits"] = True
     except torch.OutOfMemoryError as exc:
+        result["fits"] = False
+        result["oom"] = str(exc).splitlines()[0][:300]
+    except RuntimeError as exc:
+        # A library's own allocation refused on a full device (cuBLAS makes a
+        # handle for autograd's thread in the first backward): out of memory
+        # as much as PyTorch's, though PyTorch raises it as a RuntimeError.
+        if not any(code in str(exc) for code in LIBRARY_OOM):
+            raise
         result["fits"] = False
         result["oom"] = str(exc).splitlines()[0][:300]
     result["batch"] = args.batch or zoo_models.default_batch(args.model, args.size)
@@ -106,9 +153,23 @@ def run(args):
     result["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
     result["host_peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     result["step_seconds"] = times
+    if args.record:
+        import vramguard
+
+        vramguard.save_trace(vramguard.stop_recording(), args.record)
+    if phantom:
+        # Per step, the allocator's device calls (the first steps warm the cache),
+        # and what the device held at its fullest: the context, the libraries'
+        # own memory and the allocator's reserve.
+        result["device_calls_per_step"] = calls
+        result["device_peak_bytes"] = phantom.vg_fakecuda_peak_bytes(0)
     if len(times) > 1:
         result["median_step_seconds"] = statistics.median(times[1:])
     stats = torch.cuda.memory_stats()
+    # What the program asked for at its fullest, before any allocator's
+    # rounding (allocated counts whole blocks, and a block's unsplit
+    # remainder differs between allocators).
+    result["peak_requested_bytes"] = stats.get("requested_bytes.all.peak")
     result["num_device_alloc"] = stats.get("num_device_alloc", 0)
     result["num_device_free"] = stats.get("num_device_free", 0)
     if native and args.history:
@@ -130,6 +191,8 @@ def main(argv=None):
     ap.add_argument("--budget", default=None, help="a size or preset: vramguard's budget, or a memory fraction")
     ap.add_argument("--history", type=int, default=0,
                     help="record this many allocator events (native, expandable) and report the sizes")
+    ap.add_argument("--record", metavar="PATH",
+                    help="record the run (vramguard allocators, stacks on) into this trace (.vgtrace)")
     ap.add_argument("--json", help="write the result here (default: stdout)")
     args = ap.parse_args(argv)
     result = run(args)
