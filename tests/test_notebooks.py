@@ -64,7 +64,7 @@ def test_what_if_on_the_shipped_trace(tmp_path):
     assert "Peak of live tensors: 13.92 GiB" in out
     # vramguard is the arena: 1.2 MiB over the tensors' peak
     assert "         vramguard        13.93 GiB             +0.0%            13.93 GiB" in out
-    assert "          segments        13.99 GiB             +0.5%            14.06 GiB" in out
+    assert "          segments        13.99 GiB             +0.5%            14.98 GiB" in out
     assert "             torch        15.01 GiB             +7.8%            15.01 GiB" in out
     assert "T4: 14.35 GiB usable of 14.74 GiB (15,828,320,256 bytes)" in out
     assert "         vramguard: fits, peak reserved 13.93 GiB, 434.00 MiB to spare" in out
