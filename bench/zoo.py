@@ -183,16 +183,7 @@ class Zoo:
 
         def figures(allocator):
             base = bases[allocator]
-            row = {"model": model, "allocator": allocator, "batch": base["batch"], "fits": base["fits"],
-                   "peak_allocated_bytes": base["peak_allocated_bytes"],
-                   "peak_requested_bytes": base.get("peak_requested_bytes"),
-                   "peak_reserved_bytes": base["peak_reserved_bytes"],
-                   "context_bytes": base["context_bytes"], "device_peak_bytes": base["device_peak_bytes"],
-                   "outside_bytes": base["device_peak_bytes"] - base["peak_reserved_bytes"],
-                   "device_calls_per_step": base["device_calls_per_step"],
-                   "warm_device_calls_per_step": _median(base["device_calls_per_step"][WARM_AFTER:]),
-                   "median_step_seconds": _median(base["step_seconds"][WARM_AFTER:]),
-                   "host_peak_rss_bytes": base["host_peak_rss_bytes"], "largest_batch": {}}
+            row = base_row(model, allocator, base)
             row.update(replayed.get(allocator, {}))
             replay = row.get("replay_min_budget_bytes")
             guess = replay + row["outside_bytes"] if replay else base["device_peak_bytes"]
@@ -215,10 +206,7 @@ class Zoo:
             return row
 
         rows = _map(figures, allocators, jobs)
-        for r in rows:
-            replay = r.get("replay_min_budget_bytes")
-            if replay:
-                r["replay_smallest_device_bytes"] = -(-(replay + r["outside_bytes"]) // GRANULE) * GRANULE
+        replay_devices(rows)
         if self.timing_rounds and "native" in allocators:
             self.time_steps(model, allocators, rows)
         return rows
@@ -254,6 +242,68 @@ class Zoo:
             out[allocator] = {"replay_policy": policy, "replay_min_budget_bytes": int(budget),
                               "replay_trace_ops": len(trace)}
         return out
+
+
+def base_row(model, allocator, base):
+    """A table row's figures from the limitless run."""
+    return {"model": model, "allocator": allocator, "batch": base["batch"], "fits": base["fits"],
+            "peak_allocated_bytes": base["peak_allocated_bytes"],
+            "peak_requested_bytes": base.get("peak_requested_bytes"),
+            "peak_reserved_bytes": base["peak_reserved_bytes"],
+            "context_bytes": base["context_bytes"], "device_peak_bytes": base["device_peak_bytes"],
+            "outside_bytes": base["device_peak_bytes"] - base["peak_reserved_bytes"],
+            "device_calls_per_step": base["device_calls_per_step"],
+            "warm_device_calls_per_step": _median(base["device_calls_per_step"][WARM_AFTER:]),
+            "median_step_seconds": _median(base["step_seconds"][WARM_AFTER:]),
+            "host_peak_rss_bytes": base["host_peak_rss_bytes"], "largest_batch": {}}
+
+
+def replay_devices(rows):
+    """The smallest device the replay tells: its budget plus what the device
+    held outside the allocator, rounded up as the real search's sizes are."""
+    for r in rows:
+        replay = r.get("replay_min_budget_bytes")
+        if replay:
+            r["replay_smallest_device_bytes"] = -(-(replay + r["outside_bytes"]) // GRANULE) * GRANULE
+
+
+def rebuild(out, limitless, gpus, default_batch):
+    """The rows of an interrupted run, from the runs it left in out/runs:
+    per model and allocator, the first run on the whole limitless device at
+    the model's batch; the smallest device that fits where 16 MiB less was
+    tried and did not; the largest batch that fits where one more was tried
+    and did not (a search cut short answers nothing); the replays again
+    from out/traces."""
+    from vramguard._presets import find_preset
+
+    names = {find_preset(g).cuda_name: g for g in [limitless] + list(gpus)}
+    whole = find_preset(limitless).total_bytes
+    runs = {}
+    for name in sorted(os.listdir(os.path.join(out, "runs"))):
+        if name.endswith(".json"):
+            with open(os.path.join(out, "runs", name)) as f:
+                r = json.load(f)
+            runs.setdefault((r["model"], r["allocator"]), []).append(r)
+    rows = []
+    for (model, allocator), done in runs.items():
+        on = lambda gpu: [r for r in done if names.get(r["device"]) == gpu]
+        base = next((r for r in on(limitless) if r["total_memory"] == whole
+                     and r["batch"] == default_batch(model)), None)
+        if base is None:
+            continue
+        row = base_row(model, allocator, base)
+        sized = {r["total_memory"]: r["fits"] for r in on(limitless) if r["total_memory"] < whole}
+        smallest = min((m for m, fits in sized.items() if fits and sized.get(m - GRANULE) is False), default=None)
+        if smallest is not None and not any(fits for m, fits in sized.items() if m < smallest):
+            row["smallest_device_bytes"] = smallest
+            row["allocator_share_bytes"] = smallest - row["outside_bytes"]
+        for gpu in gpus:
+            tried = {r["batch"]: r["fits"] for r in on(gpu)}
+            largest = max((b for b, fits in tried.items() if fits and tried.get(b + 1) is False), default=None)
+            if largest is not None and not any(fits for b, fits in tried.items() if b > largest):
+                row["largest_batch"][gpu] = largest
+        rows.append(row)
+    return rows
 
 
 def first_true(ok, guess, known_false):
@@ -418,7 +468,9 @@ def table(rows, gpus):
 def report(rows, meta, gpus):
     lines = [f"# The zoo on phantom GPUs ({meta['size']} size)", "",
              f"torch {meta['torch']}, limitless device {meta['limitless']}, largest batch on "
-             f"{', '.join(gpus)}; {meta['date']}; {meta['runs']} runs in {meta['elapsed_s']:,.0f} s. "
+             f"{', '.join(gpus)}; {meta['date']}; {meta['runs']} runs"
+             + (" (rebuilt from the runs of an interrupted benchmark)" if meta.get("rebuilt")
+                else f" in {meta['elapsed_s']:,.0f} s") + ". "
              f"Reproduce: `{meta['command']}`.", "", table(rows, gpus), "", "## Goals", ""]
     for goal, ok, failures in goals(rows) + reported(rows):
         verdict = {True: "met", False: "MISSED", None: "not measured"}[ok]
@@ -431,6 +483,20 @@ def report(rows, meta, gpus):
     if errors:
         lines += ["", "## Failed runs", ""] + errors
     return "\n".join(lines) + "\n"
+
+
+def _since(started):
+    return (datetime.datetime.now() - started).total_seconds()
+
+
+def save(out, rows, meta, gpus):
+    """zoo.json and zoo.md in `out`, each replaced whole; the markdown."""
+    text = report(rows, meta, gpus)
+    for name, content in (("zoo.json", json.dumps({"meta": meta, "rows": rows}, indent=1)), ("zoo.md", text)):
+        with tempfile.NamedTemporaryFile("w", dir=out, delete=False, suffix=".tmp") as f:
+            f.write(content)
+        os.replace(f.name, os.path.join(out, name))
+    return text
 
 
 def main(argv=None):
@@ -448,6 +514,8 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1) // 2))
     ap.add_argument("--out", help="results directory (default: bench/results/zoo-SIZE-TORCH-DATE)")
     ap.add_argument("--check", action="store_true", help="exit 1 unless the goals hold")
+    ap.add_argument("--rebuild", action="store_true",
+                    help="no runs: the table again from the runs and traces an interrupted run left in --out")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -469,19 +537,30 @@ def main(argv=None):
     os.makedirs(os.path.join(out, "traces"), exist_ok=True)
     zoo = Zoo(args.size, args.steps, args.limitless, out, not args.quiet, timing_rounds=args.timing_rounds)
     started = datetime.datetime.now()
-    rows = []
-    for m in models:
-        rows += zoo.model(m, allocators, gpus, args.jobs)
     meta = {"size": args.size, "torch": torch.__version__, "limitless": args.limitless, "gpus": gpus,
-            "date": date, "runs": zoo.runs, "steps": args.steps,
-            "elapsed_s": (datetime.datetime.now() - started).total_seconds(),
+            "date": date, "steps": args.steps,
             "command": "python bench/zoo.py " + " ".join(argv if argv is not None else sys.argv[1:])}
-    with tempfile.NamedTemporaryFile("w", dir=out, delete=False, suffix=".tmp") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    os.replace(f.name, os.path.join(out, "zoo.json"))
-    text = report(rows, meta, gpus)
-    with open(os.path.join(out, "zoo.md"), "w") as f:
-        f.write(text)
+    rows = []
+    if args.rebuild:
+        import vramguard
+
+        rows = rebuild(out, args.limitless, gpus, lambda m: zoo_models.default_batch(m, args.size))
+        for model in sorted({r["model"] for r in rows}):
+            trace = os.path.join(out, "traces", f"{model}.vgtrace")
+            mine = [r for r in rows if r["model"] == model]
+            if os.path.exists(trace):
+                replays = zoo.replays(trace, [r["allocator"] for r in mine])
+                for r in mine:
+                    r.update(replays.get(r["allocator"], {}))
+        replay_devices(rows)
+        models = sorted({r["model"] for r in rows})
+        meta.update(rebuilt=True, runs=len(os.listdir(os.path.join(out, "runs"))))
+    for m in [] if args.rebuild else models:
+        rows += zoo.model(m, allocators, gpus, args.jobs)
+        # After each model: an interrupted run keeps what it finished.
+        text = save(out, rows, dict(meta, runs=zoo.runs, elapsed_s=_since(started)), gpus)
+    if args.rebuild or not models:
+        text = save(out, rows, dict(meta, elapsed_s=meta.get("elapsed_s", 0)), gpus)
     print(text)
     if args.check:
         unexpected, stale = check(rows, args.size, models)

@@ -99,3 +99,40 @@ def test_check_accepts_known_misses_only_while_they_happen(monkeypatch):
     unexpected, stale = zoo.check(table(segments_device=1450), "small", ["m"])  # met again: out of date
     assert unexpected == [] and stale == [f"{zoo.GOALS[3]}: m vramguard (a known cause)"]
     assert zoo.check(table(segments_device=1450), "small", ["other"]) == ([], [])  # not run: not stale
+
+
+def test_rebuild_takes_only_finished_searches(tmp_path):
+    """An interrupted benchmark's runs give back what its searches settled,
+    nothing they had not: the smallest device where 16 MiB less failed, the
+    largest batch where one more failed."""
+    from vramguard import PRESETS
+
+    h200, t4, l4 = PRESETS["H200"], PRESETS["T4"], PRESETS["L4"]
+    (tmp_path / "runs").mkdir()
+    n = 0
+
+    def run(allocator, preset, fits, memory=None, batch=8):
+        nonlocal n
+        n += 1
+        r = {"model": "m", "allocator": allocator, "device": preset.cuda_name,
+             "total_memory": memory or preset.total_bytes, "batch": batch, "fits": fits,
+             "peak_allocated_bytes": 1000 * MiB, "peak_reserved_bytes": 1100 * MiB, "context_bytes": 400 * MiB,
+             "device_peak_bytes": 1600 * MiB, "device_calls_per_step": [9, 3, 0, 0], "step_seconds": [1, 1, 1, 1],
+             "host_peak_rss_bytes": 1}
+        (tmp_path / "runs" / f"{n:04d}-m-{allocator}.json").write_text(__import__("json").dumps(r))
+
+    for allocator in ("native", "vramguard"):
+        run(allocator, h200, True)
+    for memory, fits in ((1600, True), (1520, False), (1536, True)):  # settled: 1,536 MiB
+        run("native", h200, fits, memory=memory * MiB)
+    run("vramguard", h200, True, memory=1536 * MiB)  # cut short: 1,520 never tried
+    for batch, fits in ((40, True), (41, False)):
+        run("native", t4, fits, batch=batch)
+    run("vramguard", t4, True, batch=50)  # cut short
+    run("native", l4, True, batch=60)
+    rows = {r["allocator"]: r for r in zoo.rebuild(str(tmp_path), "H200", ["T4", "L4"], lambda m: 8)}
+    assert rows["native"]["smallest_device_bytes"] == 1536 * MiB
+    assert rows["native"]["allocator_share_bytes"] == (1536 - 500) * MiB
+    assert rows["native"]["largest_batch"] == {"T4": 40}
+    assert "smallest_device_bytes" not in rows["vramguard"] and rows["vramguard"]["largest_batch"] == {}
+    assert rows["native"]["warm_device_calls_per_step"] == 0
