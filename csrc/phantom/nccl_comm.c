@@ -131,9 +131,11 @@ const char *ncclGetErrorString(ncclResult_t result)
     case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
     case ncclRemoteError: return "remote process exited or there was a network error";
     case ncclInProgress: return "NCCL operation in progress";
-    case ncclTimeout: return "timeout";
-    case ncclNumResults: break;
+    default: break;
     }
+    /* ncclTimeout, from NCCL 2.28 on (before, 8 was ncclNumResults). */
+    if ((int)result == 8 && (int)ncclNumResults > 8)
+        return "timeout";
     return "unknown result code";
 }
 
@@ -207,18 +209,13 @@ static void free_comm(ncclComm_t comm)
     __atomic_sub_fetch(&live_comms, 1, __ATOMIC_RELAXED);
 }
 
-static size_t comm_buffer_bytes(ncclComm_t comm)
-{
-    return ((struct vgnc_comm_mem *)comm)->buffer_bytes;
-}
-
 /* The config's blocking attribute (1 unless it says 0); -1 with the last
  * error set when the config was not made by NCCL_CONFIG_INITIALIZER. */
 static int config_blocking(const ncclConfig_t *config, const char *what)
 {
     if (!config)
         return 1;
-    if (config->magic != NCCL_API_MAGIC || config->size < offsetof(ncclConfig_t, blocking) + sizeof(int)) {
+    if (config->magic != VGNC_API_MAGIC || config->size < offsetof(ncclConfig_t, blocking) + sizeof(int)) {
         vgnc_fail(ncclInvalidArgument, "%s: ncclConfig_t argument not initialized via NCCL_CONFIG_INITIALIZER",
                   what);
         return -1;
@@ -418,6 +415,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm)
     return r;
 }
 
+#ifdef NCCL_REVOKE_DEFAULT
 ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags)
 {
     ncclResult_t r = vgnc_check_comm(comm, "CommRevoke");
@@ -428,6 +426,7 @@ ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags)
     comm->revoked = 1;
     return ncclSuccess;
 }
+#endif
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
 {
@@ -455,6 +454,7 @@ GETTER(ncclCommCount, "CommCount", count, nranks)
 GETTER(ncclCommCuDevice, "CommCuDevice", device, device)
 GETTER(ncclCommUserRank, "CommUserRank", rank, rank)
 
+#ifdef NCCL_SUSPEND_MEM
 ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags)
 {
     ncclResult_t r = vgnc_check_comm(comm, "CommSuspend");
@@ -484,10 +484,11 @@ ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t 
     case ncclStatGpuMemSuspend: *value = 0; return ncclSuccess;
     case ncclStatGpuMemSuspended: *value = (uint64_t)comm->suspended; return ncclSuccess;
     case ncclStatGpuMemPersist:
-    case ncclStatGpuMemTotal: *value = comm_buffer_bytes(comm); return ncclSuccess;
+    case ncclStatGpuMemTotal: *value = ((struct vgnc_comm_mem *)comm)->buffer_bytes; return ncclSuccess;
     }
     return vgnc_fail(ncclInvalidArgument, "CommMemStats : invalid stat %d", (int)stat);
 }
+#endif
 
 /* ---- groups ------------------------------------------------------------- */
 
@@ -611,6 +612,9 @@ ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, nc
     if (!win)
         return vgnc_fail(ncclInvalidArgument, "ncclCommWindowRegister : win argument is NULL");
     *win = NULL;
+#ifndef NCCL_WIN_STRICT_ORDERING
+#define NCCL_WIN_STRICT_ORDERING 0x02
+#endif
     if (winFlags & ~(NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING))
         return vgnc_fail(ncclInvalidArgument, "ncclCommWindowRegister : invalid winFlags %d", winFlags);
     void *h = NULL;

@@ -6,6 +6,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* nccl.h includes cuda_fp8.h, whose CUDA 12 version does not preprocess
+ * as C (cuda_fp8.hpp); nothing of it is needed here. */
+#ifndef __CUDA_FP8_H__
+#define __CUDA_FP8_H__
+#endif
+
 /* nccl.h declares ncclGroupStart() and ncclGroupEnd() without a prototype. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wstrict-prototypes"
@@ -15,6 +21,23 @@
 /* ... and with one, for the definitions. */
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
+
+/* What newer NCCLs have (2.30's prototypes), written whatever the headers
+ * say: where the real library lacks one, nccl_gen.py leaves it out of the
+ * version script (a local function). The calls whose types only newer
+ * headers have are compiled with them (#ifdef NCCL_REVOKE_DEFAULT,
+ * NCCL_SUSPEND_MEM). */
+ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                          ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+                        ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+                         ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId);
+ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
+
+/* NCCL_CONFIG_INITIALIZER's magic (NCCL_API_MAGIC from 2.28 on). */
+#define VGNC_API_MAGIC 0xcafebeefu
 
 #define VGNC_MAGIC 0x6e63636cu      /* "nccl": a live communicator */
 #define VGNC_REG_MAGIC 0x6e637267u  /* "ncrg": a registration handle */
