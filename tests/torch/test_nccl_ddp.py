@@ -1,10 +1,11 @@
 """torch.distributed on phantom GPUs through the NCCL stand-in
 (csrc/phantom/README.md, "NCCL"): examples/ddp_tiny.py under the real
 torchrun, two ranks, each on a device of its own (VG_FAKECUDA_DEVICES=2),
-backend nccl, three training steps; DDP, then FSDP2 (fully_shard).
+backend nccl, three training steps; DDP, then FSDP2 (fully_shard); then
+`python -m vramguard dryrun --nproc 2` on the FSDP2 run.
 
 Each torchrun costs about 8 s on two cores (two PyTorch imports); the
-module, about 17 s.
+module, about 27 s (the dry run: one more torchrun).
 """
 import json
 import os
@@ -94,3 +95,26 @@ def test_fsdp2_on_two_phantom_ranks():
         assert abs(r["shard_bytes"] - half) <= 0.03 * half, r
         assert abs(r["allocated_after_wrap"] - half) <= 0.03 * half, r
         assert r["max_allocated"] < 4 * r["param_bytes"], r
+
+
+def test_dryrun_nproc_gives_each_rank_its_figures(tmp_path):
+    """`python -m vramguard dryrun --nproc 2` runs the script under torchrun,
+    a phantom device per rank: the run's figures are its largest rank's,
+    and each rank's are in `ranks` and in the report's notes."""
+    from vramguard._dryrun import format_report
+
+    env = {k: v for k, v in _env().items() if k not in ("LD_PRELOAD", "VG_FAKECUDA_DEVICES")}
+    proc = subprocess.run([sys.executable, "-m", "vramguard", "dryrun", "--gpu", "A100-40GB", "--nproc", "2",
+                           "--allocator", "native", "--json", "--quiet", "--out", str(tmp_path / "out"),
+                           str(EXAMPLE), "--fsdp"],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout)
+    run = result["native"]
+    assert result["nproc"] == 2 and result["fits"] is True, proc.stderr[-4000:]
+    assert [r["rank"] for r in run["ranks"]] == [0, 1]
+    assert all(r["fits"] and r["peak_allocated_bytes"] > 0 for r in run["ranks"])
+    assert run["peak_allocated_bytes"] == max(r["peak_allocated_bytes"] for r in run["ranks"])
+    assert sorted(p.name for p in (tmp_path / "out").glob("native.rank*.json")) == [
+        "native.rank0.json", "native.rank1.json"]
+    assert "native, per rank (peak allocated / reserved): rank 0 " in format_report(result)
