@@ -131,6 +131,7 @@ WHEELS = (
           env="VG_FAKECUDA_CUBLAS"),
     Wheel("cudnn", libs=("libcudnn",), headers=("cudnn.h", "cudnn_graph.h"), env="VG_FAKECUDA_CUDNN",
           dirs="cudnn", own_major=True),
+    Wheel("nccl", libs=("libnccl",), headers=("nccl.h",), env="VG_FAKECUDA_NCCL", dirs="nccl", own_major=True),
 )
 
 
@@ -215,6 +216,23 @@ LIBRARIES = (
                     compile=("cudnn_stubs_gen.c", "cudnn_status_gen.c")),),
         version_script="{gen}/libcudnn.map",
         needs=("libcuda.so.1",),
+        libs=("-lpthread",),
+    ),
+    # NCCL (README.md, "NCCL"), when PyTorch has the NCCL wheel, at its own
+    # major: communicators and collectives that complete at once and move
+    # nothing. Stubs and version script follow the real library and its
+    # headers; it sits on the fake runtime (ncclMemAlloc is cudaMalloc) and
+    # driver.
+    Library(
+        soname="libnccl.so.{nccl.major}",
+        sources=("nccl_comm", "nccl_coll"),
+        wheels=("nccl",),
+        steps=(Step("nccl_gen.py", ("library", "--real", "{nccl.lib[libnccl]}", "--include", "{nccl.include}",
+                                    "--stubs", "{gen}/nccl_stubs_gen.c", "--map", "{gen}/libnccl.map",
+                                    "{objects}"),
+                    compile=("nccl_stubs_gen.c",)),),
+        version_script="{gen}/libnccl.map",
+        needs=("libcudart.so.{major}", "libcuda.so.1"),
         libs=("-lpthread",),
     ),
 )

@@ -40,6 +40,7 @@ test-fakecuda: fakecuda
 	$(FAKECUDA)/test_cuda_vmm
 	test ! -e $(FAKECUDA)/test_cublas || $(FAKECUDA)/test_cublas
 	test ! -e $(FAKECUDA)/test_cudnn || $(FAKECUDA)/test_cudnn
+	test ! -e $(FAKECUDA)/test_nccl || $(FAKECUDA)/test_nccl
 
 # The same, the fake built with AddressSanitizer and UBSan, in its own directory.
 FAKECUDA_SAN = $(FAKECUDA)-san
@@ -91,6 +92,16 @@ $(FAKECUDA)/test_cudnn: tests/c/test_cudnn.c $(FC_HDRS) $(FAKECUDA)/libcudnn.so.
 	$(CC) $(FC_CFLAGS) -Wno-deprecated-declarations $(FC_INC) -I$(CUDNN_INC) -o $@ $< \
 		-Wl,-rpath,'$$ORIGIN' -L$(FAKECUDA) -l:libcudnn.so.$(CUDNN_MAJOR) \
 		-l:libcudart.so.$(CUDA_MAJOR) -l:libcuda.so.1 -lpthread
+endif
+
+# The NCCL stand-in's C test (README.md, "NCCL"), likewise when PyTorch has
+# the NCCL wheel: every hand-written entry point and each bad argument.
+ifneq ($(NCCL_LIB),)
+fakecuda-tests: $(FAKECUDA)/test_nccl
+$(FAKECUDA)/test_nccl: tests/c/test_nccl.c $(FC_HDRS) tests/c/harness.h $(FAKECUDA)/libnccl.so.$(NCCL_MAJOR) \
+		$(FC_RUNTIME) $(FC_DRIVER)
+	$(CC) $(FC_CFLAGS) $(FC_INC) -I$(NCCL_INC) -o $@ $< -Wl,--no-undefined -Wl,-rpath,'$$ORIGIN' -L$(FAKECUDA) \
+		-l:libnccl.so.$(NCCL_MAJOR) -l:libcudart.so.$(CUDA_MAJOR) -l:libcuda.so.1 -lpthread
 endif
 endif
 

@@ -103,7 +103,7 @@ def _dryrun(args):
                         memory=args.memory, min_memory=args.min_memory, sweep=args.sweep, out=args.out,
                         steps=args.steps, context=args.context, snapshot=not args.no_snapshot,
                         echo=not args.quiet, stdout=echo_to, stderr=sys.stderr, jobs=args.jobs,
-                        no_compile=args.no_compile, cwd=args.cwd)
+                        no_compile=args.no_compile, cwd=args.cwd, nproc=args.nproc)
     except PhantomUnavailable as exc:
         raise BadInput(str(exc)) from None
     if args.json:
@@ -202,6 +202,9 @@ def main(argv=None):
                           "script catches then has no line)")
     dry.add_argument("--quiet", action="store_true", help="do not pass the script's output through "
                                                           "(it is still in the logs)")
+    dry.add_argument("--nproc", type=_positive_int, default=1,
+                     help="ranks, under torchrun --nproc_per_node N, each on a phantom device of its own "
+                          "(torch.distributed's nccl backend runs on the phantom's NCCL); figures per rank")
     dry.add_argument("--json", action="store_true", help="one JSON object on stdout instead of the table")
     dry.add_argument("script", nargs="?", help="a .py script or a .ipynb notebook")
     dry.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")

@@ -333,7 +333,7 @@ def _no_figures(rc):
 
 
 def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, steps=0,
-              snapshot=True, echo=True, stdout=None, stderr=None, live=None, cwd=None):
+              snapshot=True, echo=True, stdout=None, stderr=None, live=None, cwd=None, nproc=1):
     """Runs the script once in a child on the phantom (in `cwd`, default
     this process's working directory); returns the child's figures (a
     dict), with `exit_status` and `log` added. Ctrl-C here ends the child
@@ -345,15 +345,19 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, s
     if live.cancelled:
         raise KeyboardInterrupt
     stem = re.sub(r"[^A-Za-z0-9_.=-]+", "_", label)
-    result_path = os.path.join(out_dir, f"{stem}.json")
+    # nproc > 1: torchrun starts the ranks, each writes its own figures ({rank})
+    ranked = f"{stem}.rank{{rank}}" if nproc > 1 else stem
+    result_path = os.path.join(out_dir, f"{ranked}.json")
     log_path = os.path.join(out_dir, f"{stem}.log")
-    for path in (result_path,):
+    for path in [result_path.replace("{rank}", str(r)) for r in range(nproc)]:
         if os.path.exists(path):
             os.unlink(path)
-    cmd = [sys.executable, "-m", "vramguard._dryrun_child", "--allocator", allocator,
-           "--result", result_path, "--steps", str(int(steps or 0))]
+    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
+                if nproc > 1 else [sys.executable])
+    cmd = launcher + ["-m", "vramguard._dryrun_child", "--allocator", allocator,
+                      "--result", result_path, "--steps", str(int(steps or 0))]
     if snapshot:
-        cmd += ["--snapshot", os.path.join(out_dir, f"{stem}.pickle")]
+        cmd += ["--snapshot", os.path.join(out_dir, f"{ranked}.pickle")]
     if notebook:
         cmd.append("--notebook")
     # as given (its sys.argv[0] and __file__), but absolute where the child runs elsewhere (cwd)
@@ -389,8 +393,11 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, s
         raise KeyboardInterrupt
     status = rc if rc >= 0 else 128 - rc  # killed by signal N: what a shell says, 128 + N
     try:
-        with open(result_path, encoding="utf-8") as f:
-            result = json.load(f)
+        if nproc > 1:
+            result = _ranks_result([result_path.replace("{rank}", str(r)) for r in range(nproc)])
+        else:
+            with open(result_path, encoding="utf-8") as f:
+                result = json.load(f)
     except (OSError, ValueError):
         result = {
             "allocator": allocator, "peak_allocated_bytes": None, "peak_reserved_bytes": None,
@@ -401,6 +408,33 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, s
     result.setdefault("exit_status", status)  # the script's own, which the child wrote
     result["log"] = log_path
     result.setdefault("elapsed_s", round(time.monotonic() - started, 3))
+    return result
+
+
+RANK_KEYS = ("peak_allocated_bytes", "peak_reserved_bytes", "device_peak_bytes", "fits", "first_oom",
+             "error", "exit_status")
+
+
+def _ranks_result(paths):
+    """One run's figures from its ranks' files (dryrun --nproc): rank 0's,
+    with the peaks the largest of any rank's, fits only when every rank
+    fits (False when one ran out of memory), the first out-of-memory and
+    error of the lowest rank that had one, and `ranks`, each rank's own.
+    OSError when a rank wrote none."""
+    ranks = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            ranks.append(json.load(f))
+    result = dict(ranks[0])
+    for key in ("peak_allocated_bytes", "peak_reserved_bytes", "device_peak_bytes", "host_peak_rss_bytes"):
+        values = [r.get(key) for r in ranks if r.get(key) is not None]
+        result[key] = max(values) if values else None
+    fits = [r.get("fits") for r in ranks]
+    result["fits"] = False if False in fits else None if None in fits else True
+    for key in ("first_oom", "error"):
+        result[key] = next((r.get(key) for r in ranks if r.get(key)), None)
+    result["exit_status"] = next((r.get("exit_status") for r in ranks if r.get("exit_status")), 0)
+    result["ranks"] = [dict({k: r.get(k) for k in RANK_KEYS}, rank=i) for i, r in enumerate(ranks)]
     return result
 
 
@@ -574,6 +608,11 @@ def _notes(result):
     if own:
         notes.append(f"The script sets PYTORCH_CUDA_ALLOC_CONF itself ({'; '.join(own)}): the runs used its "
                      "setting where it was made before CUDA started.")
+    for r in runs:
+        if r.get("ranks"):
+            notes.append(f"{r['allocator']}, per rank (peak allocated / reserved): " + "; ".join(
+                f"rank {k['rank']} {_size(k.get('peak_allocated_bytes'))} / {_size(k.get('peak_reserved_bytes'))}"
+                for k in r["ranks"]) + ".")
     stopped = [r for r in runs if r.get("stopped_at_steps")]
     if stopped:
         notes.append(f"Each run stopped after {result.get('steps')} optimizer steps (--steps).")
@@ -658,18 +697,20 @@ class _SearchFailed(Exception):
 
 class _Runner:
     def __init__(self, script, args, gpu, memory, context, steps, snapshot, echo, notebook,
-                 stdout, stderr, cwd=None):
+                 stdout, stderr, cwd=None, nproc=1):
         from ._phantom import environ
 
         self.script, self.args = script, list(args)
         self.gpu = gpu
         self.memory = memory
         self.context, self.steps, self.snapshot, self.echo = context, steps, snapshot, echo
-        self.notebook, self.cwd = notebook, cwd
+        self.notebook, self.cwd, self.nproc = notebook, cwd, nproc
         self.stdout, self.stderr = stdout, stderr
         # the phantom's libraries (built the first time), or why not, before any run
         # and before the output directory: a phantom that cannot be had leaves nothing behind
         self.base_env = environ(gpu.name, context=context)
+        if nproc > 1:  # a device per rank
+            self.base_env["VG_FAKECUDA_DEVICES"] = str(nproc)
         self.out_dir = None  # set by dryrun() once the environment is there
         self.live = _Live()
         self.extra_env = {}
@@ -701,7 +742,7 @@ class _Runner:
                            self.out_dir, label, notebook=self.notebook,
                            steps=self.steps, snapshot=self.snapshot if snapshot is None else snapshot,
                            echo=self.echo, stdout=self.stdout, stderr=self.stderr, live=self.live,
-                           cwd=self.cwd)
+                           cwd=self.cwd, nproc=self.nproc)
         result["alloc_conf_set"] = conf  # what the run was given; alloc_conf: what it had at its end
         verdict = {True: "fits", False: "out of memory", None: "failed"}[result.get("fits")]
         self.say(f"{label}: {verdict}, peak allocated {_size(result.get('peak_allocated_bytes'))}, "
@@ -788,7 +829,7 @@ class _Runner:
 
 def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memory=False, sweep=None,
            out=None, steps=None, context=None, snapshot=True, echo=True, stdout=None,
-           stderr=None, jobs=None, no_compile=False, cwd=None):
+           stderr=None, jobs=None, no_compile=False, cwd=None, nproc=1):
     """Run `script` with `args` on a phantom `gpu` once per allocator and
     return a DryRunResult: per allocator its peak allocated and reserved
     bytes, whether it fits, its first out-of-memory (line and request).
@@ -816,6 +857,10 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     allocators run at once (default: one per two cores, at most three).
     no_compile: torch.compile off (TORCH_COMPILE_DISABLE=1): eager mode's
     figures, for a script whose compilation fails on the phantom.
+    nproc: ranks (torchrun --standalone --nproc_per_node N), each on a
+    phantom device of its own (LOCAL_RANK's; the script sets it, as on
+    GPUs), through the phantom's NCCL; each run's figures are its largest
+    rank's, and `ranks` has each rank's.
     PYTORCH_CUDA_ALLOC_CONF, where set, is kept for native and, with
     expandable_segments:True, for expandable; LD_PRELOAD comes after the
     phantom's libraries."""
@@ -832,6 +877,8 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
         jobs = default_jobs(allocators)
     elif isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise DryRunInputError(f"--jobs must be a whole number above 0, got {jobs!r}")
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or not 1 <= nproc <= 16:
+        raise DryRunInputError(f"--nproc must be a whole number from 1 to 16, got {nproc!r}")
     out_path = _check_out(out)
     cwd = _check_cwd(cwd)
     import importlib.util
@@ -843,7 +890,7 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     stderr = sys.stderr if stderr is None else stderr
     # The phantom's environment first: where it cannot be had, no directory is made.
     runner = _Runner(script, args, preset, device, context, steps, snapshot, echo,
-                     script.endswith(".ipynb"), stdout, stderr, cwd=cwd)
+                     script.endswith(".ipynb"), stdout, stderr, cwd=cwd, nproc=nproc)
     if no_compile:
         runner.extra_env["TORCH_COMPILE_DISABLE"] = "1"
     temporary = out_path is None
@@ -874,7 +921,7 @@ def _dryrun(runner, script, args, preset, device, context, allocators, min_memor
                           args=[str(a) for a in args], out_dir=runner.out_dir, steps=steps,
                           allocators=list(allocators), min_memory=bool(min_memory),
                           no_compile=bool(no_compile), cwd=cwd or os.getcwd(), cwd_given=cwd is not None,
-                          user_alloc_conf=runner.user_alloc_conf)
+                          user_alloc_conf=runner.user_alloc_conf, nproc=runner.nproc)
     if sweep_spec:
         result["sweep"] = {"name": sweep_spec[0], "values": sweep_spec[1]}
     started = time.monotonic()

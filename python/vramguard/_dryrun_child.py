@@ -479,7 +479,7 @@ class Run:
             peak_allocated = int(torch.cuda.max_memory_allocated())
             peak_reserved = int(torch.cuda.max_memory_reserved())
         first_oom = self.first_oom()
-        device_peak = self.counter("vg_fakecuda_peak_bytes", ctypes.c_longlong, 0)
+        device_peak = self.counter("vg_fakecuda_peak_bytes", ctypes.c_longlong, self.opts.rank or 0)
         out = {
             "allocator": self.opts.allocator,
             "peak_allocated_bytes": peak_allocated,
@@ -600,6 +600,13 @@ def parse(argv):
     opts = parser.parse_args(argv)
     if opts.args and opts.args[0] == "--":
         opts.args = opts.args[1:]
+    # Under torchrun (dryrun --nproc): one file per rank, the rank's device's figures.
+    opts.rank = None
+    if "{rank}" in opts.result:
+        opts.rank = int(os.environ.get("LOCAL_RANK", "0"))
+        opts.result = opts.result.replace("{rank}", str(opts.rank))
+        if opts.snapshot:
+            opts.snapshot = opts.snapshot.replace("{rank}", str(opts.rank))
     return opts
 
 

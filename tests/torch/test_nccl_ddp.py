@@ -1,0 +1,120 @@
+"""torch.distributed on phantom GPUs through the NCCL stand-in
+(csrc/phantom/README.md, "NCCL"): examples/ddp_tiny.py under the real
+torchrun, two ranks, each on a device of its own (VG_FAKECUDA_DEVICES=2),
+backend nccl, three training steps; DDP, then FSDP2 (fully_shard); then
+`python -m vramguard dryrun --nproc 2` on the FSDP2 run.
+
+Each torchrun costs about 8 s on two cores (two PyTorch imports); the
+module, about 27 s (the dry run: one more torchrun).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.torch
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "ddp_tiny.py"
+
+
+def _env():
+    from vramguard import _phantom
+
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("VRAMGUARD_", "VG_FAKECUDA_", "VG_PHANTOM_")) and k != "PYTORCH_CUDA_ALLOC_CONF"}
+    env.update(_phantom.environ("A100-40GB"))
+    env["VG_FAKECUDA_DEVICES"] = "2"
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python")] + [p for p in env.get("PYTHONPATH", "").split(
+        os.pathsep) if p])
+    return env
+
+
+def _torchrun(*args):
+    """The ranks' `ddp_tiny` lines, by rank, after torchrun succeeded."""
+    torchrun = Path(sys.executable).parent / "torchrun"
+    launcher = [str(torchrun)] if torchrun.exists() else [sys.executable, "-m", "torch.distributed.run"]
+    proc = subprocess.run(launcher + ["--standalone", "--nproc_per_node", "2", str(EXAMPLE), *args],
+                          env=_env(), capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    ranks = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("ddp_tiny "):
+            r = json.loads(line[len("ddp_tiny "):])
+            ranks[r["rank"]] = r
+    assert sorted(ranks) == [0, 1], out[-4000:]
+    assert out.count("NCCL is vramguard's stand-in") == 2, out[-4000:]  # once per rank
+    for rank, r in ranks.items():
+        assert r["world"] == 2 and r["device"] == rank and r["steps"] == 3
+    return ranks
+
+
+def test_the_stand_in_exports_what_pytorch_imports_from_nccl():
+    """Every nccl* symbol libtorch_cuda.so takes from libnccl.so.2 is
+    defined by the stand-in, unversioned as in the real library."""
+    import torch
+    from vramguard import _phantom
+
+    if shutil.which("nm") is None:
+        pytest.skip("no nm (binutils)")
+    lib = Path(torch.__file__).parent / "lib" / "libtorch_cuda.so"
+    stand_in = next(p for p in _phantom.preload().split() if Path(p).name.startswith("libnccl.so."))
+
+    def symbols(*args):
+        out = subprocess.run(["nm", "-D", *args], capture_output=True, text=True, check=True).stdout
+        return {line.split()[-1] for line in out.splitlines() if line.split()}
+
+    wanted = {s for s in symbols("--undefined-only", str(lib)) if s.startswith("nccl")}
+    defined = symbols("--defined-only", stand_in)
+    assert wanted and not wanted - defined, sorted(wanted - defined)
+    assert not [s for s in defined if "@" in s]
+
+
+def test_ddp_on_two_phantom_ranks():
+    """DDP's gradient buckets are on each rank's device: after wrapping, the
+    parameters and a bucket as large as them; at the peak, more than the
+    parameters and their gradients."""
+    for rank, r in _torchrun().items():
+        assert r["mode"] == "ddp" and r["shard_bytes"] == r["param_bytes"]
+        assert r["allocated_after_wrap"] >= 2 * r["param_bytes"], r
+        assert r["max_allocated"] > 2 * r["param_bytes"], r
+        assert r["max_reserved"] >= r["max_allocated"]
+
+
+def test_fsdp2_on_two_phantom_ranks():
+    """fully_shard on two ranks: each holds about half the parameters, as
+    its DTensors' shards and as device memory after sharding."""
+    for rank, r in _torchrun("--fsdp").items():
+        half = r["param_bytes"] / 2
+        assert r["mode"] == "fsdp"
+        assert abs(r["shard_bytes"] - half) <= 0.03 * half, r
+        assert abs(r["allocated_after_wrap"] - half) <= 0.03 * half, r
+        assert r["max_allocated"] < 4 * r["param_bytes"], r
+
+
+def test_dryrun_nproc_gives_each_rank_its_figures(tmp_path):
+    """`python -m vramguard dryrun --nproc 2` runs the script under torchrun,
+    a phantom device per rank: the run's figures are its largest rank's,
+    and each rank's are in `ranks` and in the report's notes."""
+    from vramguard._dryrun import format_report
+
+    env = {k: v for k, v in _env().items() if k not in ("LD_PRELOAD", "VG_FAKECUDA_DEVICES")}
+    proc = subprocess.run([sys.executable, "-m", "vramguard", "dryrun", "--gpu", "A100-40GB", "--nproc", "2",
+                           "--allocator", "native", "--json", "--quiet", "--out", str(tmp_path / "out"),
+                           str(EXAMPLE), "--fsdp"],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout)
+    run = result["native"]
+    assert result["nproc"] == 2 and result["fits"] is True, proc.stderr[-4000:]
+    assert [r["rank"] for r in run["ranks"]] == [0, 1]
+    assert all(r["fits"] and r["peak_allocated_bytes"] > 0 for r in run["ranks"])
+    assert run["peak_allocated_bytes"] == max(r["peak_allocated_bytes"] for r in run["ranks"])
+    assert sorted(p.name for p in (tmp_path / "out").glob("native.rank*.json")) == [
+        "native.rank0.json", "native.rank1.json"]
+    assert "native, per rank (peak allocated / reserved): rank 0 " in format_report(result)
