@@ -123,17 +123,18 @@ def run(args):
         vramguard.start_recording(stacks=True, name=f"{args.model}-{args.size}")
     if native and args.history:
         torch.cuda.memory._record_memory_history(max_entries=args.history, context=None, stacks="python")
-    times, calls = [], []
+    times, cpu, calls = [], [], []
     phantom = _phantom()
     try:
         step = zoo_models.build(torch, args.model, args.batch, args.size)
         for _ in range(args.steps):
             torch.cuda.synchronize()
             before = _device_calls(phantom) if phantom else 0
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             step()
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
             if phantom:
                 calls.append(_device_calls(phantom) - before)
         result["fits"] = True
@@ -153,6 +154,10 @@ def run(args):
     result["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
     result["host_peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     result["step_seconds"] = times
+    # The CPU the process spent per step, every thread (autograd's too): on a
+    # phantom, where kernels cost nothing, the allocator's and PyTorch's host
+    # work, and less disturbed than the wall clock by other work on the machine.
+    result["step_cpu_seconds"] = cpu
     if args.record:
         import vramguard
 
