@@ -405,7 +405,7 @@ def goals(rows):
                 if ours["peak_reserved_bytes"] > default["peak_reserved_bytes"]:
                     checks[GOALS[3]].append(f"{model} {name}: {ours['peak_reserved_bytes'] / MiB:,.0f} MiB "
                                             f"against {default['peak_reserved_bytes'] / MiB:,.0f}")
-    return [(g, not checks[g] and counted[g] > 0, checks[g] or ([] if counted[g] else ["nothing measured"]))
+    return [(g, (not checks[g]) if counted[g] else None, checks[g] if counted[g] else ["nothing measured"])
             for g in GOALS]
 
 
