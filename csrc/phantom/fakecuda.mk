@@ -27,7 +27,7 @@ FAKECUDA = build/fakecuda
 FC_SRC = csrc/phantom
 FC_CFLAGS = -O2 -g -fPIC -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
             -Wstrict-prototypes -Wmissing-prototypes
-FC_HDRS = $(wildcard $(FC_SRC)/*.h) $(FC_SRC)/shim/crt/host_defines.h
+FC_HDRS = $(wildcard $(FC_SRC)/*.h) $(FC_SRC)/shim/crt/host_defines.h tests/c/rerun.h
 
 .PHONY: fakecuda fakecuda-tests test-fakecuda test-fakecuda-san check-torch check-torch-cu12
 

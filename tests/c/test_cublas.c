@@ -26,6 +26,7 @@
 
 #include "fakecuda.h"
 #include "harness.h"
+#include "rerun.h"
 
 #define MiB (1ull << 20)
 
@@ -970,18 +971,6 @@ static int child(const char *what)
     if (cublasSnrm2(h, 8, a, 1, a) != OK)
         return 6;
     return cublasDestroy(h) == OK ? 0 : 7;
-}
-
-static int rerun(const char *env, const char *arg)
-{
-    char self[4096], cmd[8192];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len < 0)
-        return -1;
-    self[len] = 0;
-    snprintf(cmd, sizeof cmd, "env %s '%s' %s", env, self, arg);
-    int status = system(cmd);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 static void test_other_devices(void)

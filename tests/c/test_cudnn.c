@@ -20,6 +20,7 @@
 
 #include "fakecuda.h"
 #include "harness.h"
+#include "rerun.h"
 
 #define MiB (1ull << 20)
 
@@ -691,23 +692,10 @@ static int workspace_child(void)
     return vg_phantom_cudnn_live_descriptors() == 0 ? 0 : 7;
 }
 
-/* Runs this program again with `env` in front; its exit status. */
-static int rerun(const char *env, const char *arg)
-{
-    char self[4096], cmd[8192];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len < 0)
-        return -1;
-    self[len] = 0;
-    snprintf(cmd, sizeof cmd, "env %s '%s' %s 2>/dev/null", env, self, arg);
-    int status = system(cmd);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 static void test_workspace_knob(void)
 {
-    CHECK_EQ(rerun("VG_PHANTOM_CUDNN_WORKSPACE=1MiB", "--workspace-child"), 0);
-    CHECK(rerun("VG_PHANTOM_CUDNN_WORKSPACE=lots", "--workspace-child") >= 128); /* aborts */
+    CHECK_EQ(rerun("VG_PHANTOM_CUDNN_WORKSPACE=1MiB", "--workspace-child 2>/dev/null"), 0);
+    CHECK(rerun("VG_PHANTOM_CUDNN_WORKSPACE=lots", "--workspace-child 2>/dev/null") >= 128); /* aborts */
 }
 
 /* Without a device, cudnnCreate fails as cuDNN does on a machine without a GPU. */
@@ -719,7 +707,7 @@ static int no_device_child(void)
 
 static void test_no_device(void)
 {
-    CHECK_EQ(rerun("VG_FAKECUDA_DEVICES=0", "--no-device-child"), 0);
+    CHECK_EQ(rerun("VG_FAKECUDA_DEVICES=0", "--no-device-child 2>/dev/null"), 0);
 }
 
 int main(int argc, char **argv)

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "rerun.h"
 #include "fakecuda.h"
 #include "rt_launch.h"
 
@@ -1064,33 +1065,20 @@ static int phantom_child(int touch)
     return 0;
 }
 
-/* Runs this program again with `env` in front; its exit status. */
-static int rerun(const char *env, const char *arg)
-{
-    char self[4096], cmd[8192];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len < 0)
-        return -1;
-    self[len] = 0;
-    snprintf(cmd, sizeof cmd, "env %s '%s' %s 2>/dev/null", env, self, arg);
-    int status = system(cmd);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 static void test_env_knobs(void)
 {
     CHECK_EQ(rerun("VG_FAKECUDA_DEVICES=3 VG_FAKECUDA_MEM=1MiB,3MiB "
-                   "VG_FAKECUDA_FAIL=cudaMalloc:2:cudaErrorMemoryAllocation", "--env-child"), 0);
+                   "VG_FAKECUDA_FAIL=cudaMalloc:2:cudaErrorMemoryAllocation", "--env-child 2>/dev/null"), 0);
     /* A sticky error from the start, named by its driver name. */
     CHECK_EQ(rerun("VG_FAKECUDA_DEVICES=3 VG_FAKECUDA_MEM=3MiB VG_FAKECUDA_STICKY=CUDA_ERROR_LAUNCH_FAILED",
-                   "--env-child"), 6);
+                   "--env-child 2>/dev/null"), 6);
     /* Malformed settings stop the process rather than run on other devices. */
-    CHECK(rerun("VG_FAKECUDA_MEM=12XB", "--env-child") >= 128);
-    CHECK(rerun("VG_FAKECUDA_DEVICES=17", "--env-child") >= 128);
-    CHECK(rerun("VG_FAKECUDA_FAIL=cudaMallocc:1:2", "--env-child") >= 128);
-    CHECK(rerun("VG_FAKECUDA_SMS=0", "--env-child") >= 128);
-    CHECK(rerun("VG_FAKECUDA_PHANTOM=yes", "--env-child") >= 128);
-    CHECK(rerun("VG_FAKECUDA_CONTEXT=lots", "--env-child") >= 128);
+    CHECK(rerun("VG_FAKECUDA_MEM=12XB", "--env-child 2>/dev/null") >= 128);
+    CHECK(rerun("VG_FAKECUDA_DEVICES=17", "--env-child 2>/dev/null") >= 128);
+    CHECK(rerun("VG_FAKECUDA_FAIL=cudaMallocc:1:2", "--env-child 2>/dev/null") >= 128);
+    CHECK(rerun("VG_FAKECUDA_SMS=0", "--env-child 2>/dev/null") >= 128);
+    CHECK(rerun("VG_FAKECUDA_PHANTOM=yes", "--env-child 2>/dev/null") >= 128);
+    CHECK(rerun("VG_FAKECUDA_CONTEXT=lots", "--env-child 2>/dev/null") >= 128);
 }
 
 /* A phantom names a stub on stderr the first time it is called, once: the
@@ -1123,11 +1111,11 @@ static int phantom_stub_child(void)
 static void test_phantom(void)
 {
     const char *env = "VG_FAKECUDA_PHANTOM=1 VG_FAKECUDA_MEM=1GiB VG_FAKECUDA_CONTEXT=100MiB";
-    CHECK_EQ(rerun(env, "--phantom-child"), 0);
-    CHECK_EQ(rerun(env, "--phantom-stub"), 0);
+    CHECK_EQ(rerun(env, "--phantom-child 2>/dev/null"), 0);
+    CHECK_EQ(rerun(env, "--phantom-stub 2>/dev/null"), 0);
     /* AddressSanitizer would report the fault and exit 1: let it through. */
     CHECK_EQ(rerun("ASAN_OPTIONS=handle_segv=0 VG_FAKECUDA_PHANTOM=1 VG_FAKECUDA_MEM=1GiB "
-                   "VG_FAKECUDA_CONTEXT=100MiB", "--phantom-touch"), 128 + SIGSEGV);
+                   "VG_FAKECUDA_CONTEXT=100MiB", "--phantom-touch 2>/dev/null"), 128 + SIGSEGV);
 }
 
 /* ---- what a kernel was compiled for (rt_fatbin.c) ---------------------- */
@@ -1229,10 +1217,10 @@ static void test_kernel_architectures(void)
     CHECK_EQ(attr.binaryVersion, 90);
     /* An L4 (8.9) runs the sm_86 code, a T4 (7.5) the sm_75, a 7.0 card
      * none of it; an 8.6 runs sm_80 code rather than compiling the PTX. */
-    CHECK_EQ(rerun("VG_FAKECUDA_CC=8.9", "--arch-child"), 86);
-    CHECK_EQ(rerun("VG_FAKECUDA_CC=7.5", "--arch-child"), 75);
-    CHECK_EQ(rerun("VG_FAKECUDA_CC=7.0", "--arch-child"), 255);
-    CHECK_EQ(rerun("VG_FAKECUDA_CC=8.6", "--arch-child-ptx"), 80);
+    CHECK_EQ(rerun("VG_FAKECUDA_CC=8.9", "--arch-child 2>/dev/null"), 86);
+    CHECK_EQ(rerun("VG_FAKECUDA_CC=7.5", "--arch-child 2>/dev/null"), 75);
+    CHECK_EQ(rerun("VG_FAKECUDA_CC=7.0", "--arch-child 2>/dev/null"), 255);
+    CHECK_EQ(rerun("VG_FAKECUDA_CC=8.6", "--arch-child-ptx 2>/dev/null"), 80);
 }
 
 int main(int argc, char **argv)

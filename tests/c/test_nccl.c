@@ -24,6 +24,7 @@
 
 #include "fakecuda.h"
 #include "harness.h"
+#include "rerun.h"
 #include "nccl_fake.h"
 
 #define MiB (1ull << 20)
@@ -549,18 +550,6 @@ static int child(const char *what)
     if (strcmp(what, "--knob") == 0)
         return held == (long long)(64 * MiB) && total == 32 * MiB ? 0 : 6;
     return held == 0 ? 0 : 7;
-}
-
-static int rerun(const char *env, const char *arg)
-{
-    char self[4096], cmd[8192];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len < 0)
-        return -1;
-    self[len] = 0;
-    snprintf(cmd, sizeof cmd, "env %s '%s' %s", env, self, arg);
-    int status = system(cmd);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 static void test_other_configurations(void)
