@@ -136,3 +136,42 @@ def test_rebuild_takes_only_finished_searches(tmp_path):
     assert rows["native"]["largest_batch"] == {"T4": 40}
     assert "smallest_device_bytes" not in rows["vramguard"] and rows["vramguard"]["largest_batch"] == {}
     assert rows["native"]["warm_device_calls_per_step"] == 0
+
+
+# ---------------------------------------------------------------- on a GPU (bench/zoo_card.py)
+
+import zoo_card  # noqa: E402
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_card_search_finds_the_largest_batch_that_fits(seed):
+    rng = random.Random(seed)
+    edge, guess = rng.randint(0, 600), rng.randint(1, 700)
+    asked = []
+
+    def fits(batch):
+        asked.append(batch)
+        return batch <= edge
+
+    assert zoo_card.largest_fitting(fits, guess) == edge
+    assert 0 not in asked                      # batch 0 fits by definition: never run
+    assert len(asked) <= 2 * (abs(guess - edge) + 1).bit_length() + 2
+
+
+def test_card_search_costs_two_runs_when_the_phantom_was_right():
+    asked = []
+    assert zoo_card.largest_fitting(lambda b: asked.append(b) or b <= 334, 334) == 334
+    assert asked == [334, 335]
+
+
+def test_card_table_says_what_did_not_run():
+    card = {"meta": {"gpu": "NVIDIA H200", "driver": "580", "torch": "2.11.0", "date": "2026-11-26",
+                     "models": ["gpt2"], "allocators": ["native", "vramguard"]},
+            "memory": [{"model": "gpt2", "allocator": "native", "fits": True,
+                        "peak_allocated_bytes": 100 << 20, "peak_reserved_bytes": 120 << 20},
+                       {"model": "gpt2", "allocator": "vramguard", "error": "not run: the time limit"}],
+            "batch": [{"model": "gpt2", "allocator": "native", "largest_batch": 8, "guess": 4}],
+            "timing": [{"model": "gpt2", "allocator": "vramguard", "ratio_to_default": 0.968, "rounds": 2}]}
+    text = zoo_card.markdown(card)
+    assert "| gpt2 | native | 100 | 120 | 8 (4) | - |" in text
+    assert "| gpt2 | vramguard | not run: the time limit |  | - | 0.968 (2 rounds) |" in text

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Everything vramguard checks on a real GPU, in one command:
+# Everything vramguard checks on a real GPU, in one command (where the GPU's
+# minutes are few, tests/gpu/card.sh does the most telling part inside a limit):
 #
 #   bash tests/gpu/run.sh            # the PyTorch integration checks (a few minutes)
 #   bash tests/gpu/run.sh --full     # also ResNet-50 / GPT-2 seq 1024 / ViT-B/16, 100 steps,
