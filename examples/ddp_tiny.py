@@ -17,6 +17,7 @@ torch.cuda.max_memory_allocated / max_memory_reserved.
 import argparse
 import json
 import os
+import sys
 import time
 
 import torch
@@ -85,12 +86,17 @@ def main():
     torch.cuda.synchronize()
     dist.barrier()
 
-    print("ddp_tiny " + json.dumps({
+    line = "ddp_tiny " + json.dumps({
         "rank": rank, "world": world, "device": torch.cuda.current_device(), "mode": "fsdp" if args.fsdp else "ddp",
         "steps": args.steps, "param_bytes": param_bytes, "shard_bytes": shard_bytes,
         "allocated_after_wrap": allocated_after_wrap,
         "max_allocated": torch.cuda.max_memory_allocated(), "max_reserved": torch.cuda.max_memory_reserved(),
-    }), flush=True)
+    })
+    # One write, line and newline together: the ranks share torchrun's
+    # stdout, and an unbuffered print writes them apart, so two ranks'
+    # lines could run into one.
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
     dist.destroy_process_group()
     # The autograd engine's device thread drops the last backward's task
     # (FSDP2's Python callbacks and state in it) once it has the GIL. On a

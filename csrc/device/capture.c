@@ -29,3 +29,10 @@ int vg_capture_active(int device)
 {
     return in_range(device) ? atomic_load_explicit(&underway[device], memory_order_acquire) : 0;
 }
+
+int vg_capture_any(void)
+{
+    for (int d = 0; d < VG_MAX_DEVICES; d++)
+        if (atomic_load_explicit(&underway[d], memory_order_acquire)) return 1;
+    return 0;
+}

@@ -266,11 +266,18 @@ int vg_cuda_device_count(void)
     return n;
 }
 
+/* No cudaStreamGetDevice while a graph is captured: on an H200 with
+ * PyTorch 2.11, make_graphed_callables' backward capture ended with
+ * cudaErrorStreamCaptureInvalidated under vramguard and not under PyTorch's
+ * allocator, and this lookup, made by autograd's thread in record_stream,
+ * was the one call vramguard made there that PyTorch's allocator does not
+ * (the fake's trace of the same program). The current device stands in,
+ * as it does where the runtime has no such call. */
 int vg_cuda_stream_device(vg_stream_t stream)
 {
     int device = -1;
     if (vg_cuda_load()) return -1;
-    if (rt.StreamGetDevice) {
+    if (rt.StreamGetDevice && !vg_capture_any()) {
         if (rt.StreamGetDevice((void *)stream, &device) == CUDA_SUCCESS) return device;
         (void)rt.GetLastError(); /* not supported, or a stream it does not know */
     }

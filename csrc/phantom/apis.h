@@ -56,6 +56,7 @@
     X(cudaStreamWaitEvent, 1)                                                    \
     X(cudaStreamGetPriority, 1)                                                  \
     X(cudaStreamGetFlags, 1)                                                     \
+    X(cudaStreamGetDevice, 1)                                                    \
     X(cudaStreamIsCapturing, 1)                                                  \
     X(cudaStreamGetCaptureInfo, 1)                                               \
     X(cudaThreadExchangeStreamCaptureMode, 0)                                    \

@@ -121,6 +121,21 @@ cudaError_t cudaStreamGetFlags(cudaStream_t stream, unsigned int *flags)
     return err;
 }
 
+/* CUDA 12.8's: the device the stream belongs to (the current one for the
+ * built-in handles). A lookup only, so the fake lets it through a capture;
+ * whether the driver does is what tests/gpu/probe_accumulate_grad.py asks
+ * of a GPU. */
+cudaError_t cudaStreamGetDevice(cudaStream_t stream, int *device)
+{
+    RT_ENTER(cudaStreamGetDevice);
+    if (!device)
+        return rt_error(cudaErrorInvalidValue);
+    cudaError_t err = check_stream(stream);
+    if (err == cudaSuccess)
+        *device = rt_stream_device(stream);
+    return err;
+}
+
 /* ---- events ------------------------------------------------------------ */
 
 static int valid_event(cudaEvent_t e)

@@ -104,6 +104,8 @@ void vg_capture_enter(int device);
 void vg_capture_leave(int device);
 /* How many are underway on `device` (0 for a device out of range). */
 int vg_capture_active(int device);
+/* Whether a capture is underway on any device. */
+int vg_capture_any(void);
 
 /* The simulated device: a capacity and a fake 64-bit address space with no
  * memory behind it, so an 80 GiB GPU can be simulated anywhere. */

@@ -303,6 +303,40 @@ def test_a_free_during_capture_is_deferred():
     assert v["pools"] == []
 
 
+def test_record_stream_during_a_capture_asks_the_runtime_nothing():
+    """record_stream looks up the stream's device (cudaStreamGetDevice) but
+    not while a graph is captured: autograd's thread calls it in a captured
+    backward (make_graphed_callables), and on a GPU the capture ended with
+    an error under vramguard alone. The current device stands in then."""
+    v, _ = run(OWN + WARM + """
+        vramguard.install()
+        side = torch.cuda.Stream()
+        static = torch.zeros(1024, device="cuda")
+        warm_up(lambda t: t + 1, static)
+        x = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+        n = calls("cudaStreamGetDevice")
+        x.record_stream(side)
+        out("outside", calls("cudaStreamGetDevice") - n)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            y = static + 1
+            n = calls("cudaStreamGetDevice")
+            y.record_stream(side)
+            out("during", calls("cudaStreamGetDevice") - n)
+        g.replay()
+        torch.cuda.synchronize()
+        out("uses", vramguard.stats(0)["num_record_stream"])
+        del x, y, g
+        gc.collect()
+        out("pools", pools())
+        _core.device_heap(0).check()
+    """)
+    assert v["outside"] == 1
+    assert v["during"] == 0
+    assert v["uses"] >= 1
+    assert v["pools"] == []
+
+
 def test_a_synchronize_during_capture_fails_as_on_a_gpu():
     """What the fake refuses, PyTorch reports as a GPU's error; the capture
     ends, the pool is left to the graph, and nothing stays underway."""

@@ -9,6 +9,7 @@ module, about 27 s (the dry run: one more torchrun).
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,10 +44,11 @@ def _torchrun(*args):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     ranks = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("ddp_tiny "):
-            r = json.loads(line[len("ddp_tiny "):])
-            ranks[r["rank"]] = r
+    # Found anywhere in the output, not line by line: the ranks write to one
+    # pipe, and a line may follow another's without its newline.
+    for found in re.finditer(r"ddp_tiny (\{[^{}]*\})", proc.stdout):
+        r = json.loads(found.group(1))
+        ranks[r["rank"]] = r
     assert sorted(ranks) == [0, 1], out[-4000:]
     assert out.count("NCCL is vramguard's stand-in") == 2, out[-4000:]  # once per rank
     for rank, r in ranks.items():
