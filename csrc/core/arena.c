@@ -31,8 +31,14 @@
  * - Ranges wholly free and unmapped are released under the same pressure,
  *   so that a stream's record goes when its last range does.
  */
-#include "heap_internal.h"
+#include "arena.h"
 #include "bins.h"
+#include "blocks.h"
+#include "budget.h"
+#include "deferred_free.h"
+#include "recording.h"
+#include "segments.h"
+#include "stats.h"
 
 #include <stdlib.h>
 #include <string.h>
