@@ -36,6 +36,8 @@ static inline bool vg__block_record_ready(vg_heap *h)
     return h->spare_blocks || vg__block_record_refill(h);
 }
 
+/* A block record from the free list, NULL when it is empty and the host
+ * has no memory for a slab. */
 VG_HOT vg_block *vg__block_new(vg_heap *h)
 {
     if (!h->spare_blocks && !vg__block_record_refill(h)) return NULL;
@@ -111,7 +113,7 @@ VG_HOT void vg__inactive_split_change(vg_heap *h, int pool, int64_t blocks, int6
 /* The same for a block of `whole` bytes taken, `size` of them now live:
  * the net change, spelled out per case so that each is one or two adds. */
 VG_HOT void vg__inactive_split_taken(vg_stats *st, int pool, bool was_split, int64_t whole,
-                                 int64_t size)
+                                     int64_t size)
 {
     if (size < whole) { /* a remainder stays free beside it */
         if (was_split) {
@@ -179,7 +181,10 @@ VG_HOT void vg__block_make_free(vg_heap *h, vg_block *blk)
 /* A free block taken for an allocation                                */
 /* ------------------------------------------------------------------ */
 
-/* Split when the remainder is worth keeping (the policy says how much). */
+/* Cut `blk` at `size`: the remainder becomes a free block of its own, in
+ * its bin. Called when the remainder is worth keeping (h->split_min: the
+ * policy's, or any remainder in the arena); VG_ERR_NOMEM when no record is
+ * at hand, and `blk` is left whole. */
 VG_HOT int vg__block_split(vg_heap *h, vg_block *blk, size_t size)
 {
     vg_block *rest = vg__block_new(h);
@@ -199,6 +204,10 @@ VG_HOT int vg__block_split(vg_heap *h, vg_block *blk, size_t size)
     return VG_OK;
 }
 
+/* A free block becomes live for an allocation of `requested` bytes
+ * (`rounded`, aligned): out of its bin and the idle list, split when the
+ * remainder is worth keeping, in the live-address map, counted. NULL when
+ * the map cannot grow, with nothing changed. */
 VG_HOT vg_block *vg__block_take(vg_heap *h, vg_block *blk, size_t rounded, size_t requested)
 {
     /* First the only step that can fail, so failing leaves nothing to undo.
