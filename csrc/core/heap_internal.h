@@ -5,10 +5,11 @@
  * with VG_DEBUG (the C tests and the sanitizer builds) also assert, with
  * vg_assert_internal (debug.h), those an operation touches as it runs.
  *
- * Only the structures are here. The functions each file offers the others
- * are declared in a header of the same name (segments.h for segments.c,
- * ladder.h for ladder.c, ...), so that a file's includes list what it
- * builds on. */
+ * Only the structures are here, and vg__device_error, through which every
+ * file that calls the provider reports. The functions each file offers
+ * the others are declared in a header named after it (segments.h for
+ * segments.c, ladder.h for ladder.c, ...; history.c's in recording.h), so
+ * that a file's includes list what it builds on. */
 #ifndef VG_HEAP_INTERNAL_H
 #define VG_HEAP_INTERNAL_H
 
@@ -324,8 +325,7 @@ struct vg_heap {
 };
 
 /* A provider call returned VG_ERR_DEVICE: count it (num_device_errors),
- * keep the provider's words, and set device_failed (heap.c). Every file
- * that calls the provider reports through it. */
+ * keep the provider's words, and set device_failed (heap.c). */
 void vg__device_error(vg_heap *h);
 
 #endif
