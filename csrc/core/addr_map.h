@@ -6,6 +6,12 @@
 
 #include "heap_internal.h"
 
+/* addr_map.c: the cold half. */
+int vg__map_init(vg_addr_map *m, size_t capacity);
+void vg__map_free(vg_addr_map *m);
+/* Double the capacity; VG_ERR_NOMEM if the host says no. */
+int vg__map_grow(vg_addr_map *m);
+
 static inline size_t vg__map_slot(const vg_addr_map *m, uintptr_t key)
 {
     /* Fibonacci hashing of the address without its always-zero low bits. */

@@ -31,8 +31,14 @@
  * - Ranges wholly free and unmapped are released under the same pressure,
  *   so that a stream's record goes when its last range does.
  */
-#include "heap_internal.h"
+#include "arena.h"
 #include "bins.h"
+#include "blocks.h"
+#include "budget.h"
+#include "deferred_free.h"
+#include "recording.h"
+#include "segments.h"
+#include "stats.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -417,7 +423,7 @@ static inline bool stopped(const vg_heap *h)
     return h->device_failed;
 }
 
-/* The live part of `blk` for `rounded` bytes, as take() will cut it. */
+/* The live part of `blk` for `rounded` bytes, as vg__block_take will cut it. */
 static inline size_t live_size(const vg_heap *h, const vg_block *blk, int pool, size_t rounded)
 {
     return blk->size - rounded >= h->split_min[pool] ? rounded : blk->size;
@@ -503,7 +509,7 @@ static bool place(vg_heap *h, vg_request *r, bool gc)
     size_t missing = all_mapped(seg->range, first, end)
                          ? 0 : missing_pages(seg->range, first, end) << h->page_shift;
     r->missing = missing;
-    /* take() splits the block where these pages end: a split that failed
+    /* vg__block_take splits the block where these pages end: a split that failed
      * for want of a record would leave a live block over unmapped pages. */
     if (!vg__block_record_ready(h)) return false;
     if (!missing) {

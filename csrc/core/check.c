@@ -3,9 +3,12 @@
  * does not hold: O(everything), for tests and debugging, never the hot
  * path. vg__check_block and vg__check_totals are the parts one operation
  * touches, which debug builds (VG_DEBUG) assert as the heap runs. */
-#include "heap_internal.h"
+#include "check.h"
 #include "addr_map.h"
+#include "arena.h"
 #include "bins.h"
+#include "stats.h"
+#include "streams.h"
 
 #include <stdio.h>
 #include <stdlib.h>

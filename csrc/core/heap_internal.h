@@ -3,7 +3,13 @@
  * Each structure states its invariants next to it, as equations. check.c
  * (vg_heap_check) verifies every one of them over the whole heap; builds
  * with VG_DEBUG (the C tests and the sanitizer builds) also assert, with
- * vg_assert_internal (debug.h), those an operation touches as it runs. */
+ * vg_assert_internal (debug.h), those an operation touches as it runs.
+ *
+ * Only the structures are here, and vg__device_error, through which every
+ * file that calls the provider reports. The functions each file offers
+ * the others are declared in a header named after it (segments.h for
+ * segments.c, ladder.h for ladder.c, ...; history.c's in recording.h), so
+ * that a file's includes list what it builds on. */
 #ifndef VG_HEAP_INTERNAL_H
 #define VG_HEAP_INTERNAL_H
 
@@ -184,12 +190,6 @@ typedef struct vg_addr_map {
     size_t count;
 } vg_addr_map;
 
-int vg__map_init(vg_addr_map *m, size_t capacity);
-void vg__map_free(vg_addr_map *m);
-/* Double the capacity; VG_ERR_NOMEM if the host says no. */
-int vg__map_grow(vg_addr_map *m);
-/* vg__map_put, vg__map_get and vg__map_take are inline, in addr_map.h. */
-
 /* ------------------------------------------------------------------ */
 /* Policy (policy.c, policy_torch.c)                                   */
 /* ------------------------------------------------------------------ */
@@ -230,18 +230,6 @@ struct vg_policy {
 /* ------------------------------------------------------------------ */
 
 typedef struct vg_history vg_history;
-
-/* history.c: the recording ring. */
-void vg__history_note(vg_history *r, uint32_t kind, uintptr_t addr, size_t size,
-                      size_t requested, vg_stream_t stream, uint32_t stack);
-void vg__history_destroy(vg_history *r);
-
-/* One branch when not recording, stopped recordings included. */
-#define VG_HISTORY(h, kind, addr, size, requested, stream)                       \
-    do {                                                                         \
-        if ((h)->recording) vg__history_note((h)->history, (kind), (addr), (size), \
-                                             (requested), (stream), 0);          \
-    } while (0)
 
 #define VG_BLOCK_SLAB 256
 
@@ -336,162 +324,8 @@ struct vg_heap {
     vg_device_error device_error; /* the last one, for the report */
 };
 
-/* The allocation's stack id, asked before the heap's lock is taken (the
- * source may look at the caller's Python frames): one relaxed load and a
- * branch when the recording keeps no stacks. */
-static inline uint32_t vg__history_stack(vg_heap *h)
-{
-    vg_stack_source source = atomic_load_explicit(&h->stack_source, memory_order_relaxed);
-    return source ? source() : 0;
-}
-
-/* heap.c: the operations the ladder builds on. */
-vg_segment *vg__segment_create(vg_heap *h, vg_stream_state *s, int pool, size_t size);
-void vg__segment_release(vg_heap *h, vg_segment *seg);
-/* A segment record for [addr, addr+size) of stream `s`, one free block,
- * idle, in the heap's lists (no stats); NULL when the host says no. */
-vg_segment *vg__segment_adopt(vg_heap *h, vg_stream_state *s, int pool, uintptr_t addr,
-                              size_t size);
-/* A spare block record is at hand, so that the next split cannot fail
- * (the arena maps only the pages of the split-off block); the refill, when
- * the free list is empty, is out of line. */
-bool vg__block_record_refill(vg_heap *h);
-static inline bool vg__block_record_ready(vg_heap *h)
-{
-    return h->spare_blocks || vg__block_record_refill(h);
-}
-/* Take an idle segment out of the heap's books (no provider call, no
- * stats) and free its record. */
-void vg__segment_forget(vg_heap *h, vg_segment *seg);
-/* Release wholly free segments, oldest first, until `target` bytes are
- * released (SIZE_MAX = all); only those of `only` when it is not NULL.
- * Returns the bytes released. */
-size_t vg__release_idle(vg_heap *h, const vg_stream_state *only, size_t target,
-                        uint64_t *counter);
-/* Finish deferred frees whose events have completed. */
-void vg__process_pending(vg_heap *h);
-/* Wait for the device and finish every deferred free. Called with the
- * lock held, it releases the lock for the wait and takes it again: the
- * heap may have changed meanwhile, so a caller looks again at whatever it
- * had found before (blocks, segments, the bins). */
-void vg__synchronize(vg_heap *h);
 /* A provider call returned VG_ERR_DEVICE: count it (num_device_errors),
- * keep the provider's words, and set device_failed. */
+ * keep the provider's words, and set device_failed (heap.c). */
 void vg__device_error(vg_heap *h);
-/* Can `bytes` more be reserved without passing the budget? What the
- * heaps sharing it reserve counts too:
- *   reserved + reserved_elsewhere + bytes <= budget */
-bool vg__within_budget(const vg_heap *h, size_t bytes);
-size_t vg__reserved(const vg_heap *h);
-/* What this heap's reserved memory may not pass: the budget, or else the
- * device, less what the heaps sharing it reserve (0 when they hold it all). */
-size_t vg__ceiling(const vg_heap *h);
-size_t vg__round_to_granule(size_t bytes);
-
-/* streams.c */
-int vg__streams_init(vg_stream_table *t);
-void vg__streams_destroy(vg_stream_table *t);
-/* vg__stream_pin and vg__stream_unpin are inline, in streams.h. */
-/* A segment of `s` was released: forget `s` if that was its last. */
-void vg__stream_lost_segment(vg_heap *h, vg_stream_state *s);
-/* The record of `key`, NULL if there is none. */
-vg_stream_state *vg__stream_find(const vg_stream_table *t, vg_stream_t key);
-
-/* ladder.c: for an allocation of r->rounded bytes (a multiple of VG_ALIGN)
- * in r->pool for r->stream, a free block in r->block, from the cache or
- * from the out-of-memory ladder; false when every step failed. */
-typedef struct vg_request {
-    vg_stream_state *stream;
-    int pool;
-    size_t rounded;
-    vg_block *block;        /* the answer */
-    vg_block *kept_whole;   /* a cached fit the policy keeps whole */
-    bool budget_refused;    /* the budget refused the last segment asked for */
-    bool fresh;             /* the answer is a segment reserved for it (arena:
-                               pages were mapped for it) */
-    size_t missing;         /* arena: bytes the last placement had to map */
-} vg_request;
-bool vg__find_block(vg_heap *h, vg_request *r);
-
-/* arena.c: the arena's ladder, and its cache control. */
-bool vg__arena_usable(const vg_device *dev);
-bool vg__arena_find_block(vg_heap *h, vg_request *r);
-/* Unmap free pages, synchronizing first, until `target` bytes are unmapped
- * (SIZE_MAX = all), then release ranges wholly free and unmapped; for
- * empty_cache and a lower budget. Returns the bytes unmapped. */
-size_t vg__arena_trim(vg_heap *h, size_t target, uint64_t *counter);
-/* An idle range with no page mapped: give it back. */
-void vg__arena_release_range(vg_heap *h, vg_segment *seg);
-/* At heap destruction: unmap every page and give the range back. */
-void vg__arena_destroy_range(vg_heap *h, vg_segment *seg);
-/* Free memory as it can serve requests without a map: the mapped pieces
- * of free blocks (their count and the longest), and the largest free block
- * mapped or not (arena.c). */
-void vg__arena_free_pieces(const vg_heap *h, uint64_t *pieces, uint64_t *mapped_stretch,
-                           uint64_t *range);
-/* Whether every page [addr, addr+size) touches is mapped (check.c). */
-bool vg__arena_pages_mapped(const vg_heap *h, const vg_segment *seg, uintptr_t addr, size_t size);
-size_t vg__arena_count_mapped(const vg_heap *h, const vg_segment *seg);
-/* stats.c, with the heap locked. */
-void vg__fragmentation_locked(vg_heap *h, vg_fragmentation *out);
-/* The heap's stats with the totals it does not keep filled in. */
-void vg__stats_copy(const vg_heap *h, vg_stats *out);
-/* The totals the heap does not keep are untouched (0), and each stat's
- * all-pools base is its pools' sum, so that the totals vg__stats_copy
- * derives satisfy allocated - freed == current - base in every entry. */
-bool vg__totals_consistent(vg_heap *h);
-
-/* check.c: parts of vg_heap_check, NULL when they hold, that debug builds
- * assert as the heap runs: the invariants around a block (for every block
- * an operation changes), of a whole segment (as segments come and go), the
- * equations between the counters (after every call), and free_blocks
- * against the bins (as segments come and go: it reads every bin). */
-const char *vg__check_block(const vg_heap *h, const vg_block *blk);
-const char *vg__check_segment(const vg_heap *h, const vg_segment *seg);
-const char *vg__check_totals(vg_heap *h);
-const char *vg__check_bin_counts(const vg_heap *h);
-
-/* ------------------------------------------------------------------ */
-/* Stats helpers (hot path, so inline)                                 */
-/* ------------------------------------------------------------------ */
-
-/* Totals only grow: 2^63 bytes of churn is reachable (131,072 segments of
- * 128 TiB), so they wrap, as unsigned numbers do, rather than overflow. */
-static inline int64_t vg__total_add(int64_t total, int64_t v)
-{
-    return (int64_t)((uint64_t)total + (uint64_t)v);
-}
-
-/* Of a totaled stat's two totals the heap keeps one, `allocated`, in the
- * pools' entries alone: the all-pools entry's is their sum, and `freed`
- * follows from the invariant above (allocated - (current - base)).
- * vg__stats_copy (stats.c) fills them in for readers. So an add costs
- * current, peak and one total per entry kept, a subtraction current
- * alone, and every number read is the same as were they all kept. */
-static inline void vg__stat_raise(vg_stat *s, int64_t v)
-{
-    s->current += v;
-    if (s->current > s->peak) s->peak = s->current;
-}
-
-/* Add to the all-pools entry and the pool's own. */
-static inline void vg__stat_add2(vg_stat *s, int pool, int64_t v)
-{
-    vg__stat_raise(&s[VG_STAT_ALL], v);
-    vg__stat_raise(&s[1 + pool], v);
-    s[1 + pool].allocated = vg__total_add(s[1 + pool].allocated, v);
-}
-
-static inline void vg__stat_sub2(vg_stat *s, int pool, int64_t v)
-{
-    s[VG_STAT_ALL].current -= v;
-    s[1 + pool].current -= v;
-}
-
-/* The all-pools total added, as vg__stats_copy gives it. */
-static inline int64_t vg__stat_allocated_total(const vg_stat *s)
-{
-    return vg__total_add(s[VG_STAT_SMALL].allocated, s[VG_STAT_LARGE].allocated);
-}
 
 #endif

@@ -3,7 +3,7 @@
  * fragmentation, the idle segments, and the live blocks by power of two
  * (exact bytes: the size-class histogram counts blocks only). The walk is
  * O(blocks); it runs on the failure path, never on the hot path. */
-#include "heap_internal.h"
+#include "stats.h"
 #include "vramguard/report.h"
 
 #include <string.h>

@@ -1,7 +1,7 @@
 /* The event ring: a fixed array written round and round, so recording costs
  * no allocation per event. When full, the oldest event is overwritten and
  * counted, so a reader knows the trace is incomplete. */
-#include "heap_internal.h"
+#include "recording.h"
 #include "vramguard/history.h"
 
 #include <stdlib.h>

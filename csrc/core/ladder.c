@@ -44,8 +44,11 @@
  * the caller reports the error as itself (num_device_errors), not as an
  * OOM.
  */
-#include "heap_internal.h"
+#include "ladder.h"
 #include "bins.h"
+#include "budget.h"
+#include "deferred_free.h"
+#include "segments.h"
 
 /* ------------------------------------------------------------------ */
 /* Reserving                                                           */

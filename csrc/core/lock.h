@@ -8,7 +8,7 @@
  *
  * A holder may wait for the device in cudaMalloc or cudaFree, though, for
  * milliseconds (a synchronize is waited for with the lock released:
- * heap.c, wait_for_device): a waiter spins
+ * deferred_free.c, wait_for_device): a waiter spins
  * for a bounded hundred pauses (a few microseconds, many hot-path critical
  * sections), then sleeps on a futex instead of burning its core.
  *

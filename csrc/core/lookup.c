@@ -1,8 +1,9 @@
-/* Which segment holds an address: what PyTorch's getBaseAllocation asks
- * (the base and size of the cudaMalloc a pointer lies in, for IPC and
- * for code that registers memory with other libraries). Rare, so a live
- * block's start is looked up in the address map and anything else by
- * walking the segments. */
+/* What the heap knows of an address. Which segment holds it: what
+ * PyTorch's getBaseAllocation asks (the base and size of the cudaMalloc a
+ * pointer lies in, for IPC and for code that registers memory with other
+ * libraries). Rare, so a live block's start is looked up in the address
+ * map and anything else by walking the segments. And the size of the live
+ * block that starts there. */
 #include "heap_internal.h"
 #include "addr_map.h"
 
@@ -24,4 +25,14 @@ int vg_heap_segment_of(vg_heap *h, const void *ptr, uintptr_t *base, size_t *siz
     }
     vg_lock_release(&h->lock);
     return found ? VG_OK : VG_ERR_INVALID;
+}
+
+/* The size of the live block at `ptr`, 0 when none starts there. */
+size_t vg_heap_block_size(vg_heap *h, void *ptr)
+{
+    vg_lock_acquire(&h->lock);
+    vg_block *blk = vg__map_get(&h->live, (uintptr_t)ptr);
+    size_t size = blk ? blk->size : 0;
+    vg_lock_release(&h->lock);
+    return size;
 }

@@ -4,7 +4,7 @@
  * raise it. A reader that keeps several counters (Python's regions) takes
  * it at each of their boundaries and folds it into every counter open
  * then, so one field serves any number of nested counters. */
-#include "heap_internal.h"
+#include "stats.h"
 #include "vramguard/report.h"
 
 void vg_heap_take_interval(vg_heap *h, vg_interval *out)

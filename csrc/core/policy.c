@@ -30,6 +30,8 @@
  * (a deferred free may have finished) before everything idle is released.
  */
 #include "heap_internal.h"
+#include "budget.h"
+#include "segments.h"
 
 #include <string.h>
 

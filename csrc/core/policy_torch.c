@@ -22,6 +22,7 @@
  * look at the cache after it. The ladder is the heap's (ladder.c).
  */
 #include "heap_internal.h"
+#include "segments.h"
 
 /* PyTorch's kMinLargeAlloc and kLargeBuffer; kSmallSize is VG_SMALL_REQUEST,
  * kSmallBuffer VG_SMALL_SEGMENT, kRoundLarge VG_SEGMENT_GRANULE. */

@@ -2,7 +2,8 @@
  * policies as they act, so reading them is a copy; fragmentation and the
  * histogram are computed on demand because they are read rarely and
  * keeping them current would tax every allocation. */
-#include "heap_internal.h"
+#include "stats.h"
+#include "arena.h"
 #include "bins.h"
 
 #include <stddef.h>

@@ -20,6 +20,13 @@ static inline bool vg__stream_key_equal(vg_stream_t a, vg_stream_t b)
     return a == b;
 }
 
+/* streams.c: the table. */
+int vg__streams_init(vg_stream_table *t);
+void vg__streams_destroy(vg_stream_table *t);
+/* A segment of `s` was released: forget `s` if that was its last. */
+void vg__stream_lost_segment(vg_heap *h, vg_stream_state *s);
+/* The record of `key`, NULL if there is none. */
+vg_stream_state *vg__stream_find(const vg_stream_table *t, vg_stream_t key);
 vg_stream_state *vg__stream_pin_slow(vg_heap *h, vg_stream_t key);
 void vg__stream_forget(vg_heap *h, vg_stream_state *s);
 

@@ -5,6 +5,7 @@
 #include "heap_internal.h"
 #include "addr_map.h"
 #include "bins.h"
+#include "check.h"
 
 #include <pthread.h>
 #include <stdint.h>

@@ -60,8 +60,8 @@ def test_every_native_key_with_the_same_values():
 #: inactive_split_bytes after one 1000-byte tensor, and how PyTorch's
 #: summary prints it: under segments, the rest of its 2 MiB segment; under
 #: the arena, nothing: no free block of a range counts as a split (see
-#: make_free in heap.c), as PyTorch with expandable_segments:True reports
-#: 0 for the same tensor.
+#: vg__block_make_free in csrc/core/blocks.h), as PyTorch with
+#: expandable_segments:True reports 0 for the same tensor.
 SPLIT_AFTER_ONE_TENSOR = {"arena=False": (2 * MiB - 1024, "   2047 KiB |"),
                           "arena=True": (0, "      0 B   |")}
 
