@@ -57,6 +57,12 @@ def test_every_relative_link_reaches_a_file_and_heading(page):
     assert not broken, f"{page.relative_to(ROOT)}: " + "; ".join(broken)
 
 
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_code_blocks_are_closed_once(page):
+    fences = [line for line in page.read_text().splitlines() if line.startswith("```")]
+    assert len(fences) % 2 == 0 and "```\n```\n" not in page.read_text()
+
+
 def test_the_docs_index_lists_every_page():
     index = (ROOT / "docs" / "README.md").read_text()
     listed = {t for t in links(ROOT / "docs" / "README.md") if "#" not in t}
