@@ -354,8 +354,8 @@ def test_presets_total_and_usable_bytes():
         vramguard.parse_size("A100")
 
 
-def test_readme_presets_table_matches_the_code():
-    rows = re.findall(r"^\| `([\w-]+)` \| ([\d,]+) \| ([\d,]+) \|", (ROOT / "README.md").read_text(), re.M)
+def test_docs_presets_table_matches_the_code():
+    rows = re.findall(r"^\| `([\w-]+)` \| ([\d,]+) \| ([\d,]+) \|", (ROOT / "docs" / "notebook.md").read_text(), re.M)
     table = {name: (int(total.replace(",", "")), int(usable.replace(",", ""))) for name, total, usable in rows}
     assert table == {n: (p.total_bytes, p.usable_bytes) for n, p in vramguard.PRESETS.items()}
 
