@@ -214,7 +214,7 @@ def test_ranking_rule():
 
 
 def test_lines_from_recorded_stacks():
-    """With stacks recorded (_stacks.live_by_line, here a stand-in that
+    """With stacks recorded (trace/stacks.py: live_by_line, here a stand-in that
     reports one growing line), the leak and the report name the lines."""
     out = run("""
         import sys, types
