@@ -147,7 +147,7 @@ bench-oom-compare:
 # warnings-as-errors, then pytest (whose exit code 5, "no tests ran", fails
 # the target too).
 VENV = .venv
-PY_SOURCES = $(wildcard csrc/*/*.c csrc/*/*.cc $(HDRS) python/vramguard/*.py) setup.py pyproject.toml
+PY_SOURCES = $(wildcard csrc/*/*.c csrc/*/*.cc $(HDRS) python/vramguard/*.py python/vramguard/*/*.py) setup.py pyproject.toml
 
 $(VENV)/.installed: $(PY_SOURCES)
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)

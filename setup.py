@@ -8,7 +8,7 @@ and CI set it).
 
 The phantom GPU's sources (csrc/phantom: C, headers, generators, the
 builder) travel in the package as vramguard/_phantom_src, built on the
-user's machine on first use (vramguard._phantom), for the PyTorch there.
+user's machine on first use (vramguard.phantom.gpu), for the PyTorch there.
 """
 import os
 
@@ -47,7 +47,7 @@ class build_ext_per_language(build_ext):
             self.compiler._compile = compile_one
 
 
-# What vramguard._phantom needs to build the phantom: everything in
+# What vramguard.phantom.gpu needs to build the phantom: everything in
 # csrc/phantom but the make rules and the C test (which the C tests' harness
 # builds from a checkout).
 PHANTOM_SRC = "csrc/phantom"
@@ -60,7 +60,7 @@ PHANTOM_FILES = sorted(
 
 class build_py_with_phantom(build_py):
     """build_py, and csrc/phantom copied to vramguard/_phantom_src. Not in
-    an editable install: there vramguard._phantom finds csrc/phantom itself."""
+    an editable install: there vramguard.phantom.gpu finds csrc/phantom itself."""
 
     def _phantom_outputs(self):
         target = os.path.join(self.build_lib, "vramguard", "_phantom_src")

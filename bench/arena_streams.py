@@ -12,7 +12,7 @@ from array import array
 from pathlib import Path
 
 from vramguard import Heap, Trace, load_trace, min_budget
-from vramguard._replay import UNLIMITED
+from vramguard.trace.replay import UNLIMITED
 
 MiB = 1 << 20
 ROOT = Path(__file__).resolve().parents[1]

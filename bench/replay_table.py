@@ -15,7 +15,7 @@ from pathlib import Path
 
 import vramguard
 from vramguard import load_trace, replay
-from vramguard._report import (
+from vramguard.report.replay_report import (
     COMPARED, DEVICE_CALL_SECONDS, check_policy, available_policies, compare_policies, unavailable_policies,
 )
 

@@ -6,7 +6,7 @@ vramguard's arena and segments side by side.
     python bench/zoo.py --size small --models gpt2,resnet18 --check
 
 Per model and allocator, each run its own process (bench/zoo_run.py) on a
-phantom device (vramguard._phantom: kernels compute nothing, device memory
+phantom device (vramguard.phantom.gpu: kernels compute nothing, device memory
 costs no host memory):
 
 - peak allocated and peak reserved on a device too big to limit anything
@@ -101,7 +101,7 @@ class Zoo:
         """The phantom `gpu`'s environment (built the first time)."""
         with self.lock:
             if gpu not in self.envs:
-                from vramguard._phantom import environ
+                from vramguard.phantom.gpu import environ
 
                 env = dict(os.environ)
                 env.pop("PYTORCH_CUDA_ALLOC_CONF", None)  # zoo_run.py sets the allocator's own

@@ -106,7 +106,7 @@ def sequence_differences(gpu, phantom):
 def run_phantom(gpu_result, gpu, out):
     """The same run on a phantom `gpu`; its result."""
     sys.path.insert(0, os.path.join(ROOT, "python"))
-    from vramguard import _phantom
+    from vramguard.phantom import gpu as _phantom
 
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("VRAMGUARD_", "VG_FAKECUDA_")) and k != "PYTORCH_CUDA_ALLOC_CONF"}

@@ -6,7 +6,7 @@ phantom ones (csrc/phantom/README.md, "NCCL"):
 
 On phantom GPUs, each rank a device of its own:
 
-    VG_FAKECUDA_DEVICES=2 (and the rest of vramguard._phantom.environ(...))
+    VG_FAKECUDA_DEVICES=2 (and the rest of vramguard.phantom.gpu.environ(...))
     torchrun --nproc_per_node 2 examples/ddp_tiny.py
 
 Each rank trains a small MLP for --steps steps with backend nccl and prints

@@ -8,7 +8,8 @@ import textwrap
 
 import pytest
 
-from vramguard import _core, _torch
+from vramguard import _core
+from vramguard.torch import install as _torch
 
 
 def run(code, **env):

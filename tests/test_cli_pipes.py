@@ -4,9 +4,9 @@ import os
 import subprocess
 import sys
 
-import vramguard._import
+import vramguard.trace.importer
 from vramguard import Trace, save_trace
-from vramguard.__main__ import EXIT_INTERRUPTED, EXIT_STDOUT_CLOSED, main
+from vramguard.cli import EXIT_INTERRUPTED, EXIT_STDOUT_CLOSED, main
 
 MiB = 1 << 20
 
@@ -49,7 +49,7 @@ def test_ctrl_c_during_a_replay_is_one_line_and_status_130(tmp_path, monkeypatch
     def interrupted(_path):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(vramguard._import, "load_trace", interrupted)
+    monkeypatch.setattr(vramguard.trace.importer, "load_trace", interrupted)
     status = main(["replay", str(small_trace(tmp_path))])
     out, err = capsys.readouterr()
     assert status == EXIT_INTERRUPTED == 130

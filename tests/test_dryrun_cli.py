@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from vramguard._dryrun import DryRunInputError, parse_allocators, parse_sweep
+from vramguard.phantom.dryrun import DryRunInputError, parse_allocators, parse_sweep
 
 
 def dryrun(*args, cwd):
@@ -192,7 +192,7 @@ def test_install_kernel_variants_are_kernels_of_their_own(tmp_path):
 def test_install_kernel_writes_kernel_json_whole_or_not_at_all(tmp_path, monkeypatch):
     """Without jupyter_client kernel.json is written by hand: a write that
     fails halfway keeps the kernelspec there was, and leaves no temporary."""
-    from vramguard import _phantom_kernel
+    from vramguard.phantom import kernel as _phantom_kernel
 
     monkeypatch.setattr(_phantom_kernel, "_manager", lambda: None)
     monkeypatch.setattr(_phantom_kernel, "_spec", lambda preset, memory, allocator: {"display_name": "first"})
@@ -220,7 +220,7 @@ def notebook(tmp_path, *cells):
 
 
 def test_a_percent_or_bang_continuing_a_statement_is_python(tmp_path):
-    from vramguard._dryrun_child import notebook_cells
+    from vramguard.phantom.child import notebook_cells
 
     code = ("x = (1\n    != 2)\ny = (7\n    % 3)\nz = 7 \\\n    % 4\n"
             "s = '''\n!not a shell line\n'''\n!ls\nfiles = !ls\n%matplotlib inline\n")
@@ -234,7 +234,7 @@ def test_a_percent_or_bang_continuing_a_statement_is_python(tmp_path):
 
 
 def test_timing_magics_keep_the_statement_they_time(tmp_path):
-    from vramguard._dryrun_child import notebook_cells
+    from vramguard.phantom.child import notebook_cells
 
     code = ("%time out = (2,\n    3)\nfor i in range(2):\n    %timeit -n 10 -r1 w = i * 5\n"
             "%prun -s cumtime v = 7\n%time\n")
@@ -246,7 +246,7 @@ def test_timing_magics_keep_the_statement_they_time(tmp_path):
 
 
 def test_writefile_a_appends(tmp_path, monkeypatch):
-    from vramguard._dryrun_child import run_notebook
+    from vramguard.phantom.child import run_notebook
 
     monkeypatch.chdir(tmp_path)
     path = notebook(tmp_path, "%%writefile out.txt\nfirst", "%%writefile -a out.txt\nsecond",

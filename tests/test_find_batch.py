@@ -7,8 +7,8 @@ import sys
 import pytest
 
 import vramguard
-from vramguard import _find_batch
-from vramguard._find_batch import Try, fit_memory, search
+from vramguard.notebook import find_batch as _find_batch
+from vramguard.notebook.find_batch import Try, fit_memory, search
 
 MiB = 1 << 20
 

@@ -14,10 +14,10 @@ import pytest
 
 import vramguard
 from vramguard import Heap, Trace, TraceFormatError, format_summary, load_trace, min_budget, replay, save_trace
-from vramguard._advice import fragmentation_so_what
-from vramguard._demo import EXAMPLE_FILE, record_example, run_demo
-from vramguard._report import format_replay_report, replay_report
-from vramguard._trace import _HEADER
+from vramguard.render.advice import fragmentation_so_what
+from vramguard.report.demo import EXAMPLE_FILE, record_example, run_demo
+from vramguard.report.replay_report import format_replay_report, replay_report
+from vramguard.trace.format import _HEADER
 from vramguard._units import format_size_column
 from sample_traces import small_trace
 from trace_paths import SHARED_TRACES
@@ -184,7 +184,7 @@ def test_sizes_are_read_the_same_way_everywhere():
     )
     with pytest.raises(ValueError, match="cannot read 'lots' as a size"):
         Heap("lots")
-    assert vramguard._torch._parse_budget("T4") == (15_407_775_744, 0.0)
+    assert vramguard.torch.install._parse_budget("T4") == (15_407_775_744, 0.0)
 
 
 def test_min_budget_still_searches_below_one_segment():

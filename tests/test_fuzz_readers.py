@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import vramguard
-from vramguard import TraceFormatError, _core, _import
+from vramguard import TraceFormatError, _core
+from vramguard.trace import importer as _import
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fuzz"))
 from fuzz_support import TUPLE_DEPTH_LIMIT, seeds, snapshot_dict, tuple_depth  # noqa: E402

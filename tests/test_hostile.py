@@ -17,7 +17,7 @@ import pytest
 import vramguard
 from vramguard import Heap, Trace, TraceFormatError, load_trace, min_budget, parse_size, replay, save_trace
 from vramguard import _core
-from vramguard._trace import _HEADER, MAGIC
+from vramguard.trace.format import _HEADER, MAGIC
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 TESTS = Path(__file__).resolve().parent

@@ -4,7 +4,7 @@ import re
 
 import vramguard
 from vramguard import Heap, Trace, format_summary
-from vramguard._html import Report, memory_bar, summary_html, table
+from vramguard.render.html import Report, memory_bar, summary_html, table
 
 MiB = 1 << 20
 

@@ -8,7 +8,7 @@ from array import array
 import pytest
 
 from vramguard import Trace, load_trace, replay
-from vramguard._trace import ALLOC, EMPTY_CACHE, FREE, NO_EVENT
+from vramguard.trace.format import ALLOC, EMPTY_CACHE, FREE, NO_EVENT
 from trace_paths import SHARED_TRACES
 
 MiB = 1 << 20
@@ -95,7 +95,7 @@ def test_burst_that_a_full_device_forced_is_a_retry(tmp_path):
     # the 120 MiB the device had, it releases there too.
     assert replay(t, policy="torch").peak_reserved_bytes == 200 * MiB
     assert replay(t, "120MiB", policy="torch").peak_reserved_bytes == 120 * MiB
-    from vramguard._report import format_replay_report, replay_report
+    from vramguard.report.replay_report import format_replay_report, replay_report
 
     assert ("  (the recording device was full once: PyTorch released its cache and retried; a replay does so "
             "only under a budget)") in format_replay_report(replay_report(t)).splitlines()
@@ -141,7 +141,8 @@ def test_the_look_for_the_most_held_reads_no_more_than_the_cap(tmp_path, monkeyp
     """A pickle can name one event a million times for a few bytes each: the
     pass that finds the most the device held stops where the cap on records
     stops the reader, and the reader refuses the file."""
-    from vramguard import TraceFormatError, _import
+    from vramguard import TraceFormatError
+    from vramguard.trace import importer as _import
 
     grow = ev("segment_alloc", A, 20 * MiB)
     path = tmp_path / "many.pickle"
@@ -163,7 +164,7 @@ def test_the_look_for_the_most_held_reads_no_more_than_the_cap(tmp_path, monkeyp
 
 
 def test_the_report_sets_the_recorded_peak_beside_its_replay(tmp_path):
-    from vramguard._report import format_replay_report, replay_report
+    from vramguard.report.replay_report import format_replay_report, replay_report
 
     r = replay_report(load(tmp_path, empty_cache_program()))
     assert r["recorded_policy"] == "torch" and r["recorded_peak_reserved_bytes"] == 210 * MiB

@@ -74,7 +74,7 @@ def hf_callback(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", stand_in)
     monkeypatch.delitem(integrations._built, "HFCallback", raising=False)
     heap = vramguard.Heap("1GiB")
-    monkeypatch.setattr(vramguard._torch, "stats", lambda device=None: heap.stats())
+    monkeypatch.setattr(vramguard.torch.install, "stats", lambda device=None: heap.stats())
     yield integrations.HFCallback, heap
     integrations._built.pop("HFCallback", None)
 

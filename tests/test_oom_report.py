@@ -10,7 +10,8 @@ import textwrap
 import pytest
 
 import vramguard
-from vramguard import Heap, _oom_report
+from vramguard import Heap
+from vramguard.report import oom as _oom_report
 
 MiB, GiB = 1 << 20, 1 << 30
 
@@ -154,7 +155,7 @@ def test_an_evaluation_region_puts_no_grad_first_among_causes():
 
 def test_a_batch_fit_names_the_largest_batch():
     out = run("""
-        from vramguard import _oom_report
+        from vramguard.report import oom as _oom_report
         _oom_report.note_batch_fit(16 * MiB, 30 * MiB, batch=10)
         a = h.malloc(200 * MiB)
         oom(100 * MiB)
@@ -213,17 +214,17 @@ def test_ranking_rule():
 
 
 def test_lines_from_recorded_stacks():
-    """With stacks recorded (_stacks.live_by_line, here a stand-in that
+    """With stacks recorded (trace/stacks.py: live_by_line, here a stand-in that
     reports one growing line), the leak and the report name the lines."""
     out = run("""
         import sys, types
-        fake = types.ModuleType("vramguard._stacks")
+        fake = types.ModuleType("vramguard.trace.stacks")
         held = {"n": 0}
         def live_by_line(device=None, top=5):
             return [("train.py:82 step", held["n"] * 8 * MiB, held["n"]), ("model.py:10 forward", 40 * MiB, 1)][:top]
         fake.live_by_line = live_by_line
-        sys.modules["vramguard._stacks"] = fake
-        vramguard._stacks = fake
+        sys.modules["vramguard.trace.stacks"] = fake
+        vramguard.trace.stacks = fake
         kept = []
         for i in range(12):
             kept.append(h.malloc(8 * MiB))

@@ -1,5 +1,5 @@
 """The phantom GPU's builder (csrc/phantom/build.py) and its first use from
-the package (vramguard._phantom.preload()).
+the package (vramguard.phantom.gpu.preload()).
 
 The builds need PyTorch's CUDA build with its nvidia runtime wheel, for the
 headers: they run under $TORCH_PYTHON (as make's TORCH_PYTHON), else
@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from vramguard import _phantom
+from vramguard.phantom import gpu as _phantom
 
 ROOT = Path(__file__).resolve().parents[1]
 PHANTOM = ROOT / "csrc" / "phantom"
@@ -150,7 +150,7 @@ def test_second_build_is_a_cache_hit(cache):
 
 
 def test_preload_builds_once_and_leaves_torch_unimported(cache):
-    """vramguard._phantom.preload() in the PyTorch's interpreter: the
+    """vramguard.phantom.gpu.preload() in the PyTorch's interpreter: the
     cache's build, found without a compiler run and without importing
     torch (which would load the real CUDA runtime first)."""
     code = ("import sys; from vramguard import _phantom; print(_phantom.preload()); "

@@ -8,7 +8,8 @@ import textwrap
 
 import pytest
 
-from vramguard import _core, _torch_stats
+from vramguard import _core
+from vramguard.torch import stats as _torch_stats
 
 MiB = 1 << 20
 

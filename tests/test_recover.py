@@ -6,7 +6,7 @@ import weakref
 import pytest
 
 import vramguard
-from vramguard import _recover
+from vramguard.notebook import recover as _recover
 
 
 class Held:

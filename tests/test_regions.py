@@ -10,7 +10,8 @@ import warnings
 import pytest
 
 import vramguard
-from vramguard import Heap, LeakWarning, _core, _regions
+from vramguard import Heap, LeakWarning, _core
+from vramguard.report import regions as _regions
 
 MiB, GiB = 1 << 20, 1 << 30
 
@@ -326,7 +327,7 @@ def test_a_tracked_heap_is_not_kept_alive():
 
 
 def test_a_heap_at_a_dead_heaps_id_starts_with_no_regions():
-    from vramguard import _regions
+    from vramguard.report import regions as _regions
 
     for _ in range(20):  # CPython often hands the freed object's memory to the next one
         heap = Heap(GiB)

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from vramguard import Trace, min_budget, replay, save_trace
-from vramguard import _report
-from vramguard._report import (
+from vramguard.report import replay_report as _report
+from vramguard.report.replay_report import (
     COMPARED, available_policies, calls_per_thousand, check_policy, format_replay_report, replay_report,
     unavailable_policies,
 )

@@ -9,7 +9,7 @@ import pytest
 
 import vramguard
 from vramguard import Heap, dump_snapshot, load_trace, record, snapshot
-from vramguard._trace import ALLOC, FREE
+from vramguard.trace.format import ALLOC, FREE
 
 MiB = 1 << 20
 BASE = 1 << 40  # the simulated device's first address
@@ -148,7 +148,7 @@ def test_empty_cache_that_releases_a_segment_round_trips():
     trace.alloc(2000)               # from the small segment: no new one
     snap = snapshot(trace=trace)
     assert actions(snap)[-2:] == ["segment_free", "alloc"]
-    back = vramguard._import.trace_from_snapshot(snap)
+    back = vramguard.trace.importer.trace_from_snapshot(snap)
     assert list(back.kinds) == list(trace.kinds)
     assert list(back.sizes) == list(trace.sizes)
 
@@ -164,7 +164,7 @@ def test_what_pytorchs_format_cannot_say():
     trace.free(a)
     trace.empty_cache()             # releases the small segment ...
     trace.alloc(5000)               # ... and this needs a new one
-    back = vramguard._import.trace_from_snapshot(snapshot(trace=trace))
+    back = vramguard.trace.importer.trace_from_snapshot(snapshot(trace=trace))
     assert list(back.kinds) == [ALLOC, FREE, ALLOC]
     assert list(back.sizes) == [1000, 0, 5000]
     assert back.peak_live() == trace.peak_live() == 5000
@@ -220,8 +220,8 @@ def test_installed_allocator_needed_without_a_heap(tmp_path):
 def test_frames_plug_in_per_event_and_reach_the_blocks():
     """Where a recording's stacks come in: frames_of(event) per event; a
     live block gets its allocation's frames; vramguard's reader names the line."""
-    from vramguard import _snapshot
-    from vramguard._record import EV_ALLOC
+    from vramguard.trace import snapshot as _snapshot
+    from vramguard.trace.record import EV_ALLOC
 
     heap = Heap("1GiB", policy="segments")
     with record(heap) as rec:
@@ -239,7 +239,7 @@ def test_frames_plug_in_per_event_and_reach_the_blocks():
     blocks = segments[0]["blocks"]
     assert [b["frames"] for b in blocks] == [
         [{"filename": "/content/train.py", "line": 1000, "name": "step"}], []]  # the freed one merged
-    back = vramguard._import.trace_from_snapshot({"segments": segments, "device_traces": [entries]})
+    back = vramguard.trace.importer.trace_from_snapshot({"segments": segments, "device_traces": [entries]})
     assert [back.site_of(op) for op in range(len(back))] == ["train.py:1000 step", "train.py:5000 step", None]
 
 

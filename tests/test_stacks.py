@@ -12,8 +12,8 @@ import pytest
 import vramguard
 from vramguard import Heap, StackTable, Trace, TraceFormatError, format_frame, load_trace, record, replay, save_trace
 from vramguard import _core
-from vramguard._stacks import group_by_line, heap_by_line
-from vramguard._trace import _HEADER, NO_STACK
+from vramguard.trace.stacks import group_by_line, heap_by_line
+from vramguard.trace.format import _HEADER, NO_STACK
 
 MiB = 1 << 20
 HERE = __file__
@@ -330,7 +330,7 @@ def test_a_hostile_stack_table_costs_what_its_file_holds(tmp_path):
 
 
 def test_the_summary_line_names_the_holders_at_the_recordings_peak():
-    from vramguard._stacks import holders_line
+    from vramguard.report.summary import holders_line
 
     heap = Heap(1 << 30)
     assert holders_line(heap) is None

@@ -251,7 +251,7 @@ def test_collections_at_every_allocation_leave_every_stack_exact(seed):
                 elif self.action == 2:
                     _core.stacks_table()
                 else:
-                    _core.stacks_configure(*vramguard._stacks.skip_rules(), 4)
+                    _core.stacks_configure(*vramguard.trace.stacks.skip_rules(), 4)
 
         def deep(n, action):
             if n:

@@ -12,7 +12,7 @@ import pytest
 
 import vramguard
 from vramguard import Heap, Trace, TraceFormatError, load_trace, min_budget, replay, save_trace
-from vramguard._trace import _HEADER
+from vramguard.trace.format import _HEADER
 from sample_traces import small_trace
 
 MiB = 1 << 20

@@ -9,32 +9,38 @@ On any machine:
     heap = vramguard.Heap(15 * 2**30)       # a simulated 15 GiB device
     p = heap.malloc(1 << 20); heap.free(p)
     print(vramguard.format_summary(heap.stats()))
+
+The modules are in layers, each importing only those below it
+(tests/test_layers.py): _core, _presets, _units; render/; torch/;
+trace/; report/; notebook/; phantom/; then cli.py, integrations.py and
+this module, which exports the public API.
 """
 from ._core import Heap, format_size, round_size
-from ._demo import example_trace
-from ._dryrun import DryRunResult, dryrun
-from ._find_batch import BatchSearch, find_max_batch
-from ._import import load_trace
-from ._ipython import meter
-from ._oom_report import OOMReport, last_oom
-from ._plot import plot
-from ._regions import LeakWarning, leak_check, regions, reset_regions, step, track
+from .report.demo import example_trace
+from .phantom.dryrun import DryRunResult, dryrun
+from .notebook.find_batch import BatchSearch, find_max_batch
+from .trace.importer import load_trace
+from .notebook.ipython import meter
+from .report.oom import OOMReport, last_oom
+from .report.plot import plot
+from .report.regions import LeakWarning, leak_check, regions, reset_regions, step, track
 from ._presets import PRESETS, GpuPreset
-from ._recover import Recovered, recover
-from ._record import record, start_recording, stop_recording
-from ._snapshot import dump_snapshot, snapshot
+from .notebook.recover import Recovered, recover
+from .trace.record import record, start_recording, stop_recording
+from .trace.snapshot import dump_snapshot, snapshot
 from . import integrations  # its callbacks import their libraries only when asked for
-from ._report import available_policies
-from ._replay import FirstOOM, LiveSet, ReplayResult, live_at_peak, min_budget, replay
-from ._stacks import MAX_STACK_DEPTH, StackTable, format_frame, live_by_line
-from ._summary import format_summary
-from ._torch import (
-    VramguardError, empty_cache, install, is_installed, is_oom, reset_peaks, stats, summary,
+from .report.replay_report import available_policies
+from .trace.replay import FirstOOM, LiveSet, ReplayResult, live_at_peak, min_budget, replay
+from .trace.stacks import MAX_STACK_DEPTH, StackTable, format_frame, live_by_line
+from .render.summary import format_summary
+from .report.summary import summary
+from .torch.install import (
+    VramguardError, empty_cache, install, is_installed, is_oom, reset_peaks, stats,
 )
-from ._trace import Trace, TraceFormatError, save_trace
+from .trace.format import Trace, TraceFormatError, save_trace
 from ._units import parse_budget, parse_size
+from ._version import __version__
 
-__version__ = "0.1.0"
 
 __all__ = [
     "VramguardError", "empty_cache", "install", "is_installed", "is_oom", "reset_peaks", "stats",

@@ -14,7 +14,7 @@ vramguard (and this module) never imports transformers or lightning, and
 asking for a callback whose library is missing raises ImportError saying
 what to install.
 """
-from . import _torch
+from .torch import install as _torch
 
 # The callbacks are left out of __all__: `import *` must not import their libraries.
 __all__ = ["FIGURES", "PREFIX", "step_figures"]

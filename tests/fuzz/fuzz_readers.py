@@ -14,7 +14,8 @@ import atheris
 
 with atheris.instrument_imports():
     import vramguard
-    from vramguard import _core, _import
+    from vramguard import _core
+    from vramguard.trace import importer as _import
 
 from fuzz_support import TUPLE_DEPTH_LIMIT, tuple_depth
 

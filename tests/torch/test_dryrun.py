@@ -55,7 +55,7 @@ def dryrun(tmp_path, *args, expect=None):
 
 
 def report(result):
-    from vramguard._dryrun import format_report
+    from vramguard.phantom.dryrun import format_report
 
     return format_report(result)
 
@@ -421,7 +421,7 @@ def test_a_temporary_directory_goes_when_the_dry_run_fails_before_any_run(tmp_pa
     import tempfile
 
     import vramguard
-    from vramguard import _dryrun
+    from vramguard.phantom import dryrun as _dryrun
 
     for key, value in _env().items():
         monkeypatch.setenv(key, value)
@@ -491,7 +491,7 @@ def phantom_preload():
     """The phantom's libraries, built once into the tests' cache (as a dry
     run builds them on first use)."""
     if not _preload:
-        code = "from vramguard._phantom import preload; print(preload())"
+        code = "from vramguard.phantom.gpu import preload; print(preload())"
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=600)
         assert proc.returncode == 0, proc.stderr
         _preload.append(proc.stdout.strip())

@@ -34,7 +34,7 @@ def test_largest_batch_under_a_budget_and_the_fit():
         out["live_after"] = torch.cuda.memory_allocated()
         out["reserved_after"] = torch.cuda.memory_reserved()
         out["ooms"] = heap()["num_ooms"]
-        from vramguard import _oom_report
+        from vramguard.report import oom as _oom_report
         out["noted_fit"] = list(_oom_report._fit["value"])
     """, devices=1, mem="1GiB")
     assert out["largest"] == 60                                    # 16 + 4 x 60 = 256 MiB

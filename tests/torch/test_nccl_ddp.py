@@ -24,7 +24,7 @@ EXAMPLE = ROOT / "examples" / "ddp_tiny.py"
 
 
 def _env():
-    from vramguard import _phantom
+    from vramguard.phantom import gpu as _phantom
 
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("VRAMGUARD_", "VG_FAKECUDA_", "VG_PHANTOM_")) and k != "PYTORCH_CUDA_ALLOC_CONF"}
@@ -60,7 +60,7 @@ def test_the_stand_in_exports_what_pytorch_imports_from_nccl():
     """Every nccl* symbol libtorch_cuda.so takes from libnccl.so.2 is
     defined by the stand-in, unversioned as in the real library."""
     import torch
-    from vramguard import _phantom
+    from vramguard.phantom import gpu as _phantom
 
     if shutil.which("nm") is None:
         pytest.skip("no nm (binutils)")
@@ -103,7 +103,7 @@ def test_dryrun_nproc_gives_each_rank_its_figures(tmp_path):
     """`python -m vramguard dryrun --nproc 2` runs the script under torchrun,
     a phantom device per rank: the run's figures are its largest rank's,
     and each rank's are in `ranks` and in the report's notes."""
-    from vramguard._dryrun import format_report
+    from vramguard.phantom.dryrun import format_report
 
     env = {k: v for k, v in _env().items() if k not in ("LD_PRELOAD", "VG_FAKECUDA_DEVICES")}
     proc = subprocess.run([sys.executable, "-m", "vramguard", "dryrun", "--gpu", "A100-40GB", "--nproc", "2",

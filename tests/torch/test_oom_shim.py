@@ -1,5 +1,5 @@
 """torch.OutOfMemoryError from vramguard, through the shim install() builds
-against the installed torch (python/vramguard/_oom_shim.py), and the
+against the installed torch (python/vramguard/torch/oom_shim.py), and the
 RuntimeError it falls back on. Each test has a cache directory of its own
 (XDG_CACHE_HOME), so that whether a build happens is the test's to say."""
 import os
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.torch
 
 OOM = """
 vramguard.install()
-shim = vramguard._torch._state["hooks"]["oom_shim"]
+shim = vramguard.torch.install._state["hooks"]["oom_shim"]
 out("built", shim.built)
 out("seconds", round(shim.seconds, 4))
 out("reason", shim.reason)

@@ -63,7 +63,7 @@ def test_more_than_12_gib_on_the_device_costs_the_host_under_1_gib():
     process's resident memory grows by less than 1 GiB from before the
     model existed (interpreter, torch and the CUDA libraries loaded)."""
     pytest.importorskip("transformers", reason="GPT-2 needs transformers")
-    from vramguard import _phantom
+    from vramguard.phantom import gpu as _phantom
 
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("VRAMGUARD_", "VG_FAKECUDA_")) and k != "PYTORCH_CUDA_ALLOC_CONF"}

@@ -191,7 +191,7 @@ def test_a_failing_report_falls_back_to_the_traceback(tmp_path):
     shown as IPython shows it, one line says what failed, the handler stays
     registered and recover() still works."""
     _, oom, again = run_cells(
-        tmp_path, SETUP + "vramguard.last_oom = lambda: 1 / 0",
+        tmp_path, SETUP + "vramguard.report.oom.last_oom = lambda: 1 / 0",
         "a, b = step()",
         """
         print("types=%r" % [t.__name__ for t in get_ipython().custom_exceptions])

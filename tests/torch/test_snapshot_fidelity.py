@@ -6,7 +6,7 @@ that the torch policy replays the run to the peak PyTorch reserved."""
 import pytest
 
 import vramguard
-from vramguard._report import format_replay_report, replay_report
+from vramguard.report.replay_report import format_replay_report, replay_report
 from fakegpu import MiB, run
 
 pytestmark = pytest.mark.torch

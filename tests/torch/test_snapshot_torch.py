@@ -15,7 +15,7 @@ from fakegpu import MiB, run
 pytestmark = pytest.mark.torch
 
 from vramguard import load_trace
-from vramguard._trace import ALLOC, FREE
+from vramguard.trace.format import ALLOC, FREE
 
 #: Three tensors, one freed, recorded from the start; dumped with two live.
 WORKLOAD = """

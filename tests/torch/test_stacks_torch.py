@@ -47,7 +47,7 @@ def test_without_the_torch_mode_an_op_gets_no_stack(tmp_path):
     mode left out, torch.empty's allocation has no stack."""
     script = tmp_path / "bare.py"
     script.write_text(SCRIPT.replace("import torch, vramguard",
-                                     "import torch, vramguard\nvramguard._record._enter_stack_mode = lambda: None"))
+                                     "import torch, vramguard\nvramguard.trace.record._enter_stack_mode = lambda: None"))
     v, _ = run(f"""
         import runpy
         vramguard.install(patch_torch=False)
@@ -66,7 +66,7 @@ def test_once_a_sub_interpreter_existed_an_op_without_the_mode_still_reads_no_fr
         "import torch, vramguard\n"
         "import _xxsubinterpreters as subs\n"
         "subs.destroy(subs.create())\n"
-        "vramguard._record._enter_stack_mode = lambda: None"))
+        "vramguard.trace.record._enter_stack_mode = lambda: None"))
     v, _ = run(f"""
         import runpy
         vramguard.install(patch_torch=False)

@@ -60,7 +60,7 @@ DRIVE = textwrap.dedent("""
 
 
 def _phantom_env(gpu="T4"):
-    from vramguard import _phantom
+    from vramguard.phantom import gpu as _phantom
 
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("VRAMGUARD_", "VG_FAKECUDA_")) and k != "PYTORCH_CUDA_ALLOC_CONF"}

@@ -1,0 +1,645 @@
+"""The child of a dry run (dryrun.py): one run of the user's script (or
+notebook) on a phantom GPU, under one allocator, in a process of its own.
+
+    python -m vramguard.phantom.child --allocator native --result R.json \
+        [--snapshot S.pickle] [--steps N] [--notebook] -- SCRIPT ARGS...
+
+The parent sets the phantom's environment (vramguard.phantom.gpu.environ, the
+CUDA context's memory in VG_FAKECUDA_CONTEXT) and PYTORCH_CUDA_ALLOC_CONF
+for `expandable`. Here: vramguard is installed for `vramguard`, the
+memory history is recorded with stacks, and the script runs as __main__
+with its own sys.argv. Whatever happens to it (it ends, it exits, it runs
+out of memory, it raises), the figures go to the result file as JSON; the
+exit status is the script's (1 for an uncaught exception, its own for
+sys.exit).
+"""
+import argparse
+import ctypes
+import json
+import linecache
+import os
+import re
+import resource
+import runpy
+import signal
+import sys
+import sysconfig
+import time
+import traceback
+
+ALLOCATORS = ("native", "expandable", "vramguard")
+HISTORY_ENTRIES = 200_000  # PyTorch's history ring: bounded, as vramguard's is
+#: Libraries whose own CUDA kernels (and sometimes memory) a phantom cannot model.
+EXTENSIONS = ("bitsandbytes", "flash_attn", "xformers", "apex", "deepspeed", "transformer_engine",
+              "mamba_ssm", "causal_conv1d", "liger_kernel", "unsloth", "auto_gptq", "awq", "vllm")
+# "Tried to allocate 2.00 GiB" in PyTorch's (and vramguard's) out-of-memory message.
+_TRIED = re.compile(r"Tried to allocate ([0-9.]+) (B|bytes|KiB|MiB|GiB|TiB)")
+_UNIT = {"B": 1, "bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+LOG = "vramguard dryrun:"
+
+
+class _StopRun(BaseException):
+    """--steps reached: the run ends there, as if the script had."""
+
+
+def _say(text):
+    print(f"{LOG} {text}", file=sys.stderr, flush=True)
+
+
+def _mib(nbytes):
+    return f"{nbytes / (1 << 20):,.1f} MiB"
+
+
+# ------------------------------------------------------------------ whose code
+
+
+def _not_user_prefixes():
+    """Paths whose frames are not the user's: the standard library,
+    site-packages (torch, transformers, ...) and vramguard itself."""
+    prefixes = {os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep}  # vramguard/
+    paths = sysconfig.get_paths()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        if paths.get(key):
+            prefixes.add(os.path.abspath(paths[key]) + os.sep)
+    try:
+        import site
+
+        prefixes.update(os.path.abspath(p) + os.sep for p in site.getsitepackages())
+        prefixes.add(os.path.abspath(site.getusersitepackages()) + os.sep)
+    except (AttributeError, TypeError):
+        pass
+    return tuple(prefixes)
+
+
+_NOT_USER = None
+
+
+def is_user_file(filename):
+    global _NOT_USER
+    if _NOT_USER is None:
+        _NOT_USER = _not_user_prefixes()
+    if not filename or filename.startswith("<frozen") or filename.startswith("<string"):
+        return False
+    if filename.startswith("<") or "[cell " in filename:
+        return True  # a notebook's cell
+    path = os.path.abspath(filename)
+    return not (path.startswith(_NOT_USER) or f"{os.sep}site-packages{os.sep}" in path
+                or f"{os.sep}dist-packages{os.sep}" in path)
+
+
+def show_file(filename):
+    """A file as the report names it: relative to the working directory
+    when under it."""
+    if filename.startswith("<") or "[cell " in filename:
+        return filename
+    path = os.path.abspath(filename)
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def user_line(frames):
+    """"file:line" of the innermost user frame of `frames`, (filename, line)
+    pairs innermost first; None when none is the user's."""
+    for filename, line in frames:
+        if is_user_file(filename):
+            return f"{show_file(filename)}:{line}"
+    return None
+
+
+def _traceback_frames(exc):
+    frames = [(fs.filename, fs.lineno) for fs in traceback.extract_tb(exc.__traceback__)]
+    return frames[::-1]
+
+
+# ------------------------------------------------------------------ notebooks
+
+_RUN_BODY = {"time", "capture", "timeit", "prun"}  # cell magics whose body is Python to run
+#: Line magics whose argument is a statement (after their options): the statement is kept.
+_WRAPS = {"time": "", "timeit": "nrp", "prun": "DTls"}  # the options that take a value
+_SHELL_ASSIGN = re.compile(r"^[A-Za-z_][\w, ]*=\s*[!%]")
+
+
+class _Lines:
+    """Where a line of Python starts: at a new statement, or inside one
+    (open brackets, a string over several lines, a backslash continuation).
+    Fed one line at a time; its own small scanner, so that it reads lines
+    that are not Python (the magics) as tokenize would not."""
+
+    def __init__(self):
+        self.depth = 0
+        self.quote = None  # the open string's delimiter
+        self.continued = False
+
+    @property
+    def at_statement(self):
+        return self.depth == 0 and self.quote is None and not self.continued
+
+    def feed(self, line):
+        i, n, comment = 0, len(line), False
+        while i < n:
+            c = line[i]
+            if self.quote is not None:
+                if c == "\\":
+                    i += 2
+                    continue
+                if line.startswith(self.quote, i):
+                    i += len(self.quote)
+                    self.quote = None
+                    continue
+                i += 1
+                continue
+            if c == "#":
+                comment = True
+                break
+            if c in "'\"":
+                self.quote = c * 3 if line.startswith(c * 3, i) else c
+                i += len(self.quote)
+                continue
+            if c in "([{":
+                self.depth += 1
+            elif c in ")]}":
+                self.depth = max(0, self.depth - 1)
+            i += 1
+        ends_in_backslash = not comment and line.endswith("\\")
+        if self.quote is not None and len(self.quote) == 1 and not ends_in_backslash:
+            self.quote = None  # a one-line string does not go on past its line
+        self.continued = ends_in_backslash and self.quote is None
+
+
+def _wrapped_statement(stripped):
+    """The statement of `%time STMT`, `%timeit -n1 STMT`, `%prun -s cumtime
+    STMT`, or None for any other line magic."""
+    head, _, rest = stripped[1:].partition(" ")
+    takes_value = _WRAPS.get(head)
+    if takes_value is None:
+        return None
+    rest = rest.strip()
+    while rest.startswith("-"):
+        option, _, after = rest.partition(" ")
+        after = after.lstrip()
+        if len(option) == 2 and option[1] in takes_value:  # "-n 10": its value is the next word
+            after = after.partition(" ")[2].lstrip()
+        rest = after
+    return rest
+
+
+def _writefile(first):
+    """(the target, its mode) of a `%%writefile [-a|--append] FILE` line."""
+    words = first.split()[1:]
+    append = any(w in ("-a", "--append") for w in words)
+    names = [w for w in words if w not in ("-a", "--append")]
+    if not names:
+        return None
+    target = " ".join(names)
+    if len(target) >= 2 and target[0] == target[-1] and target[0] in "'\"":
+        target = target[1:-1]
+    return target, "a" if append else "w"
+
+
+def notebook_cells(path):
+    """[(filename, source, action)] of the notebook's code cells, in order,
+    and the notes saying what was left out. IPython's line magics and shell
+    escapes become `pass` (the line numbers kept), but only where a
+    statement starts: a `%` or `!` that opens a line inside brackets or
+    after a backslash (`    % b)`, `    != y)`) is Python. `%time`,
+    `%timeit` and `%prun` keep the statement they time; `%%writefile`
+    cells are actions (the file written, or appended to with -a)."""
+    with open(path, encoding="utf-8") as f:
+        nb = json.load(f)
+    cells, notes = [], []
+    number = 0
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        number += 1
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else str(source)
+        name = f"{os.path.basename(path)}[cell {number}]"
+        lines = source.splitlines()
+        first = lines[0].strip() if lines else ""
+        if first.startswith("%%"):
+            magic = first[2:].split()[0] if first[2:].split() else ""
+            if magic == "writefile" and _writefile(first):
+                target, mode = _writefile(first)
+                cells.append((name, None, ("writefile", target, "\n".join(lines[1:]) + "\n", mode)))
+                continue
+            if magic not in _RUN_BODY:
+                notes.append(f"cell {number}: %%{magic} cell skipped")
+                continue
+            lines[0] = f"pass  # %%{magic}"
+        out = []
+        state = _Lines()
+        for i, line in enumerate(lines):
+            stripped = line.lstrip()
+            indent = line[: len(line) - len(stripped)]
+            if state.at_statement and (stripped.startswith(("%", "!")) or _SHELL_ASSIGN.match(stripped)):
+                statement = _wrapped_statement(stripped) if stripped.startswith("%") else None
+                if statement:
+                    out.append(indent + statement)
+                    state.feed(statement)
+                    continue
+                out.append(f"{indent}pass  # IPython: {stripped}")
+                notes.append(f"cell {number}, line {i + 1}: {stripped[:60]}")
+                continue
+            out.append(line)
+            state.feed(line)
+        cells.append((name, "\n".join(out) + "\n", None))
+    return cells, notes
+
+
+def _display(*objs, **kwargs):
+    """IPython's display() outside IPython: each object's repr, printed."""
+    for obj in objs:
+        print(repr(obj))
+
+
+def run_notebook(path):
+    cells, notes = notebook_cells(path)
+    if notes:
+        _say("IPython magics and shell lines are not run: " + "; ".join(notes))
+    namespace = {"__name__": "__main__", "__builtins__": __builtins__, "display": _display}
+    for name, source, action in cells:
+        if action is not None:
+            _, target, text, mode = action
+            with open(target, mode, encoding="utf-8") as f:
+                f.write(text)
+            continue
+        linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+        exec(compile(source, name, "exec"), namespace)
+
+
+# ------------------------------------------------------------------ the run
+
+
+class Run:
+    def __init__(self, opts):
+        self.opts = opts
+        self.torch = None
+        self.steps = 0
+        self.oom = None  # (exception, frames) of the uncaught out-of-memory error
+        self.error = None
+        self.exit_status = 0
+        self.stopped_at_steps = False
+        self.fake = ctypes.CDLL(None)
+        self.history = False
+
+    # --------------------------------------------------------- before
+
+    def setup(self):
+        import torch
+
+        self.torch = torch
+        if self.opts.allocator == "vramguard":
+            from ..torch.install import install
+            from ..trace.record import start_recording
+
+            install()
+            if self.opts.snapshot:
+                start_recording(stacks=True, name="dryrun")
+                self.history = True
+        elif self.opts.snapshot:
+            # Started when CUDA starts, not now: recording makes PyTorch's
+            # allocator "used", and a script that calls vramguard.install()
+            # itself (or sets PYTORCH_CUDA_ALLOC_CONF) must still be able to.
+            lazy = getattr(torch.cuda, "_lazy_call", None)
+            if lazy is not None and not torch.cuda.is_initialized():
+                lazy(self.start_history)
+            else:
+                self.start_history()
+        self.hook_steps()
+
+    def start_history(self):
+        torch = self.torch
+        if "vramguard" in sys.modules and sys.modules["vramguard"].is_installed():
+            return  # the script installed vramguard: PyTorch's history is refused under it
+        try:
+            torch.cuda.memory._record_memory_history(max_entries=HISTORY_ENTRIES, stacks="python")
+            self.history = True
+        except Exception as exc:  # an older PyTorch without stacks="python"
+            _say(f"memory history not recorded: {exc}")
+
+    def hook_steps(self):
+        """A line on stderr per optimizer step (the first three, then every
+        tenth), and --steps' stop."""
+        try:
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+        except ImportError:
+            return
+        torch = self.torch
+
+        def after_step(optimizer, args, kwargs):
+            self.steps += 1
+            n = self.steps
+            if n <= 3 or n % 10 == 0 or n == self.opts.steps:
+                try:
+                    peak = torch.cuda.max_memory_allocated() if torch.cuda.is_initialized() else 0
+                except Exception:
+                    peak = 0
+                _say(f"step {n}: peak allocated {_mib(peak)}")
+            if self.opts.steps and n >= self.opts.steps:
+                raise _StopRun()
+
+        register_optimizer_step_post_hook(after_step)
+
+    # --------------------------------------------------------- the script
+
+    def run_script(self):
+        script = os.path.abspath(self.opts.script)
+        sys.argv = [self.opts.script] + list(self.opts.args)
+        sys.path[0] = os.path.dirname(script)
+        try:
+            if self.opts.notebook:
+                run_notebook(script)
+            else:
+                runpy.run_path(script, run_name="__main__")
+        except _StopRun:
+            self.stopped_at_steps = True
+        except SystemExit as exc:
+            self.exit_status = _exit_code(exc.code)
+            if exc.code not in (None, 0) and not isinstance(exc.code, int):
+                print(exc.code, file=sys.stderr)  # what Python prints for sys.exit("message")
+            if self.exit_status:
+                self.error = f"SystemExit: {exc.code}"
+        except KeyboardInterrupt as exc:
+            if _SIGINT_RECEIVED:  # the dry run's Ctrl-C (its SIGINT to the run): it ends, quietly
+                raise
+            # The script's own KeyboardInterrupt: its failure, with the status
+            # Python gives it.
+            self.error = "KeyboardInterrupt" + (f": {_first_line(exc)}" if str(exc).strip() else "")
+            self.exit_status = 130
+            _print_user_traceback(exc)
+        except BaseException as exc:
+            if self.is_oom(exc):
+                self.oom = (exc, _traceback_frames(exc))
+                self.exit_status = 1
+                _say(f"out of memory at {user_line(self.oom[1]) or 'an unknown line'}")
+            else:
+                self.error = f"{type(exc).__name__}: {_first_line(exc)}"
+                self.exit_status = 1
+                _print_user_traceback(exc)
+
+    def is_oom(self, exc):
+        torch = self.torch
+        if isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
+            return True
+        return isinstance(exc, RuntimeError) and "out of memory" in str(exc)
+
+    # --------------------------------------------------------- after
+
+    def first_oom(self):
+        """The first out-of-memory: the uncaught one's line (its traceback),
+        else one the script caught (the allocator counted it), its line
+        from the memory history where that has the stack."""
+        torch = self.torch
+        ooms = 0
+        if torch.cuda.is_initialized():
+            try:
+                ooms = int(torch.cuda.memory_stats().get("num_ooms", 0))
+            except Exception:
+                ooms = 0
+        if self.oom is None and ooms == 0:
+            return None
+        entry = self.history_oom()
+        out = {"line": None, "request_bytes": None, "message": None, "caught": self.oom is None}
+        if self.oom is not None:
+            exc, frames = self.oom
+            out["line"] = user_line(frames)
+            out["message"] = _first_line(exc)
+        if entry is not None:
+            if out["line"] is None:
+                frames = [(f.get("filename", ""), f.get("line")) for f in entry.get("frames", [])]
+                out["line"] = user_line(frames)
+            out["request_bytes"] = int(entry["size"])
+        if self.opts.allocator == "vramguard":
+            try:
+                from .. import _core
+
+                record = _core.last_oom()
+                if record is not None:
+                    out["request_bytes"] = int(record["requested"])
+            except Exception:
+                pass
+        if out["request_bytes"] is None and out["message"]:
+            match = _TRIED.search(out["message"])
+            if match:
+                out["request_bytes"] = int(float(match.group(1)) * _UNIT[match.group(2)])
+        return out
+
+    def history_oom(self):
+        """The first 'oom' entry of PyTorch's memory history."""
+        if not self.history or self.opts.allocator == "vramguard":
+            return None
+        try:
+            snap = self.torch.cuda.memory._snapshot()
+        except Exception:
+            return None
+        for trace in snap.get("device_traces", []):
+            for entry in trace:
+                if entry.get("action") == "oom":
+                    return entry
+        return None
+
+    def dump_snapshot(self):
+        path = self.opts.snapshot
+        if not path or not self.history or not self.torch.cuda.is_initialized():
+            return None
+        try:
+            if self.opts.allocator == "vramguard":
+                import warnings
+
+                from ..trace.snapshot import dump_snapshot
+
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # a ring that dropped its oldest events says so
+                    dump_snapshot(path)
+            else:
+                self.torch.cuda.memory._dump_snapshot(path)
+        except Exception as exc:
+            _say(f"the memory snapshot was not written: {exc}")
+            return None
+        return path
+
+    def counter(self, name, restype=ctypes.c_longlong, *args):
+        fn = getattr(self.fake, name, None)
+        if fn is None:
+            return None
+        fn.restype = restype
+        try:
+            return int(fn(*args))
+        except Exception:
+            return None
+
+    def result(self, started):
+        torch = self.torch
+        used = torch.cuda.is_initialized()
+        peak_allocated = peak_reserved = 0
+        if used:
+            peak_allocated = int(torch.cuda.max_memory_allocated())
+            peak_reserved = int(torch.cuda.max_memory_reserved())
+        first_oom = self.first_oom()
+        device_peak = self.counter("vg_fakecuda_peak_bytes", ctypes.c_longlong, self.opts.rank or 0)
+        out = {
+            "allocator": self.opts.allocator,
+            "peak_allocated_bytes": peak_allocated,
+            "peak_reserved_bytes": peak_reserved,
+            # True: the script ended (or reached --steps) with no out-of-memory;
+            # False: it ran out of memory, caught or not; None: it failed for
+            # another reason before its end, so nobody knows.
+            "fits": (False if first_oom is not None
+                     else True if self.error is None and self.exit_status == 0 else None),
+            "first_oom": first_oom,
+            "error": self.error,
+            "exit_status": self.exit_status,
+            "used_cuda": used,
+            "steps": self.steps,
+            "stopped_at_steps": self.stopped_at_steps,
+            "d2h_reads": self.counter("vg_fakecuda_d2h_reads", ctypes.c_long),
+            "device_peak_bytes": device_peak,
+            "context_bytes": _context_bytes(),
+            "host_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "snapshot": None,
+            "compiled": _compiled(),
+            # what the script changed itself: its own vramguard.install(), its own allocator settings
+            "script_installed_vramguard": (self.opts.allocator != "vramguard" and "vramguard" in sys.modules
+                                           and sys.modules["vramguard"].is_installed()),
+            "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or None,
+            "extensions": sorted(m for m in EXTENSIONS if m in sys.modules),
+            "torch": torch.__version__,
+            "elapsed_s": round(time.monotonic() - started, 3),
+        }
+        out["snapshot"] = self.dump_snapshot()
+        return out
+
+
+def _compiled():
+    """Whether torch.compile ran (TorchDynamo compiled frames), and Triton."""
+    dynamo = sys.modules.get("torch._dynamo.utils")
+    frames = 0
+    if dynamo is not None:
+        try:
+            counters = dynamo.counters
+            frames = sum(counters["frames"].values()) + sum(counters["stats"].values())
+        except Exception:
+            frames = 0
+    return {"torch_compile": bool(frames), "triton": "triton" in sys.modules}
+
+
+def _context_bytes():
+    try:
+        return int(os.environ.get("VG_FAKECUDA_CONTEXT", "0"))
+    except ValueError:
+        return None
+
+
+def _exit_code(code):
+    if code is None:
+        return 0
+    if isinstance(code, bool):
+        return int(code)
+    if isinstance(code, int):
+        return code & 0xFF
+    return 1
+
+
+def _first_line(exc):
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _print_user_traceback(exc):
+    """The script's traceback as Python prints it, without this runner's
+    frames (runpy's and ours above the script)."""
+    tb = exc.__traceback__
+    while tb is not None and not is_user_file(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb or exc.__traceback__, file=sys.stderr)
+    sys.stderr.flush()
+
+
+_SIGINT_RECEIVED = False
+
+
+def _on_sigint(signum, frame):
+    """Python's own SIGINT handler (KeyboardInterrupt), and a note that a
+    SIGINT came: the dry run cancelling this run, not the script raising
+    KeyboardInterrupt itself. A script's own handler replaces this."""
+    global _SIGINT_RECEIVED
+    _SIGINT_RECEIVED = True
+    raise KeyboardInterrupt
+
+
+def _die_with_parent():
+    """The run ends when the dry run does (Linux: PR_SET_PDEATHSIG)."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:
+            os._exit(130)
+    except Exception:
+        pass
+
+
+def _write_json(path, data):
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, default=repr)
+    os.replace(tmp, path)
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser(prog="vramguard.phantom.child")
+    parser.add_argument("--allocator", choices=ALLOCATORS, required=True)
+    parser.add_argument("--result", required=True)
+    parser.add_argument("--snapshot")
+    parser.add_argument("--steps", type=int, default=0)
+    parser.add_argument("--notebook", action="store_true")
+    parser.add_argument("script")
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+    opts = parser.parse_args(argv)
+    if opts.args and opts.args[0] == "--":
+        opts.args = opts.args[1:]
+    # Under torchrun (dryrun --nproc): one file per rank, the rank's device's figures.
+    opts.rank = None
+    if "{rank}" in opts.result:
+        opts.rank = int(os.environ.get("LOCAL_RANK", "0"))
+        opts.result = opts.result.replace("{rank}", str(opts.rank))
+        if opts.snapshot:
+            opts.snapshot = opts.snapshot.replace("{rank}", str(opts.rank))
+    return opts
+
+
+def main(argv=None):
+    _die_with_parent()
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_sigint)
+    started = time.monotonic()
+    opts = parse(sys.argv[1:] if argv is None else argv)
+    run = Run(opts)
+    run.setup()
+    try:
+        run.run_script()
+        result = run.result(started)
+    except KeyboardInterrupt:
+        os._exit(130)
+    _write_json(opts.result, result)
+    # The script's atexit handlers run, then the process ends without the
+    # interpreter's finalization, where PyTorch's autograd threads can die
+    # in a race (SIGABRT) once the figures are already written.
+    import atexit
+
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(run.exit_status)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""The text table people print in a notebook cell, in the spirit of
+torch.cuda.memory_summary(), read from a stats dict (Heap.stats(),
+vramguard.stats())."""
+import textwrap
+
+from .advice import fragmentation_so_what
+from .._core import BUDGET_NOTHING, format_size
+from .._units import format_size_column
+
+_WIDTH = 81
+
+_ROWS = [
+    ("Allocated memory", "allocated_bytes", True),
+    ("Requested memory", "requested_bytes", True),
+    ("Active memory", "active_bytes", True),
+    ("Reserved memory", "reserved_bytes", True),
+    # free blocks in partly used segments: cached, but empty_cache cannot release them
+    ("Non-releasable memory", "inactive_split_bytes", True),
+    ("Allocations", "allocation", False),
+    ("Active allocations", "active", False),
+    ("Segments", "segment", False),
+    ("Non-releasable blocks", "inactive_split", False),
+]
+
+_POLICY = [
+    ("cache hits", "num_cache_hits"),
+    ("cache misses", "num_cache_misses"),
+    ("splits", "num_splits"),
+    ("merges", "num_merges"),
+    ("device allocs", "num_device_alloc"),
+    ("device frees", "num_device_free"),
+    ("device refusals", "num_device_alloc_failed"),
+    ("alloc retries", "num_alloc_retries"),
+    ("OOMs", "num_ooms"),
+    # of them, the arena's that skipped the ladder: no step could have fit
+    ("at once", "num_oom_fast_fails"),
+    ("device errors", "num_device_errors"),
+    ("budget refusals", "num_budget_refusals"),
+    ("shrunk segments", "num_shrunk_segments"),
+    ("gc releases", "num_gc_releases"),
+    ("stream releases", "num_stream_releases"),
+    ("sync releases", "num_sync_releases"),
+    ("empty_cache calls", "num_empty_cache"),
+    ("deferred frees", "num_deferred_frees"),
+    ("unmap batches cut short", "num_unmap_skips"),
+    ("invalid frees", "num_invalid_frees"),
+]
+
+
+def _line(text=""):
+    return "| " + text.ljust(_WIDTH - 4) + " |"
+
+
+def _rule(char="-"):
+    return "|" + char * (_WIDTH - 2) + "|"
+
+
+def _cell(value, is_bytes):
+    return format_size_column(max(value, 0)) if is_bytes else str(value)
+
+
+# The arena speaks of mapped memory and ranges (reserved = mapped; a range is
+# the address space of one stream and pool), and its free blocks are never
+# stranded, so the non-releasable rows do not apply.
+_ARENA_LABELS = {"reserved_bytes": "Mapped memory", "segment": "Ranges"}
+_ARENA_SKIPPED = ("inactive_split_bytes", "inactive_split")
+
+
+def _metric_rows(stats):
+    arena = stats.get("arena", False)
+    out = []
+    header = f"{'Metric':<26}|{'Cur Usage':>11} |{'Peak Usage':>11} |{'Tot Alloc':>11} |{'Tot Freed':>11}"
+    out.append(_line(header))
+    out.append(_rule())
+    for label, key, is_bytes in _ROWS:
+        if arena and key in _ARENA_SKIPPED:
+            continue
+        label = _ARENA_LABELS.get(key, label) if arena else label
+        for pool, name in (("all", label), ("large_pool", "      from large pool"), ("small_pool", "      from small pool")):
+            values = [stats.get(f"{key}.{pool}.{part}", 0) for part in ("current", "peak", "allocated", "freed")]
+            cells = "".join(f"{_cell(v, is_bytes):>11} |" for v in values)
+            out.append(_line(f"{name:<26}|{cells[:-2]}"))
+        out.append(_rule())
+    return out
+
+
+def _fragmentation_rows(stats):
+    free = stats.get("fragmentation.free_bytes", 0)
+    largest = stats.get("fragmentation.largest_free_block", 0)
+    # Two different ratios, each named for what it measures: "fragmentation"
+    # alone meant both and read as a contradiction.
+    rows = [
+        _line(
+            f"Cached free: {format_size(free)} in {stats.get('fragmentation.free_blocks', 0)} blocks, "
+            f"largest free block {format_size(largest)}"
+        ),
+        _line(f"{'Cached free in pieces (1 - largest free block / cached free):':66}"
+              f"{stats.get('fragmentation.external', 0.0):>8.1%}"),
+        _line(f"{'Reserved but not allocated (1 - allocated / reserved):':66}"
+              f"{stats.get('fragmentation.unused', 0.0):>8.1%}"),
+    ]
+    if stats.get("arena"):
+        rows.append(_line(f"Largest free range (address space, mapped or not): "
+                          f"{format_size(stats.get('fragmentation.largest_free_range', 0))}"))
+    so_what = textwrap.wrap(fragmentation_so_what(stats), _WIDTH - 4, subsequent_indent="  ")
+    return rows + [_line(text) for text in so_what]
+
+
+def _arena_rows(stats):
+    """What the arena did: its provider calls, which cost tens of microseconds
+    each on a GPU, and the synchronizations that unmapping needed."""
+    if not stats.get("arena"):
+        return [_line("Memory: segments (no virtual memory arena)")]
+    page = format_size(stats.get("page_size", 0))
+    return [
+        _line(f"Memory: arena, {page} pages; {stats.get('num_range_reserves', 0)} ranges reserved, "
+              f"{stats.get('num_range_releases', 0)} released"),
+        _line(f"maps {stats.get('num_maps', 0)} ({stats.get('num_mapped_pages', 0)} pages), "
+              f"unmaps {stats.get('num_unmaps', 0)} ({stats.get('num_unmapped_pages', 0)} pages), "
+              f"syncs before unmapping {stats.get('num_unmap_syncs', 0)}"),
+    ]
+
+
+def _pool_rows(stats):
+    """What CUDA graphs hold: counted in the figures above and in the
+    budget, released only with their graphs."""
+    held = stats.get("private_pool_reserved_bytes", 0)
+    if not held:
+        return []
+    count = stats.get("private_pools", 0)
+    live = stats.get("private_pool_allocated_bytes", 0)
+    text = (f"CUDA graph private pools: {count} holding {format_size(held)} "
+            f"({format_size(live)} in live tensors), included above; kept until their graphs "
+            f"are released")
+    return [_line(line) for line in textwrap.wrap(text, _WIDTH - 4, subsequent_indent="  ")] + [_rule()]
+
+
+def _policy_rows(stats):
+    items = [f"{label} {stats[key]}" for label, key in _POLICY if key in stats]
+    rows, current = [], ""
+    for item in items:
+        candidate = f"{current}, {item}" if current else item
+        if len(candidate) + 1 > _WIDTH - 4:  # room for the trailing comma
+            rows.append(_line(current + ","))
+            current = item
+        else:
+            current = candidate
+    if current:
+        rows.append(_line(current))
+    return rows
+
+
+def format_summary(stats, title="vramguard memory summary"):
+    """A text table of current, peak, total allocated and total freed for each
+    quantity (all, large pool, small pool), then fragmentation and every
+    policy counter. `stats` is a dict as returned by Heap.stats()."""
+    budget = stats.get("budget_bytes", 0)
+    if budget == BUDGET_NOTHING:
+        subtitle = "budget 0 bytes (a memory fraction of 0)"
+    else:
+        subtitle = f"budget {format_size(budget)}" if budget else "no budget"
+    if stats.get("device_total_bytes"):  # the device a report's header names too
+        subtitle += f" on a {format_size(stats['device_total_bytes'])} device"
+    if stats.get("gc_threshold"):
+        subtitle += f", gc threshold {stats['gc_threshold']:.0%}"
+    out = [_rule("="), _line(f"{title} ({subtitle})".center(_WIDTH - 4)), _rule()]
+    out += _metric_rows(stats)
+    out += _fragmentation_rows(stats)
+    out.append(_rule())
+    out += _arena_rows(stats)
+    out.append(_rule())
+    out += _pool_rows(stats)
+    out += _policy_rows(stats)
+    out.append(_rule("="))
+    return "\n".join(out)

@@ -1,0 +1,374 @@
+"""vramguard.last_oom(): the report of the last out-of-memory the installed
+allocator raised, on any device, with advice ranked by what its numbers show.
+
+The C core keeps the failure's record (what was asked for, the budget, the
+device's answer) and the heap's state copied under its lock right after
+(counters, fragmentation, live blocks by power of two). This module reads
+that copy, adds what Python knows (the regions open at the failure, the
+step boundaries and any leak, the lines holding memory when stacks are
+recorded, a batch-size fit when one was noted) and builds the report.
+
+Figures, one definition each (the summary's names):
+  Live: allocated bytes (live blocks, as rounded by the allocator).
+  Reserved: bytes held from the device. Cached: reserved - live.
+  Cached free: reserved minus active bytes (a block freed but still in use
+    by a stream is not free), in free blocks.
+  Cached free in pieces: 1 - largest free block / cached free.
+  Non-releasable memory: free blocks in segments that hold live blocks.
+  Room: what more could have been reserved: the limit (the budget, else the
+    device) minus reserved, no more than the device said was free.
+  Short by: the request minus the most one request could have had (the
+    largest free block, or the room).
+  Activations: what the step (or the outermost region) under way had added
+    since its start, plus the request: what batch size, autocast,
+    checkpointing and accumulation act on.
+
+Advice ranking: first what the numbers show to be the cause (a request
+larger than the limit; a leak; free memory in pieces), the larger estimated
+saving first; then what lowers the peak, a noted batch fit first, then by
+estimated saving, those without an estimate last in a fixed order.
+"""
+import html
+
+from .. import _core
+from ..render.advice import fragmentation_so_what
+from .oom_notes import (  # what the next report adds, noted by find_max_batch and the regions
+    _built, _fit, _lock, _regions_at_oom, clear_batch_fit, lines_by_line, note_batch_fit, note_region_at_oom,
+)
+from .._units import format_size
+
+__all__ = ["Advice", "OOMReport", "last_oom", "note_batch_fit", "clear_batch_fit"]
+
+#: Region names that mean evaluation, where torch.no_grad() applies.
+_EVAL_WORDS = ("eval", "valid", "test", "infer", "predict", "generat")
+
+
+def _arena_on():
+    from ..torch import install as _torch
+
+    settings = _torch._state.get("settings") or {}
+    return bool(settings.get("arena"))
+
+
+# ------------------------------------------------------------------ the report
+
+
+class Advice:
+    """One piece of advice: `key` names it (too_big, leak, empty_cache,
+    arena, batch_size, autocast, checkpointing, accumulation, no_grad),
+    `saving` the bytes it should save (None: no estimate), `cause` whether
+    the numbers show it to be the cause."""
+
+    __slots__ = ("key", "title", "detail", "saving", "cause", "up_to")
+
+    def __init__(self, key, title, detail, saving=None, cause=False, up_to=False):
+        self.key, self.title, self.detail, self.saving, self.cause = key, title, detail, saving, cause
+        self.up_to = up_to  # the saving is a bound, not an estimate
+
+    def __repr__(self):
+        saving = format_size(int(self.saving)) if self.saving is not None else None
+        return f"Advice({self.key!r}, saving={saving}, cause={self.cause})"
+
+
+def _budget_text(budget):
+    if budget == _core.BUDGET_NOTHING:  # what a memory fraction of 0 sets (heap.h)
+        return "a budget of 0 bytes (torch.cuda.set_per_process_memory_fraction(0))"
+    return f"{format_size(budget)} budget"
+
+
+def _blocks(n):
+    return f"{n} block" if n == 1 else f"{n} blocks"
+
+
+def _pct(x):
+    return f"{x:.1%}"
+
+
+class OOMReport:
+    """What was asked for, what was live (by size class, by region, by
+    line), what was cached and in how many pieces, the budget, and advice.
+    str() is the text; a notebook shows it as HTML."""
+
+    def __init__(self, record, regions=(), lines=None, steps=None, fit=None, arena=False):
+        r = record
+        self.seq = r["seq"]
+        self.device = r["device"]
+        self.requested = r["requested"]
+        self.rounded = r["rounded"]
+        self.budget = r["budget"]
+        self.device_total = r["device_total"]
+        self.device_free = r["device_free"]
+        self.budget_refused = r["budget_refused"]
+        self.limit = self.budget or self.device_total
+        self.limit_name = "the budget" if self.budget else "the device"
+        self.live = r["allocated"]
+        self.reserved = r["reserved"]
+        self.cached = max(self.reserved - self.live, 0)
+        self.free_bytes = r["free_bytes"]
+        self.largest_free_block = r["largest_free_block"]
+        self.free_blocks = r["free_blocks"]
+        self.segments = r["segments"]
+        self.idle_segment_bytes = r["idle_segment_bytes"]
+        self.stats = dict(r["stats"])
+        self.stats["fragmentation.external"] = (1 - self.largest_free_block / self.free_bytes) if self.free_bytes else 0.0
+        self.stats["fragmentation.unused"] = (1 - self.live / self.reserved) if self.reserved else 0.0
+        self.non_releasable = self.stats.get("inactive_split_bytes.all.current", 0)
+        self.live_blocks = sum(row[2] for row in r["live_by_class"])
+        self.live_by_class = sorted(r["live_by_class"], key=lambda row: -row[3])
+        self.live_by_region = [(name, self.live - entry, peak) for name, entry, peak in regions]
+        self.live_by_line = lines
+        self.steps = steps
+        self.fit = fit
+        self.arena = arena
+        room = max(self.limit - self.reserved, 0)
+        if self.device_total and not self.budget_refused:
+            room = min(room, self.device_free)
+        self.room = room
+        self.available = max(self.largest_free_block, room + self.idle_segment_bytes)
+        self.short_by = max(self.rounded - self.available, 0)
+        self.activations = self._activations()
+        self.advice = rank(self._advice())
+
+    # -------------------------------------------------------------- figures
+
+    def _activations(self):
+        if self.steps is not None:
+            return max(self.live - self.steps[1], 0) + self.rounded
+        if self.live_by_region:
+            return max(self.live_by_region[0][1], 0) + self.rounded
+        return None
+
+    @property
+    def leak(self):
+        return self.steps[4] if self.steps is not None else None
+
+    @property
+    def fragmentation_is_cause(self):
+        """The request would have fit had the cached free bytes been one piece."""
+        return self.free_bytes + self.room >= self.rounded > self.available
+
+    @property
+    def too_big(self):
+        return bool(self.limit) and self.rounded > self.limit
+
+    # -------------------------------------------------------------- advice
+
+    def _advice(self):
+        out = []
+        act = self.activations
+        if self.too_big:
+            half = self.rounded // 2
+            out.append(Advice(
+                "too_big", f"One tensor is larger than {self.limit_name}",
+                f"The request ({format_size(self.rounded)}) alone is more than {self.limit_name} "
+                f"({format_size(self.limit)}): no cache setting fits it. Make that tensor smaller: a smaller batch or "
+                f"sequence length, or the operation in chunks; in 16 bits (torch.autocast) it would be "
+                f"{format_size(half)}, which {'fits' if half <= self.limit else 'still does not fit'}.",
+                None, cause=True))
+        leak = self.leak
+        if leak is not None:
+            out.append(Advice(
+                "leak", f"Fix the leak: +{format_size(leak.bytes_per_step)} per step",
+                leak.headline() + " Usual causes: " + "; ".join(leak.CAUSES) + ".",
+                leak.accumulated, cause=True))
+        if self.fragmentation_is_cause:
+            pieces = self.free_bytes - self.largest_free_block
+            out.append(Advice(
+                "empty_cache", "Free dead tensors, then empty_cache()",
+                f"{format_size(self.free_bytes)} was cached free in {self.free_blocks} pieces between live tensors, "
+                f"the largest {format_size(self.largest_free_block)}: enough in total for "
+                f"{format_size(self.rounded)}, not in one piece. empty_cache() alone does not help (vramguard "
+                "releases wholly free segments before an OOM); it does once the tensors between the pieces are "
+                "gone: drop what the failed step holds (vramguard.recover(), or del and gc.collect()) and what is "
+                "no longer needed, then vramguard.empty_cache(), so the next try reserves whole segments. Creating "
+                "long-lived tensors (weights, optimizer state) first keeps the pieces from forming.",
+                pieces, cause=True, up_to=True))
+            if self.segments and not self.arena:
+                out.append(Advice(
+                    "arena", "Use the arena: install(arena=True)",
+                    "The arena maps device pages into one address range, so free pieces join up whatever lies "
+                    f"between them: the {format_size(pieces)} cached free outside the largest block becomes usable.",
+                    pieces, cause=True))
+        out.extend(self._peak_advice(act))
+        return out
+
+    def _peak_advice(self, act):
+        out = []
+        half = act // 2 if act is not None else None
+        since = "the step under way" if self.steps is not None else f"region {self.live_by_region[0][0]!r}" \
+            if self.live_by_region else ""
+        act_text = (f"{since} had added {format_size(act)} (with the request)" if act is not None
+                    else "call vramguard.step() after each training step to size the activations")
+        if self.fit is not None:
+            fixed, per_sample, batch = self.fit
+            largest = int((self.limit - fixed) // per_sample) if self.limit > fixed else 0
+            saving = per_sample * (batch - largest) if batch is not None and batch > largest else per_sample
+            out.append(Advice(
+                "batch_size", f"Lower the batch size to {largest} at most",
+                f"The fit memory = {format_size(int(fixed))} + {format_size(int(per_sample))} x batch says a batch of "
+                f"{largest} fits in {self.limit_name} ({format_size(self.limit)})"
+                + (f"; the batch in use was {batch}." if batch is not None else "; each sample less saves "
+                   f"{format_size(int(per_sample))}."), saving))
+        else:
+            out.append(Advice(
+                "batch_size", "Lower the batch size",
+                f"Activations grow with the batch; {act_text}: halving the batch saves about half of that. "
+                "vramguard.find_max_batch() finds the largest that fits.", half))
+        out.append(Advice(
+            "autocast", "Mixed precision: torch.autocast",
+            f"with torch.autocast('cuda', dtype=torch.bfloat16) (or float16) keeps activations in 16 bits, about "
+            f"half; {act_text}.", half))
+        out.append(Advice(
+            "checkpointing", "Gradient checkpointing",
+            "torch.utils.checkpoint (model.gradient_checkpointing_enable() in transformers) keeps only the inputs "
+            "of each checkpointed block and recomputes the rest in backward: most of the activations"
+            + (f" (up to {format_size(act)})" if act is not None else "") + ", for about a third more compute.",
+            None))
+        out.append(Advice(
+            "accumulation", "Gradient accumulation",
+            "Half the batch per forward, two forwards per optimizer step (loss / 2, optimizer.step() every 2): "
+            "the same effective batch with about half the activations.", half))
+        in_eval = any(any(w in name.lower() for w in _EVAL_WORDS) for name, _, _ in self.live_by_region)
+        out.append(Advice(
+            "no_grad", "torch.no_grad() for evaluation",
+            ("The failure came inside an evaluation region: without torch.no_grad() (or torch.inference_mode()) "
+             "every activation is kept for a backward that never comes." if in_eval else
+             "If this ran in evaluation: torch.no_grad() (or torch.inference_mode()) keeps no activations for "
+             "backward."), act if in_eval else None, cause=in_eval))
+        return out
+
+    # -------------------------------------------------------------- text
+
+    def headline(self):
+        who = self.limit_name if self.budget_refused or not self.budget else "the device"
+        return (f"Out of memory on device {self.device}: asked for {format_size(self.requested)}"
+                f" ({format_size(self.rounded)} as a block); {who} said no.")
+
+    def _sections(self):
+        """[(title, [lines])], shared by the text and the HTML."""
+        limit = (f"{_budget_text(self.budget)} on a {format_size(self.device_total)} device" if self.budget
+                 else f"no budget: the {format_size(self.device_total)} device")
+        facts = [
+            f"Short by: {format_size(self.short_by)} (the most one request could have had: "
+            f"{format_size(self.available)})",
+            f"Budget: {limit}; room to reserve more: {format_size(self.room)}"
+            + (f"; {format_size(self.device_free)} free on the device" if self.device_total else ""),
+        ]
+        live = [f"Live: {format_size(self.live)} in {_blocks(self.live_blocks)}"]
+        for lower, upper, blocks, nbytes in self.live_by_class[:5]:
+            span = f"{format_size(lower)} to {format_size(upper)}" if upper else f"{format_size(lower)} and more"
+            live.append(f"  by size class, {span}: {format_size(nbytes)} in {_blocks(blocks)}")
+        for name, added, peak in self.live_by_region:
+            live.append(f"  by region, {name}: +{format_size(max(added, 0))} since it began (its peak "
+                        f"{format_size(peak)})")
+        if self.live_by_line:
+            for label, nbytes, blocks in self.live_by_line:
+                live.append(f"  by line, {label}: {format_size(nbytes)} in {_blocks(blocks)}")
+        else:
+            live.append("  by line: vramguard.record(stacks=True) shows which lines")
+        if self.steps is not None:
+            steps, boundary, _, _, _ = self.steps
+            live.append(f"  at the last step boundary (step {steps}): {format_size(boundary)}")
+        cached = [
+            f"Cached (reserved but not allocated): {format_size(self.cached)} of {format_size(self.reserved)} "
+            f"reserved in {self.segments} segments",
+            f"Cached free: {format_size(self.free_bytes)} in {self.free_blocks} blocks, largest free block "
+            f"{format_size(self.largest_free_block)}",
+            f"Cached free in pieces (1 - largest free block / cached free): {_pct(self.stats['fragmentation.external'])}",
+            f"Reserved but not allocated (1 - allocated / reserved): {_pct(self.stats['fragmentation.unused'])}",
+            f"Non-releasable memory: {format_size(self.non_releasable)}",
+            fragmentation_so_what(self.stats),
+        ]
+        return [("", facts), ("What was live", live), ("What was cached", cached)]
+
+    def _advice_lines(self):
+        out = []
+        for advice in self.advice:
+            if advice.saving is None:
+                saves = "no estimate"
+            elif advice.up_to:
+                saves = f"saves up to {format_size(int(advice.saving))}"
+            else:
+                enough = "enough alone" if advice.saving >= self.short_by else "not enough alone"
+                saves = f"saves about {format_size(int(advice.saving))}, {enough}"
+            out.append((advice.title, saves, advice.detail))
+        return out
+
+    def __str__(self):
+        out = [self.headline()]
+        for title, lines in self._sections():
+            if title:
+                out.append(title + ":")
+            out += lines
+        out.append(f"Advice, most useful first (short by {format_size(self.short_by)}):")
+        for n, (title, saves, detail) in enumerate(self._advice_lines(), 1):
+            out.append(f"  {n}. {title} ({saves})")
+            out.append(f"     {detail}")
+        return "\n".join(out)
+
+    def __repr__(self):
+        return str(self)
+
+    def _repr_html_(self):
+        e = html.escape
+        parts = [f"<p><b>{e(self.headline())}</b></p>"]
+        for title, lines in self._sections():
+            if title:
+                parts.append(f"<p><b>{e(title)}</b></p>")
+            parts.append("<ul>" + "".join(f"<li>{e(line.strip())}</li>" for line in lines) + "</ul>")
+        parts.append(f"<p><b>Advice, most useful first</b> (short by {e(format_size(self.short_by))})</p><ol>")
+        for title, saves, detail in self._advice_lines():
+            parts.append(f"<li><b>{e(title)}</b> ({e(saves)})<br>{e(detail)}</li>")
+        parts.append("</ol>")
+        return "".join(parts)
+
+
+_FIXED_ORDER = ("batch_size", "autocast", "checkpointing", "accumulation", "no_grad")
+
+
+def rank(advice):
+    """Causes first (a request over the limit before all, then the larger
+    saving); then what lowers the peak: a noted batch fit first, then the
+    larger saving, those without an estimate last, ties in a fixed order."""
+    def key(a):
+        fixed = _FIXED_ORDER.index(a.key) if a.key in _FIXED_ORDER else -1
+        if a.cause:
+            return (0, a.key != "too_big", -(a.saving or 0), fixed)
+        fit_first = a.key == "batch_size" and a.title.startswith("Lower the batch size to")
+        return (1, not fit_first, a.saving is None, -(a.saving or 0), fixed)
+
+    return sorted(advice, key=key)
+
+
+# ------------------------------------------------------------------ last_oom()
+
+
+def _regions_for(record):
+    from . import regions as _regions
+
+    with _lock:
+        noted = [(name, entry, peak) for device, name, entry, peak in _regions_at_oom.get(record["seq"], ())
+                 if device == record["device"]]
+    if noted:
+        return noted[::-1]  # noted as they were left: innermost first
+    return _regions.open_regions(record["device"])
+
+
+def last_oom():
+    """The report of the last out-of-memory the installed allocator raised
+    (any device), or None when there was none. The same object until the
+    next one (what it shows by line is read the first time)."""
+    from . import regions as _regions
+
+    record = _core.last_oom()
+    if record is None:
+        return None
+    with _lock:
+        if _built["seq"] == record["seq"] and _built["report"] is not None:
+            return _built["report"]
+        fit = _fit["value"]
+    report = OOMReport(record, _regions_for(record), lines_by_line(record["device"]),
+                       _regions.step_figures(record["device"]), fit, _arena_on())
+    with _lock:
+        _built["seq"], _built["report"] = record["seq"], report
+    return report

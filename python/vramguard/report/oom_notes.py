@@ -1,0 +1,66 @@
+"""What the next out-of-memory report (oom.py, vramguard.last_oom()) adds
+to the C core's record, noted as it happens: the regions an out-of-memory
+left (regions.py), a batch-size fit (find_max_batch), and the lines holding
+memory when stacks are recorded. Kept apart from the report so that the
+regions, which the report reads, note here without importing it.
+"""
+import threading
+
+from .. import _core
+
+__all__ = ["note_batch_fit", "clear_batch_fit", "note_region_at_oom", "lines_by_line"]
+
+_lock = threading.Lock()
+_fit = {"value": None}
+_regions_at_oom = {}  # seq -> [(device, name, live at entry, peak)], innermost first
+_built = {"seq": 0, "report": None}
+
+
+def note_batch_fit(fixed, per_sample, batch=None):
+    """A fit of memory = fixed + per_sample x batch (bytes), as
+    find_max_batch measures it; `batch`: the batch size in use, when known.
+    The next report says the largest batch that should fit."""
+    for name, value in (("fixed", fixed), ("per_sample", per_sample)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ValueError(f"{name} must be a number of bytes >= 0, got {value!r}")
+    if per_sample <= 0:
+        raise ValueError(f"per_sample must be more than 0 bytes, got {per_sample!r}")
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+        raise ValueError(f"batch must be an int >= 1 or None, got {batch!r}")
+    with _lock:
+        _fit["value"] = (float(fixed), float(per_sample), batch)
+        _built["report"] = None
+
+
+def clear_batch_fit():
+    with _lock:
+        _fit["value"] = None
+        _built["report"] = None
+
+
+def note_region_at_oom(device, name, live_at_entry, peak):
+    """A region was left by an out-of-memory (regions.py: track.__exit__)."""
+    seq = _core.last_oom_seq()
+    with _lock:
+        _regions_at_oom.setdefault(seq, []).append((device, name, live_at_entry, peak))
+        for old in [s for s in _regions_at_oom if s < seq]:
+            del _regions_at_oom[old]
+        if _built["seq"] == seq:
+            _built["report"] = None
+
+
+def lines_by_line(device, top=5):
+    """[(label, bytes, blocks)] of live memory by line of the device, or
+    None when stacks are not recorded."""
+    try:
+        from ..trace import stacks as _stacks
+    except ImportError:
+        return None
+    live_by_line = getattr(_stacks, "live_by_line", None)
+    if live_by_line is None:
+        return None
+    try:
+        rows = live_by_line(device=device, top=top)
+    except (RuntimeError, ValueError, LookupError):  # not recording
+        return None
+    return [tuple(row) for row in rows] or None
