@@ -153,7 +153,7 @@ def test_preload_builds_once_and_leaves_torch_unimported(cache):
     """vramguard.phantom.gpu.preload() in the PyTorch's interpreter: the
     cache's build, found without a compiler run and without importing
     torch (which would load the real CUDA runtime first)."""
-    code = ("import sys; from vramguard import _phantom; print(_phantom.preload()); "
+    code = ("import sys; from vramguard.phantom import gpu; print(gpu.preload()); "
             "print('torch' in sys.modules)")
     env = dict(cache.env, PYTHONPATH=str(ROOT / "python"))
     proc = subprocess.run([cache.python, "-c", code], env=env, capture_output=True, text=True, timeout=120)
@@ -384,7 +384,7 @@ def test_wheel_carries_the_phantom_sources(tmp_path):
         return
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
-    code = ("from vramguard import _phantom; b = _phantom._builder(); print(b.__file__); "
+    code = ("from vramguard.phantom import gpu; b = gpu._builder(); print(b.__file__); "
             "print(b.cache_key(b.find_cuda(), b.compiler()))")
     proc = subprocess.run([python, "-c", code], env=dict(os.environ, PYTHONPATH=str(site)),
                           capture_output=True, text=True, timeout=120)

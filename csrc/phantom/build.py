@@ -9,7 +9,7 @@ One builder for the Makefile and the package:
     python csrc/phantom/build.py                        # the per-user cache; prints LD_PRELOAD
 
 and, imported, `build(out)` and `build_cached(cache_root)`, which is what
-vramguard._phantom.preload() calls on first use (from the package's copy of
+vramguard.phantom.gpu.preload() calls on first use (from the package's copy of
 this directory, vramguard/_phantom_src, or from the repository's).
 
 The libraries are one table, LIBRARIES: a soname, hand-written sources, the
@@ -669,7 +669,7 @@ def build(out, cuda=None, cc=None, cflags=(), src=SRC, jobs=None, log=None, anno
             preload = " ".join(str(out / n) for n in sonames)
             (work / "LD_PRELOAD").write_text(preload + "\n")
             # Triton links its kernel launcher with -lcuda from TRITON_LIBCUDA_PATH
-            # (vramguard._phantom.environ): the linker's name for the driver.
+            # (vramguard.phantom.gpu.environ): the linker's name for the driver.
             (work / "libcuda.so").symlink_to("libcuda.so.1")
             (work / "cuda.mk").write_text(_make_vars(cuda))
             seconds = time.perf_counter() - started
@@ -706,7 +706,7 @@ def build_cached(cache_root, cuda=None, cc=None, cflags=(), src=SRC, jobs=None, 
 
 def default_cache_root():
     """${XDG_CACHE_HOME:-~/.cache}/vramguard/phantom, as vramguard's other
-    builds (vramguard/_oom_shim.py)."""
+    builds (vramguard/torch/oom_shim.py)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "vramguard" / "phantom"
 

@@ -14,7 +14,7 @@
 #                        the fake built for CUDA 12 in build/fakecuda-cu12
 #
 # `fakecuda` runs the builder (csrc/phantom/build.py, the same one that
-# vramguard._phantom.preload() runs on first use) under TORCH_PYTHON: it
+# vramguard.phantom.gpu.preload() runs on first use) under TORCH_PYTHON: it
 # finds that PyTorch's CUDA runtime wheel, generates, compiles and links the
 # libraries into $(FAKECUDA) (whole, atomically, and only when what it reads
 # changed), with their LD_PRELOAD listing and cuda.mk (CUDA_INC, CUDART_LIB,

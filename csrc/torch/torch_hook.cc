@@ -11,7 +11,7 @@
 // unwinds through a C frame.
 //
 // An out-of-memory is thrown as c10::OutOfMemoryError when install() could
-// build the small shim that knows that type (python/vramguard/_oom_shim.py:
+// build the small shim that knows that type (python/vramguard/torch/oom_shim.py:
 // the type's layout follows the torch version, so it cannot be in this
 // wheel): PyTorch then raises torch.OutOfMemoryError, and cuDNN's
 // workspace fallback catches it. Otherwise it is a std::runtime_error,
