@@ -107,16 +107,58 @@ def test_dryrun_nproc_gives_each_rank_its_figures(tmp_path):
 
     env = {k: v for k, v in _env().items() if k not in ("LD_PRELOAD", "VG_FAKECUDA_DEVICES")}
     proc = subprocess.run([sys.executable, "-m", "vramguard", "dryrun", "--gpu", "A100-40GB", "--nproc", "2",
-                           "--allocator", "native", "--json", "--quiet", "--out", str(tmp_path / "out"),
+                           "--allocator", "native,vramguard", "--json", "--quiet", "--out", str(tmp_path / "out"),
                            str(EXAMPLE), "--fsdp"],
                           env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout)
-    run = result["native"]
     assert result["nproc"] == 2 and result["fits"] is True, proc.stderr[-4000:]
-    assert [r["rank"] for r in run["ranks"]] == [0, 1]
-    assert all(r["fits"] and r["peak_allocated_bytes"] > 0 for r in run["ranks"])
-    assert run["peak_allocated_bytes"] == max(r["peak_allocated_bytes"] for r in run["ranks"])
-    assert sorted(p.name for p in (tmp_path / "out").glob("native.rank*.json")) == [
-        "native.rank0.json", "native.rank1.json"]
-    assert "native, per rank (peak allocated / reserved): rank 0 " in format_report(result)
+    for allocator in ("native", "vramguard"):
+        run = result[allocator]
+        # vramguard in every rank ends as PyTorch's allocator does: the
+        # NCCL process group's teardown asks it for nothing it refuses
+        assert run["error"] is None and run["exit_status"] == 0, (allocator, run["error"])
+        assert [r["rank"] for r in run["ranks"]] == [0, 1]
+        assert all(r["fits"] and r["peak_allocated_bytes"] > 0 for r in run["ranks"])
+        assert run["peak_allocated_bytes"] == max(r["peak_allocated_bytes"] for r in run["ranks"])
+        assert sorted(p.name for p in (tmp_path / "out").glob(f"{allocator}.rank*.json")) == [
+            f"{allocator}.rank0.json", f"{allocator}.rank1.json"]
+        assert f"{allocator}, per rank (peak allocated / reserved): rank 0 " in format_report(result)
+    # the same program allocates the same under both; the arena reserves less
+    assert result["vramguard"]["peak_allocated_bytes"] == result["native"]["peak_allocated_bytes"]
+    assert result["vramguard"]["peak_reserved_bytes"] <= result["native"]["peak_reserved_bytes"]
+
+
+def test_install_makes_nccl_the_process_group_that_needs_no_snapshot():
+    """PyTorch's nccl2 process group asks the allocator for a snapshot when
+    destroyed, which PyTorch refuses for a pluggable allocator (the process
+    aborts): install() selects the legacy group, registered or not yet, and
+    leaves a user's own TORCH_DIST_USE_NCCL2 alone."""
+    import torch.distributed.distributed_c10d as c10d
+
+    if not hasattr(c10d, "_create_nccl2_process_group"):
+        pytest.skip(f"PyTorch {torch_version()} has no nccl2 process group")
+    code = """
+import os, sys, torch
+import torch.distributed.distributed_c10d as c10d
+if sys.argv[1] == "registered":
+    c10d.Backend._ensure_backend_registered("nccl")
+from vramguard.torch import nccl
+said = nccl.use_legacy_process_group()
+c10d.Backend._ensure_backend_registered("nccl")
+print(said is not None, os.environ.get("TORCH_DIST_USE_NCCL2"), c10d.Backend._plugins["NCCL"].creator_fn.__name__)
+"""
+    env = {k: v for k, v in _env().items() if k != "TORCH_DIST_USE_NCCL2"}
+    for case in ("registered", "later"):
+        out = subprocess.run([sys.executable, "-c", code, case], env=env, capture_output=True, text=True,
+                             timeout=120)
+        assert out.stdout.split() == ["True", "0", "_create_nccl_process_group"], out.stderr[-2000:]
+    out = subprocess.run([sys.executable, "-c", code, "later"], env=dict(env, TORCH_DIST_USE_NCCL2="1"),
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["False", "1", "_create_nccl2_process_group"], out.stderr[-2000:]
+
+
+def torch_version():
+    import torch
+
+    return torch.__version__
