@@ -162,3 +162,63 @@ def torch_version():
     import torch
 
     return torch.__version__
+
+
+COLLECTIVE_RANK = """
+import json, os, sys, time
+import torch, torch.distributed as dist
+import vramguard
+
+vramguard.install(arena=False)
+rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(rank)
+dist.init_process_group("nccl", device_id=torch.device("cuda", rank))
+dist.barrier()
+MiB = 1 << 20
+def allocated():
+    return vramguard.stats(rank)["allocated_bytes.all.current"]
+before = vramguard.stats(rank)
+x = torch.ones(MiB, device="cuda")           # 4 MiB, on the current stream
+with_x = allocated()
+work = dist.all_reduce(x, async_op=True)     # on the process group's NCCL stream
+del x                                        # dropped while the collective may still read it
+held = allocated() - with_x
+work.wait()
+torch.cuda.synchronize()
+del work
+released = None
+for _ in range(100):                         # the group lets go when its work is done
+    if allocated() <= with_x - 4 * MiB:
+        released = True
+        break
+    time.sleep(0.05)
+after = vramguard.stats(rank)
+out = {"held": held, "released": released,
+       "record_stream": after["num_record_stream"] - before["num_record_stream"], "rank": rank}
+sys.stdout.write("collective " + json.dumps(out) + "\\n")
+sys.stdout.flush()
+dist.destroy_process_group()
+"""
+
+
+def test_a_collectives_buffer_is_kept_until_its_work_is_done(tmp_path):
+    """A tensor all-reduced asynchronously and dropped before the work is
+    waited for: its block must not be reused while the NCCL stream may
+    read it. PyTorch (2.10 and later) no longer calls record_stream for
+    collectives: the process group keeps the tensor itself until the work
+    is done, so vramguard sees the block live, then freed. (vramguard's
+    record_stream, for Tensor.record_stream and older PyTorch, is
+    tested in test_hooks.py and test_graph_pools.py.)"""
+    script = tmp_path / "rank.py"
+    script.write_text(COLLECTIVE_RANK)
+    torchrun = Path(sys.executable).parent / "torchrun"
+    launcher = [str(torchrun)] if torchrun.exists() else [sys.executable, "-m", "torch.distributed.run"]
+    proc = subprocess.run(launcher + ["--standalone", "--nproc_per_node", "2", str(script)],
+                          env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    found = [json.loads(m.group(1)) for m in re.finditer(r"collective (\{[^{}]*\})", proc.stdout)]
+    assert sorted(r["rank"] for r in found) == [0, 1], proc.stdout[-2000:]
+    for r in found:
+        assert r["held"] == 0, r            # still allocated after del: the group holds it
+        assert r["released"] is True, r     # and freed once the work is done
+        assert r["record_stream"] == 0, r
