@@ -216,9 +216,12 @@ include csrc/phantom/fakecuda.mk
 # The model zoo on phantom GPUs (bench/zoo.py): every model at full size,
 # each allocator in its own processes; JSON and a markdown table under
 # bench/results/. ZOO_ARGS to narrow it (--models gpt2,bert --size small).
+# Then the zoo past one GPU: the decoder with DDP and FSDP2 on 2 and 4
+# phantom ranks (bench/zoo_ranks.py).
 ZOO_ARGS ?=
 bench-zoo: $(TORCH_VENV)/.installed
 	$(TORCH_VENV)/bin/python bench/zoo.py $(ZOO_ARGS)
+	$(TORCH_VENV)/bin/python bench/zoo_ranks.py --out build/zoo-ranks --check
 
 # CI's reduced zoo: GPT-2 at its small size, the largest batch on a T4 only;
 # fails on a goal missed for a cause not known (bench/zoo.py --check,
