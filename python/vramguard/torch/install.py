@@ -34,7 +34,7 @@ import threading
 import warnings
 
 from .. import _core
-from . import cudnn as _cudnn, hooks as _hooks, nccl
+from . import cudnn as _cudnn, graphs, hooks as _hooks, nccl
 from . import oom_shim as _oom_shim, patches as _torch_patches, stats as _torch_stats
 from .state import _state
 from .._units import parse_budget
@@ -240,6 +240,7 @@ def install(budget=_KEPT, gc_threshold=_KEPT, patch_torch=None, oom_error=None, 
             _check_cuda(torch)
             _plug_in(torch, oom_error)
             _state["nccl"] = nccl.use_legacy_process_group()
+            graphs.end_pool_after_failed_capture(torch)
         _core.configure_devices(nbytes, fraction, gc)
         _state["settings"] = {"budget_bytes": nbytes or None, "budget_fraction": fraction or None,
                               "gc_threshold": gc or None}
