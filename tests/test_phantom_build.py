@@ -271,7 +271,7 @@ def test_a_wrong_wheel_directory_is_one_line(tmp_path):
 
 
 def test_a_library_without_its_wheel_is_left_out():
-    """No cuBLAS or cuDNN wheel: their stand-ins are left out (PyTorch then
+    """No cuBLAS, cuDNN or NCCL wheel: their stand-ins are left out (PyTorch then
     loads nothing of theirs or the real ones), the rest is built, and
     cuda.mk's CUBLAS_ and CUDNN_ variables are empty, so that make skips
     their C tests."""
@@ -286,6 +286,7 @@ def test_a_library_without_its_wheel_is_left_out():
     assert builder.sonames(cuda) == [lib.soname for lib in kept]
     assert "  left out libcublas.so.13: no cublas wheel" in said
     assert "  left out libcudnn.so.N: no cudnn wheel" in said
+    assert "  left out libnccl.so.N: no nccl wheel" in said
     assert "CUBLAS_LIB := \n" in builder._make_vars(cuda) and "CUDNN_MAJOR := \n" in builder._make_vars(cuda)
 
 
