@@ -49,4 +49,5 @@ if __name__ == "__main__":
             out = subprocess.run([sys.executable, __file__, allocator, same], capture_output=True, text=True,
                                  env=dict(os.environ, PYTHONWARNINGS="ignore"), timeout=120)
             line = (out.stdout.strip().splitlines() or ["exit %d: %s" % (out.returncode, out.stderr.strip()[-200:])])[-1]
-            print(f"{allocator:19} eager pass on the {'same model' if same == 'same' else 'a copy':10}: {line}")
+            where = "the same model" if same == "same" else "a copy"
+            print(f"{allocator:19} eager pass on {where:14}: {line}")
