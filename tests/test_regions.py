@@ -462,3 +462,33 @@ def test_track_exit_on_another_thread_closes_the_region():
     assert table.open == [] and len(table) == 0
     with pytest.raises(RuntimeError, match="without a matching __enter__"):
         region.__exit__(None, None, None)
+
+
+def test_a_dead_heaps_target_dropped_by_the_collector_while_another_is_made(monkeypatch):
+    """The collector may run a dead heap's weakref callback, which drops
+    its target under the table's lock, in the very thread that holds that
+    lock to make another heap's target: no deadlock (it hung once under
+    Python 3.12), and the table keeps the live heap's target only."""
+    import gc
+
+    dead = Heap(GiB)
+    _regions._heap_target(dead)
+    cycle = [dead]
+    cycle.append(cycle)          # only the collector frees it now
+    dead_key = ("heap", id(dead))
+    del dead, cycle
+    original = _core.take_interval
+
+    def take_interval(heap):     # called inside _Target(): the lock is held
+        gc.collect()
+        return original(heap)
+
+    monkeypatch.setattr(_regions._core, "take_interval", take_interval)
+    live = Heap(GiB)
+    done = []
+    worker = threading.Thread(target=lambda: done.append(_regions._heap_target(live)), daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    assert done, "deadlocked"
+    assert _regions._targets[("heap", id(live))][1] is done[0]
+    assert dead_key == ("heap", id(live)) or dead_key not in _regions._targets

@@ -125,7 +125,11 @@ class _Target:
         return current
 
 
-_targets_lock = threading.Lock()
+# Reentrant: a heap's weakref callback (_drop_heap_target) takes it, and the
+# collector may run that callback in this very thread while the lock is
+# held (any allocation in _heap_target can start a collection): a plain
+# lock deadlocked there, once, under Python 3.12.
+_targets_lock = threading.RLock()
 _targets = {}
 
 
