@@ -222,3 +222,47 @@ def test_a_collectives_buffer_is_kept_until_its_work_is_done(tmp_path):
         assert r["held"] == 0, r            # still allocated after del: the group holds it
         assert r["released"] is True, r     # and freed once the work is done
         assert r["record_stream"] == 0, r
+
+
+PLAIN_DDP = """
+import os
+import torch
+import torch.distributed as dist
+from torch import nn
+
+rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(rank)
+dist.init_process_group("nccl")
+model = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 8)).cuda()
+ddp = nn.parallel.DistributedDataParallel(model, device_ids=[rank])   # PyTorch's defaults
+opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+for _ in range(3):
+    loss = ddp(torch.randn(32, 1024, device="cuda")).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+dist.destroy_process_group()
+"""
+
+
+def test_dryrun_runs_a_ddp_script_with_pytorchs_defaults(tmp_path):
+    """A DDP script as users write it (init_sync and the bucket rebuild on,
+    both of which read device values back, zeros on a phantom): the dry
+    run's ranks give DDP init_sync=False and find_unused_parameters=True,
+    it runs to its end, and the report says what was changed."""
+    from vramguard.phantom.dryrun import format_report
+
+    script = tmp_path / "plain_ddp.py"
+    script.write_text(PLAIN_DDP)
+    env = {k: v for k, v in _env().items() if k not in ("LD_PRELOAD", "VG_FAKECUDA_DEVICES")}
+    proc = subprocess.run([sys.executable, "-m", "vramguard", "dryrun", "--gpu", "A100-40GB", "--nproc", "2",
+                           "--allocator", "vramguard", "--json", "--quiet", "--no-snapshot", str(script)],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout)
+    run = result["vramguard"]
+    assert run["fits"] is True and run["error"] is None, run
+    assert run["ddp_adjusted"] == 1
+    assert all(r["fits"] for r in run["ranks"])
+    assert "the dry run gave its 1 DDP module(s) init_sync=False and find_unused_parameters=True" in \
+        format_report(result)

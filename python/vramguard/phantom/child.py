@@ -15,6 +15,7 @@ sys.exit).
 """
 import argparse
 import ctypes
+import functools
 import json
 import linecache
 import os
@@ -285,6 +286,7 @@ class Run:
         self.stopped_at_steps = False
         self.fake = ctypes.CDLL(None)
         self.history = False
+        self.ddp_adjusted = 0
 
     # --------------------------------------------------------- before
 
@@ -310,6 +312,40 @@ class Run:
             else:
                 self.start_history()
         self.hook_steps()
+        if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+            self.adjust_ddp()
+
+    def adjust_ddp(self):
+        """DDP reads two things back from the device, which a phantom
+        answers with zeros: its start-up check of the parameters (init_sync)
+        fails, and after the first step rank 0's new bucket order arrives as
+        zeros, which crashes every rank. So each DistributedDataParallel
+        gets init_sync=False and find_unused_parameters=True (which keeps
+        the first order: the same buckets of the same sizes), static_graph
+        off (it rebuilds too); counted, and the report says so."""
+        import inspect
+
+        ddp = getattr(getattr(self.torch.nn, "parallel", None), "DistributedDataParallel", None)
+        if ddp is None:
+            return
+        original = ddp.__init__
+        signature = inspect.signature(original)
+        wanted = {"init_sync": False, "find_unused_parameters": True, "static_graph": False}
+        wanted = {k: v for k, v in wanted.items() if k in signature.parameters}
+        run = self
+
+        @functools.wraps(original)
+        def __init__(*args, **kwargs):
+            bound = signature.bind_partial(*args, **kwargs)
+            changed = {k: v for k, v in wanted.items()
+                       if bound.arguments.get(k, signature.parameters[k].default) != v}
+            if not changed:
+                return original(*args, **kwargs)
+            run.ddp_adjusted += 1
+            bound.arguments.update(changed)
+            return original(*bound.args, **bound.kwargs)
+
+        ddp.__init__ = __init__
 
     def start_history(self):
         torch = self.torch
@@ -497,6 +533,7 @@ class Run:
             "steps": self.steps,
             "stopped_at_steps": self.stopped_at_steps,
             "d2h_reads": self.counter("vg_fakecuda_d2h_reads", ctypes.c_long),
+            "ddp_adjusted": self.ddp_adjusted,
             "device_peak_bytes": device_peak,
             "context_bytes": _context_bytes(),
             "host_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,

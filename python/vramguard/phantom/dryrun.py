@@ -580,6 +580,11 @@ def _notes(result):
     reads = [r.get("d2h_reads") for r in runs if r.get("d2h_reads") is not None]
     if reads and max(reads) > 0:
         notes.append(f"The program read device values back {max(reads):,} times: {READS_NOTE}.")
+    adjusted = [r.get("ddp_adjusted") or 0 for r in runs]
+    if adjusted and max(adjusted) > 0:
+        notes.append(f"DistributedDataParallel reads device values back at its start and after its first "
+                     f"step (zeros here): the dry run gave its {max(adjusted)} DDP module(s) init_sync=False "
+                     f"and find_unused_parameters=True, the same gradient buckets in their first order.")
     if result.get("no_compile"):
         notes.append("torch.compile was turned off (--no-compile): the figures are eager mode's, usually "
                      "more than a compiled model's (no fusion).")
