@@ -90,8 +90,9 @@ class RunFailed(Exception):
 
 
 class Zoo:
-    def __init__(self, size, steps, limitless, out, echo, timing_rounds=0, timing_steps=12):
+    def __init__(self, size, steps, limitless, out, echo, timing_rounds=0, timing_steps=12, replays_only=False):
         self.size, self.steps, self.limitless, self.out, self.echo = size, steps, limitless, out, echo
+        self.replays_only = replays_only
         self.timing_rounds, self.timing_steps = timing_rounds, timing_steps
         self.runs = 0
         self.lock = threading.Lock()
@@ -176,9 +177,10 @@ class Zoo:
         # the batch: with each allocator's smallest device and its overhead
         # there, the first guess of its largest batch.
         b0 = bases[allocators[0]]["batch"]
-        more = self.run(model, allocators[0], self.limitless, batch=4 * b0)
-        per_sample = max(1, (more["peak_allocated_bytes"] - bases[allocators[0]]["peak_allocated_bytes"])
-                         / (3 * b0))
+        if not self.replays_only:
+            more = self.run(model, allocators[0], self.limitless, batch=4 * b0)
+            per_sample = max(1, (more["peak_allocated_bytes"] - bases[allocators[0]]["peak_allocated_bytes"])
+                             / (3 * b0))
         totals = {gpu: _preset_bytes(gpu) for gpu in gpus}
 
         def figures(allocator):
@@ -205,7 +207,8 @@ class Zoo:
                 row["error"] = "; ".join(errors)
             return row
 
-        rows = _map(figures, allocators, jobs)
+        rows = _map(figures if not self.replays_only else
+                    (lambda a: dict(base_row(model, a, bases[a]), **replayed.get(a, {}))), allocators, jobs)
         replay_devices(rows)
         if self.timing_rounds and "native" in allocators:
             self.time_steps(model, allocators, rows)
@@ -309,12 +312,14 @@ def rebuild(out, limitless, gpus, default_batch):
     return rows
 
 
-def first_true(ok, guess, known_false):
+def first_true(ok, guess, known_false, first_step=None):
     """The smallest whole x > known_false with ok(x), ok monotone (False
     below some x, True from it on), by galloping from `guess` until the
-    edge is bracketed, then bisection: two calls when the guess is right."""
+    edge is bracketed, then bisection: two calls when the guess is right
+    and the first step is 1. The first step defaults to guess / 64: a guess
+    off by a few percent is bracketed in a step or two."""
     guess = max(guess, known_false + 1)
-    first = max(1, guess // 64)  # a guess off by a few percent is bracketed in a step or two
+    first = first_step or max(1, guess // 64)
     if ok(guess):
         hi, step = guess, first
         while True:
@@ -470,11 +475,14 @@ def table(rows, gpus):
 
 def report(rows, meta, gpus):
     lines = [f"# The zoo on phantom GPUs ({meta['size']} size)", "",
-             f"torch {meta['torch']}, limitless device {meta['limitless']}, largest batch on "
-             f"{', '.join(gpus)}; {meta['date']}; {meta['runs']} runs"
+             f"torch {meta['torch']}, limitless device {meta['limitless']}, "
+             + (f"largest batch on {', '.join(gpus)}" if gpus else
+                "no searches: the smallest device is the replays' of the arena's recorded run")
+             + f"; {meta['date']}; {meta['runs']} runs"
              + (" (rebuilt from the runs of an interrupted benchmark)" if meta.get("rebuilt")
                 else f" in {meta['elapsed_s']:,.0f} s") + ". "
-             f"Reproduce: `{meta['command']}`.", "", table(rows, gpus), "", "## Goals", ""]
+             f"Reproduce: `{meta['command']}`"
+             + "".join(f"; then `{part}`" for part in meta.get("merged", [])) + ".", "", table(rows, gpus), "", "## Goals", ""]
     for goal, ok, failures in goals(rows) + reported(rows):
         verdict = {True: "met", False: "MISSED", None: "not measured"}[ok]
         lines.append(f"- {verdict}: {goal}" + (": " + "; ".join(failures) if failures and not ok else ""))
@@ -486,6 +494,33 @@ def report(rows, meta, gpus):
     if errors:
         lines += ["", "## Failed runs", ""] + errors
     return "\n".join(lines) + "\n"
+
+
+def merge_into(folder, rows, meta):
+    """The rows and meta of the table in `folder` (its zoo.json) with the
+    models of `rows` replaced by `rows`: a table finished in parts, each
+    part's command kept. The two must be of one size and one torch."""
+    path = os.path.join(folder, "zoo.json")
+    try:
+        with open(path) as f:
+            old = json.load(f)
+        old_meta, old_rows = old["meta"], old["rows"]
+        if not isinstance(old_meta, dict) or not all(isinstance(r, dict) and "model" in r for r in old_rows):
+            raise ValueError("not a table bench/zoo.py wrote")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"zoo: cannot merge into {path}: {e}")
+    if bool(old_meta.get("replays_only")) != bool(meta.get("replays_only")):
+        raise SystemExit(f"zoo: cannot merge into {path}: one table has searches, the other replays only")
+    for key in ("size", "torch", "limitless"):
+        if old_meta.get(key) != meta.get(key):
+            raise SystemExit(f"zoo: cannot merge into {path}: its {key} is {old_meta.get(key)!r}, "
+                             f"this run's {meta.get(key)!r}")
+    mine = {r["model"] for r in rows}
+    merged = [r for r in old_rows if r["model"] not in mine] + list(rows)
+    parts = old_meta.get("merged", [])
+    merged_meta = dict(old_meta, runs=old_meta.get("runs", 0) + meta.get("runs", 0),
+                       merged=parts + [f"{meta['command']} ({', '.join(sorted(mine))}, {meta['date']})"])
+    return merged, merged_meta
 
 
 def _since(started):
@@ -520,13 +555,18 @@ def main(argv=None):
     ap.add_argument("--timing-only", action="store_true",
                     help="only the step-time comparison (--timing-rounds rounds of --timing-steps steps)")
     ap.add_argument("--timing-steps", type=int, default=12)
+    ap.add_argument("--replays-only", action="store_true",
+                    help="no searches: each allocator's run without a limit, and the smallest device the "
+                         "replays of the arena's recorded run tell (a few runs per model, not dozens)")
     ap.add_argument("--rebuild", action="store_true",
                     help="no runs: the table again from the runs and traces an interrupted run left in --out")
+    ap.add_argument("--merge-into", metavar="DIR",
+                    help="then write DIR's table (zoo.json, zoo.md) with this run's models replaced by its rows")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     allocators = [a.strip() for a in args.allocators.split(",") if a.strip()]
-    gpus = [g.strip() for g in args.gpus.split(",") if g.strip()]
+    gpus = [] if args.replays_only else [g.strip() for g in args.gpus.split(",") if g.strip()]
     for m in models:
         if m not in zoo_models.MODELS:
             ap.error(f"unknown model {m!r}: choose from {', '.join(zoo_models.MODELS)}")
@@ -541,10 +581,13 @@ def main(argv=None):
     out = args.out or os.path.join(HERE, "results", f"zoo-{args.size}-{torch.__version__.split('+')[0]}-{date}")
     os.makedirs(os.path.join(out, "runs"), exist_ok=True)
     os.makedirs(os.path.join(out, "traces"), exist_ok=True)
+    if args.replays_only and "vramguard" not in allocators:
+        ap.error("--replays-only replays the arena's recorded run: vramguard must be among the allocators")
     zoo = Zoo(args.size, args.steps, args.limitless, out, not args.quiet, timing_rounds=args.timing_rounds,
-              timing_steps=args.timing_steps)
+              timing_steps=args.timing_steps, replays_only=args.replays_only)
     started = datetime.datetime.now()
-    meta = {"size": args.size, "torch": torch.__version__, "limitless": args.limitless, "gpus": gpus,
+    meta = {"size": args.size, "torch": torch.__version__, "limitless": args.limitless,
+            "gpus": gpus, "replays_only": args.replays_only,
             "date": date, "steps": args.steps,
             "command": "python bench/zoo.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     rows = []
@@ -578,6 +621,9 @@ def main(argv=None):
         text = save(out, rows, dict(meta, runs=zoo.runs, elapsed_s=_since(started)), gpus)
     if args.rebuild or not rows:
         text = save(out, rows, dict(meta, elapsed_s=meta.get("elapsed_s", 0)), gpus)
+    if args.merge_into:
+        rows, merged_meta = merge_into(args.merge_into, rows, dict(meta, runs=zoo.runs))
+        text = save(args.merge_into, rows, merged_meta, merged_meta.get("gpus", gpus))
     print(text)
     if args.check:
         unexpected, stale = check(rows, args.size, models)

@@ -153,31 +153,9 @@ def phase_batch(models, allocators, out, guesses, budget, jobs, clock):
 
 def largest_fitting(fits, guess):
     """The largest batch b >= 0 with fits(b), fits monotone (True up to some
-    b, False above), by galloping from `guess` one step first, then
-    bisection: two runs when the guess is right (the phantom's answer)."""
-    step = 1
-    if fits(max(1, guess)):
-        lo = max(1, guess)
-        while fits(lo + step):
-            lo, step = lo + step, step * 2
-        hi = lo + step
-    else:
-        hi = max(1, guess)
-        while True:
-            lo = hi - step
-            if lo < 1:
-                lo = 0
-                break
-            if fits(lo):
-                break
-            hi, step = lo, step * 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    b, False above), searched from `guess` a batch at a time first: two runs
+    when the guess is right (the phantom's answer). Batch 0 is never run."""
+    return zoo.first_true(lambda b: not fits(b), max(1, guess) + 1, 0, first_step=1) - 1
 
 
 def zoo_default_batch(model):

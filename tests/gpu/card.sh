@@ -32,15 +32,8 @@ $PY -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torc
   | tee -a "$RESULTS/machine.txt"
 
 echo "== build"
-if ! VRAMGUARD_WERROR=1 $PY setup.py -q build_ext --inplace > "$RESULTS/build.log" 2>&1; then
-  tail -5 "$RESULTS/build.log"
-  if [ -f python/vramguard/_core.abi3.so ]; then
-    echo "the build failed here: using the carried python/vramguard/_core.abi3.so"
-  else
-    echo "the build failed and no python/vramguard/_core.abi3.so was carried" >&2
-    exit 1
-  fi
-fi
+. tests/gpu/build.sh
+vg_build "$RESULTS/build.log" || exit 1
 export PYTHONPATH="$PWD/python:$PWD/bench${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 $PY -c "import vramguard, torch; print('vramguard', vramguard.__version__, 'on', torch.cuda.get_device_name(0))" || exit 1
 

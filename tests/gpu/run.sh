@@ -23,17 +23,10 @@ PY=${PYTHON:-python3}
 status=0
 
 echo "== build"
-# The extension is built for CPython's stable ABI (abi3): one built
-# elsewhere on x86-64 Linux loads here too. Without a compiler here, carry
-# python/vramguard/_core.abi3.so built by `make .venv/.installed`.
-if command -v cc >/dev/null && command -v c++ >/dev/null; then
-  VRAMGUARD_WERROR=1 $PY setup.py -q build_ext --inplace || exit 1
-elif [ -f python/vramguard/_core.abi3.so ]; then
-  echo "no C/C++ compiler here: using the carried python/vramguard/_core.abi3.so"
-else
-  echo "no C/C++ compiler here and no carried python/vramguard/_core.abi3.so" >&2
-  exit 1
-fi
+# Built for CPython's stable ABI (abi3): where this machine has no compiler,
+# carry python/vramguard/_core.abi3.so built elsewhere on x86-64 Linux.
+. tests/gpu/build.sh
+vg_build || exit 1
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 $PY -c "import vramguard, torch; print('vramguard', vramguard.__version__, 'torch', torch.__version__, torch.cuda.get_device_name(0))" || exit 1
 

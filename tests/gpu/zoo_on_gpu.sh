@@ -24,9 +24,8 @@ MODELS=${ZOO_MODELS:-mlp gpt2 gpt2-fp32 gpt2-varlen gpt2-generate llama-1b bert 
 ALLOCATORS=${ZOO_ALLOCATORS:-native expandable vramguard vramguard-segments}
 
 if [ ! -f python/vramguard/_core.abi3.so ] || [ "${REBUILD:-1}" = 1 ]; then
-  if command -v cc >/dev/null && command -v c++ >/dev/null; then
-    VRAMGUARD_WERROR=1 $PY setup.py -q build_ext --inplace || exit 1
-  fi
+  . tests/gpu/build.sh
+  vg_build || exit 1
 fi
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 $PY -c "import torch; p = torch.cuda.get_device_properties(0); f, t = torch.cuda.mem_get_info(); \
