@@ -185,6 +185,107 @@ size_t vgfc_mem_used(int dev)
     return used + vgfc_context_bytes(); /* what the device holds, as nvidia-smi counts it */
 }
 
+/* ---- device addresses --------------------------------------------------- */
+
+/* A real driver hands out device addresses upward: each allocation at the
+ * lowest free 2 MiB-aligned address of the device's space (a real GPU's
+ * snapshot, its segments in the order they were made: 58 of 60 steps up,
+ * the two down reusing freed space). mmap's addresses go downward. The
+ * order matters to allocators that break ties between equal free blocks
+ * by address (PyTorch's, vramguard's segments policy): with mmap's, a dry
+ * run of Llama with LoRA under the segments policy reserved 5,104 MiB,
+ * where the same allocations with addresses upward reserve 4,856. So each
+ * device reserves a span of address space once (no memory behind it) and
+ * places its allocations first-fit inside; where the span has no room
+ * (a capacity raised past it), plain mmap serves. */
+#define SPAN_ALIGN ((size_t)2 << 20)
+#define SPAN_MIN ((size_t)64 << 30)
+#define SPAN_MAX ((size_t)2 << 40)
+
+static struct {
+    uintptr_t base;
+    size_t size;
+    int tried; /* reserved, or refused: not asked again */
+} spans[VGFC_MAX_DEVICES];
+
+static size_t span_round(size_t size)
+{
+    return (size + SPAN_ALIGN - 1) & ~(SPAN_ALIGN - 1);
+}
+
+/* The device's span, reserved the first time (the lock held). */
+static int span_ready_locked(int dev)
+{
+    if (!spans[dev].tried) {
+        spans[dev].tried = 1;
+        size_t size = vgfc_capacity(dev) > SPAN_MAX / 4 ? SPAN_MAX : span_round(4 * vgfc_capacity(dev));
+        if (size < SPAN_MIN)
+            size = SPAN_MIN;
+        /* Aligned by over-reserving one alignment and trimming the ends. */
+        void *p = mmap(NULL, size + SPAN_ALIGN, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p != MAP_FAILED) {
+            uintptr_t raw = (uintptr_t)p, base = (raw + SPAN_ALIGN - 1) & ~(uintptr_t)(SPAN_ALIGN - 1);
+            if (base > raw)
+                munmap(p, base - raw);
+            if (raw + SPAN_ALIGN > base)
+                munmap((void *)(base + size), raw + SPAN_ALIGN - base);
+            spans[dev].base = base;
+            spans[dev].size = size;
+        }
+    }
+    return spans[dev].size != 0;
+}
+
+static int in_span(int dev, uintptr_t addr)
+{
+    return dev >= 0 && spans[dev].size && addr - spans[dev].base < spans[dev].size;
+}
+
+/* The lowest address of the span with room for `size`, or 0 (the lock
+ * held): the device's ranges lie in the table in address order. */
+static uintptr_t span_first_fit_locked(int dev, size_t size)
+{
+    uintptr_t at = spans[dev].base, end = spans[dev].base + spans[dev].size;
+    size_t need = span_round(size);
+    for (size_t i = upper_bound(at - 1); i < nranges && ranges[i].base < end; i++) {
+        if (ranges[i].base - at >= need)
+            break;
+        at = ranges[i].base + span_round(ranges[i].size);
+    }
+    return end - at >= need ? at : 0;
+}
+
+/* Device memory at the span's lowest free address, entered in the table;
+ * NULL when the span cannot hold it. */
+static void *span_alloc(int dev, size_t size, enum vgfc_mem_kind kind)
+{
+    pthread_mutex_lock(&lock);
+    uintptr_t at = span_ready_locked(dev) ? span_first_fit_locked(dev, size) : 0;
+    if (at) {
+        vgfc_range r = {at, size, dev, kind};
+        insert(&r);
+    }
+    pthread_mutex_unlock(&lock);
+    if (!at || vgfc_phantom()) /* a phantom's memory is the span's own PROT_NONE */
+        return (void *)at;
+    void *p = mmap((void *)at, page_round(size), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    if (p != MAP_FAILED)
+        return p;
+    pthread_mutex_lock(&lock);
+    erase((size_t)containing(at));
+    pthread_mutex_unlock(&lock);
+    return NULL;
+}
+
+/* Give a span's pages back and keep its address space reserved. */
+static void span_release(uintptr_t addr, size_t size)
+{
+    if (!vgfc_phantom())
+        mmap((void *)addr, page_round(size), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+             -1, 0);
+}
+
 /* ---- allocations ------------------------------------------------------- */
 
 int vgfc_mem_alloc(int dev, size_t size, enum vgfc_mem_kind kind, void **out)
@@ -194,6 +295,8 @@ int vgfc_mem_alloc(int dev, size_t size, enum vgfc_mem_kind kind, void **out)
         return VGFC_SUCCESS;
     if (dev >= 0 && vgfc_mem_charge(dev, size) != VGFC_SUCCESS)
         return VGFC_OUT_OF_MEMORY;
+    if (dev >= 0 && (*out = span_alloc(dev, size, kind)) != NULL)
+        return VGFC_SUCCESS;
     void *p = dev >= 0 ? map_device(size) : vgfc_map_anonymous(size);
     if (!p) {
         if (dev >= 0)
@@ -220,8 +323,11 @@ int vgfc_mem_free(void *ptr, enum vgfc_mem_kind kind)
     erase((size_t)i);
     if (r.device >= 0)
         uncharge_locked(r.device, r.size);
+    int spanned = in_span(r.device, r.base);
     pthread_mutex_unlock(&lock);
-    if (kind != VGFC_MEM_REGISTERED)
+    if (spanned)
+        span_release(r.base, r.size);
+    else if (kind != VGFC_MEM_REGISTERED)
         munmap(ptr, page_round(r.size));
     return VGFC_SUCCESS;
 }

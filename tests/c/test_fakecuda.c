@@ -1118,6 +1118,42 @@ static void test_phantom(void)
                    "VG_FAKECUDA_CONTEXT=100MiB", "--phantom-touch 2>/dev/null"), 128 + SIGSEGV);
 }
 
+/* ---- device addresses (core_memory.c) --------------------------------- */
+
+/* In a fresh process: addresses go upward as a real driver's do, 2 MiB
+ * apart at least, a freed hole is taken first by what fits in it, and the
+ * memory (not a phantom's) is there to copy to and from. Exits 0 when so,
+ * else the number of the check that failed. */
+static int addresses_child(void)
+{
+    char *a, *b, *c, *d, *e, *f;
+    if (cudaMalloc((void **)&a, 4 * MiB) || cudaMalloc((void **)&b, 4 * MiB) ||
+        cudaMalloc((void **)&c, 512) || cudaMalloc((void **)&d, 3 * MiB))
+        return 1;
+    if (b != a + 4 * MiB || c != b + 4 * MiB || d != c + 2 * MiB)
+        return 2;
+    if (cudaFree(b) || cudaMalloc((void **)&e, 2 * MiB) || e != b)  /* the lowest hole that fits */
+        return 3;
+    if (cudaMalloc((void **)&f, 3 * MiB) || f != d + 4 * MiB)        /* 2 MiB left there: too small */
+        return 4;
+    if (!getenv("VG_FAKECUDA_PHANTOM")) {
+        uint64_t out = 0, in = 0x5eed;
+        if (cudaMemcpy(e + MiB, &in, sizeof in, cudaMemcpyHostToDevice) ||
+            cudaMemcpy(&out, e + MiB, sizeof out, cudaMemcpyDeviceToHost) || out != in)
+            return 5;
+    }
+    char *other;
+    if (cudaSetDevice(1) || cudaMalloc((void **)&other, 4 * MiB) || (other >= a && other < f + 4 * MiB))
+        return 6;                                                      /* each device its own space */
+    return cudaFree(a) || cudaFree(c) || cudaFree(d) || cudaFree(e) || cudaFree(f) || cudaFree(other) ? 7 : 0;
+}
+
+static void test_addresses_upward(void)
+{
+    CHECK_EQ(rerun("VG_FAKECUDA_MEM=1GiB,512MiB", "--addresses-child"), 0);
+    CHECK_EQ(rerun("VG_FAKECUDA_PHANTOM=1 VG_FAKECUDA_MEM=1GiB,512MiB", "--addresses-child"), 0);
+}
+
 /* ---- what a kernel was compiled for (rt_fatbin.c) ---------------------- */
 
 void **__cudaRegisterFatBinary(void *fat_cubin);
@@ -1231,6 +1267,8 @@ int main(int argc, char **argv)
         return arch_child(1);
     if (argc > 1 && strcmp(argv[1], "--env-child") == 0)
         return env_child();
+    if (argc > 1 && strcmp(argv[1], "--addresses-child") == 0)
+        return addresses_child();
     if (argc > 1 && strcmp(argv[1], "--phantom-stub") == 0)
         return phantom_stub_child();
     if (argc > 1 && strncmp(argv[1], "--phantom-", 10) == 0)
@@ -1258,6 +1296,7 @@ int main(int argc, char **argv)
         {"vmm", test_vmm},
         {"env_knobs", test_env_knobs},
         {"phantom", test_phantom},
+        {"addresses_upward", test_addresses_upward},
     };
     return harness_run(tests, sizeof tests / sizeof tests[0], argc > 1 ? argv[1] : NULL);
 }
