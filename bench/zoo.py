@@ -169,10 +169,11 @@ class Zoo:
         """Every figure for one model, its allocators `jobs` at a time."""
         trace = os.path.join(self.out, "traces", f"{model}.vgtrace")
         bases = dict(zip(allocators, _map(lambda a: self.run(model, a, self.limitless), allocators, jobs)))
-        replayed = {}
-        if "vramguard" in allocators:  # its own run: recording stacks costs time the others do not pay
-            self.run(model, "vramguard", self.limitless, record=trace)
-            replayed = self.replays(trace, allocators)
+        # The replays start from the arena's run recorded with its stacks,
+        # whichever allocators are asked for: a run of its own, since
+        # recording costs time the others do not pay.
+        self.run(model, "vramguard", self.limitless, record=trace)
+        replayed = self.replays(trace, allocators)
         # The bytes allocated per sample, from PyTorch's default at four times
         # the batch: with each allocator's smallest device and its overhead
         # there, the first guess of its largest batch.
@@ -498,8 +499,9 @@ def report(rows, meta, gpus):
 
 def merge_into(folder, rows, meta):
     """The rows and meta of the table in `folder` (its zoo.json) with the
-    models of `rows` replaced by `rows`: a table finished in parts, each
-    part's command kept. The two must be of one size and one torch."""
+    (model, allocator) pairs of `rows` replaced by `rows`: a table finished
+    in parts, each part's command kept. The two must be of one size, one
+    torch and one kind."""
     path = os.path.join(folder, "zoo.json")
     try:
         with open(path) as f:
@@ -515,11 +517,12 @@ def merge_into(folder, rows, meta):
         if old_meta.get(key) != meta.get(key):
             raise SystemExit(f"zoo: cannot merge into {path}: its {key} is {old_meta.get(key)!r}, "
                              f"this run's {meta.get(key)!r}")
-    mine = {r["model"] for r in rows}
-    merged = [r for r in old_rows if r["model"] not in mine] + list(rows)
+    new = {(r["model"], r["allocator"]): r for r in rows}
+    merged = [new.pop((r["model"], r.get("allocator")), r) for r in old_rows] + list(new.values())
     parts = old_meta.get("merged", [])
+    models = sorted({r["model"] for r in rows})
     merged_meta = dict(old_meta, runs=old_meta.get("runs", 0) + meta.get("runs", 0),
-                       merged=parts + [f"{meta['command']} ({', '.join(sorted(mine))}, {meta['date']})"])
+                       merged=parts + [f"{meta['command']} ({', '.join(models)}, {meta['date']})"])
     return merged, merged_meta
 
 
@@ -581,8 +584,6 @@ def main(argv=None):
     out = args.out or os.path.join(HERE, "results", f"zoo-{args.size}-{torch.__version__.split('+')[0]}-{date}")
     os.makedirs(os.path.join(out, "runs"), exist_ok=True)
     os.makedirs(os.path.join(out, "traces"), exist_ok=True)
-    if args.replays_only and "vramguard" not in allocators:
-        ap.error("--replays-only replays the arena's recorded run: vramguard must be among the allocators")
     zoo = Zoo(args.size, args.steps, args.limitless, out, not args.quiet, timing_rounds=args.timing_rounds,
               timing_steps=args.timing_steps, replays_only=args.replays_only)
     started = datetime.datetime.now()

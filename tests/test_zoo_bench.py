@@ -108,16 +108,20 @@ def _saved_table(folder, rows, **meta):
     return meta
 
 
-def test_merge_replaces_the_models_run_and_keeps_the_rest(tmp_path):
+def test_merge_replaces_the_runs_made_again_and_keeps_the_rest(tmp_path):
     _saved_table(tmp_path, table() + [row("other", "native", 50, 60, 500)])
-    new = [dict(r, peak_allocated_bytes=2000 * MiB) for r in table()]
+    new = [dict(r, peak_allocated_bytes=2000 * MiB) for r in table()] + [row("third", "native", 5, 6, 50)]
     meta = {"size": "full", "torch": "2.15.0", "limitless": "H200", "date": "2026-11-27", "runs": 7,
             "command": "python bench/zoo.py --models m --merge-into X"}
     rows, merged = zoo.merge_into(str(tmp_path), new, meta)
-    assert [r["model"] for r in rows] == ["other"] + ["m"] * 4
+    assert [(r["model"], r["allocator"]) for r in rows] == \
+        [(r["model"], r["allocator"]) for r in table()] + [("other", "native"), ("third", "native")]
     assert all(r["peak_allocated_bytes"] == 2000 * MiB for r in rows if r["model"] == "m")
+    assert merged["merged"] == ["python bench/zoo.py --models m --merge-into X (m, third, 2026-11-27)"]
+    one, _ = zoo.merge_into(str(tmp_path), [dict(table()[3], peak_reserved_bytes=1 * MiB)], meta)
+    assert [r["peak_reserved_bytes"] for r in one if r["model"] == "m"] == \
+        [r["peak_reserved_bytes"] for r in table()[:3]] + [1 * MiB]  # one allocator's rows alone
     assert merged["runs"] == 47 and merged["date"] == "2026-11-26"  # the table's first date stays
-    assert merged["merged"] == ["python bench/zoo.py --models m --merge-into X (m, 2026-11-27)"]
     zoo.save(str(tmp_path), rows, merged, ["T4"])
     text = (tmp_path / "zoo.md").read_text()
     assert "Reproduce: `python bench/zoo.py --models m`; then `python bench/zoo.py --models m --merge-into X" in text
