@@ -1,5 +1,6 @@
 """bench/zoo.py's searches and goals, without PyTorch: the bisection each
 figure rests on, and the verdicts --check gives on known tables."""
+import json
 import os
 import random
 import sys
@@ -243,3 +244,23 @@ def test_a_replays_only_table_has_no_batch_columns_and_measures_no_search_goal(t
     for goal in zoo.GOALS[:3]:
         assert f"- not measured: {goal}: nothing measured" in lines
     assert f"- met: {zoo.GOALS[3]}" in lines
+
+
+def test_misses_of_one_cause_are_listed_once(monkeypatch):
+    monkeypatch.setattr(zoo, "KNOWN_MISSES", {(1, "full", "m vramguard-segments"): "one cause",
+                                              (2, "full", "m vramguard-segments on T4"): "one cause",
+                                              (0, "full", "m"): "another",
+                                              (0, "full", "gone vramguard"): "not in this table"})
+    text = zoo.report(table(), {"size": "full", "torch": "t", "limitless": "H200", "date": "d", "runs": 1,
+                                "elapsed_s": 1, "command": "c"}, ["T4"])
+    known = text.split("Known misses, with their causes:")[1].strip().splitlines()
+    assert known == [f"- {zoo.GOALS[1]}: m vramguard-segments; {zoo.GOALS[2]}: m vramguard-segments on T4. "
+                     "Why: one cause", f"- {zoo.GOALS[0]}: m. Why: another"]
+
+
+def test_the_full_table_in_the_results_misses_only_known_goals():
+    path = os.path.join(os.path.dirname(zoo.HERE), "bench", "results", "zoo-full-2.15.0-2026-11-26", "zoo.json")
+    with open(path) as f:
+        rows = json.load(f)["rows"]
+    models = sorted({r["model"] for r in rows})
+    assert zoo.check(rows, "full", models) == ([], [])
