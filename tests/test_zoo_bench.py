@@ -113,8 +113,9 @@ def test_merge_replaces_the_runs_made_again_and_keeps_the_rest(tmp_path):
     _saved_table(tmp_path, table() + [row("other", "native", 50, 60, 500)])
     new = [dict(r, peak_allocated_bytes=2000 * MiB) for r in table()] + [row("third", "native", 5, 6, 50)]
     meta = {"size": "full", "torch": "2.15.0", "limitless": "H200", "date": "2026-11-27", "runs": 7,
-            "command": "python bench/zoo.py --models m --merge-into X"}
+            "elapsed_s": 2, "command": "python bench/zoo.py --models m --merge-into X"}
     rows, merged = zoo.merge_into(str(tmp_path), new, meta)
+    assert merged["elapsed_s"] == 3
     assert [(r["model"], r["allocator"]) for r in rows] == \
         [(r["model"], r["allocator"]) for r in table()] + [("other", "native"), ("third", "native")]
     assert all(r["peak_allocated_bytes"] == 2000 * MiB for r in rows if r["model"] == "m")
@@ -246,16 +247,24 @@ def test_a_replays_only_table_has_no_batch_columns_and_measures_no_search_goal(t
     assert f"- met: {zoo.GOALS[3]}" in lines
 
 
-def test_misses_of_one_cause_are_listed_once(monkeypatch):
+def test_the_misses_of_a_table_are_listed_once_per_cause(monkeypatch):
     monkeypatch.setattr(zoo, "KNOWN_MISSES", {(1, "full", "m vramguard-segments"): "one cause",
                                               (2, "full", "m vramguard-segments on T4"): "one cause",
                                               (0, "full", "m"): "another",
-                                              (0, "full", "gone vramguard"): "not in this table"})
-    text = zoo.report(table(), {"size": "full", "torch": "t", "limitless": "H200", "date": "d", "runs": 1,
-                                "elapsed_s": 1, "command": "c"}, ["T4"])
-    known = text.split("Known misses, with their causes:")[1].strip().splitlines()
+                                              (3, "full", "m vramguard"): "met here: not listed",
+                                              (0, "small", "m"): "another size: not listed"})
+    rows = table(arena_share=1100, segments_device=1500)
+    rows[3]["largest_batch"] = {"T4": 10}
+    meta = {"size": "full", "torch": "t", "limitless": "H200", "date": "d", "runs": 1, "elapsed_s": 1,
+            "command": "c"}
+    known = zoo.report(rows, meta, ["T4"]).split("Known misses, with their causes:")[1].strip().splitlines()
     assert known == [f"- {zoo.GOALS[1]}: m vramguard-segments; {zoo.GOALS[2]}: m vramguard-segments on T4. "
                      "Why: one cause", f"- {zoo.GOALS[0]}: m. Why: another"]
+    timed_only = [dict(r, smallest_device_bytes=None) for r in table()]  # a table that measured no search
+    for r in timed_only:
+        del r["smallest_device_bytes"], r["allocator_share_bytes"]
+        r["largest_batch"] = {}
+    assert "Known misses" not in zoo.report(timed_only, meta, ["T4"])
 
 
 def test_the_full_table_in_the_results_misses_only_known_goals():
