@@ -512,10 +512,11 @@ def report(rows, meta, gpus):
                 else f" in {meta['elapsed_s']:,.0f} s") + ". "
              f"Reproduce: `{meta['command']}`"
              + "".join(f"; then `{part}`" for part in meta.get("merged", [])) + ".", "", table(rows, gpus), "", "## Goals", ""]
-    for goal, ok, failures in goals(rows) + reported(rows):
+    verdicts = goals(rows)
+    for goal, ok, failures in verdicts + reported(rows):
         verdict = {True: "met", False: "MISSED", None: "not measured"}[ok]
         lines.append(f"- {verdict}: {goal}" + (": " + "; ".join(failures) if failures and not ok else ""))
-    missed = {(i, text.split(":")[0]) for i, (_, ok, failures) in enumerate(goals(rows)) if ok is False
+    missed = {(i, text.split(":")[0]) for i, (_, ok, failures) in enumerate(verdicts) if ok is False
               for text in failures}
     causes = {}  # why -> {goal: the misses here it explains}, in KNOWN_MISSES' order
     for (i, size, label), why in KNOWN_MISSES.items():

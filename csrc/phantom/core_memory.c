@@ -227,8 +227,7 @@ static int span_ready_locked(int dev)
             uintptr_t raw = (uintptr_t)p, base = (raw + SPAN_ALIGN - 1) & ~(uintptr_t)(SPAN_ALIGN - 1);
             if (base > raw)
                 munmap(p, base - raw);
-            if (raw + SPAN_ALIGN > base)
-                munmap((void *)(base + size), raw + SPAN_ALIGN - base);
+            munmap((void *)(base + size), raw + SPAN_ALIGN - base); /* base < raw + SPAN_ALIGN */
             spans[dev].base = base;
             spans[dev].size = size;
         }
