@@ -170,8 +170,17 @@ check-other-pythons:
 
 # The README's test command: the fast suite, then the real-PyTorch tier on
 # the pinned PyTorch, the reduced model zoo's goals, then the tier on the
-# CUDA 12 PyTorch.
-test: check check-torch check-zoo check-torch-cu12
+# CUDA 12 PyTorch. Each tier's environment is 6 to 7.5 GB (PyTorch and its
+# NVIDIA libraries) and pip would keep another 3 GB of each tier's wheels:
+# with SPARE_DISK=1 (CI sets it) pip keeps no wheels and the first tier's
+# environment is removed once the zoo is done with it, so that the disk
+# holds one tier at a time (11 GB at most instead of 20).
+ifneq ($(SPARE_DISK),)
+export PIP_NO_CACHE_DIR = 1
+endif
+test: check check-torch check-zoo
+	$(if $(SPARE_DISK),rm -rf $(TORCH_VENV))
+	$(MAKE) --no-print-directory check-torch-cu12
 
 # Fuzzing (not in CI): libFuzzer harnesses, built with clang under ASan and
 # UBSan, each run FUZZ_SECONDS from a corpus kept in build/fuzz/corpus;

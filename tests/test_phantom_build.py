@@ -3,8 +3,9 @@ the package (vramguard.phantom.gpu.preload()).
 
 The builds need PyTorch's CUDA build with its nvidia runtime wheel, for the
 headers: they run under $TORCH_PYTHON (as make's TORCH_PYTHON), else
-.venv-torch (make check-torch's), else this interpreter, and are skipped
-when none has it. The errors and the wheel need no PyTorch. Each build's
+.venv-torch (make check-torch's), else .venv-torch-cu12 (make
+check-torch-cu12's, the one left when SPARE_DISK removed the first), else
+this interpreter, and are skipped when none has it. The errors and the wheel need no PyTorch. Each build's
 compiler is a wrapper that counts its runs, so that a cache hit can be
 seen to run none.
 """
@@ -44,7 +45,8 @@ builder = _load_builder()
 @lru_cache(maxsize=None)
 def _torch_python():
     """A Python whose PyTorch has CUDA and its runtime wheel, or None."""
-    for python in (os.environ.get("TORCH_PYTHON"), str(ROOT / ".venv-torch" / "bin" / "python"), sys.executable):
+    tiers = [str(ROOT / venv / "bin" / "python") for venv in (".venv-torch", ".venv-torch-cu12")]
+    for python in (os.environ.get("TORCH_PYTHON"), *tiers, sys.executable):
         if not python or not (shutil.which(python) or os.path.isfile(python)):
             continue
         probe = "import sys; sys.path.insert(0, %r); import build; build.find_cuda()" % str(PHANTOM)
