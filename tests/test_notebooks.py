@@ -30,7 +30,9 @@ def _this_python_kernel(folder):
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "vramguard tests", "language": "python",
     }))
-    return KernelManager(kernel_name="vramguard-tests", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(folder)]))
+    # The connection file in the test's folder, not a temporary file of the machine's that outlives the test.
+    return KernelManager(kernel_name="vramguard-tests", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(folder)]),
+                         connection_file=str(folder / "connection.json"))
 
 
 def run_notebook(name, tmp_path, env=None):
@@ -42,7 +44,10 @@ def run_notebook(name, tmp_path, env=None):
     cwd = tmp_path / "cwd"
     cwd.mkdir(exist_ok=True)
     client = nbclient.NotebookClient(nb, km=km, timeout=300, resources={"metadata": {"path": str(cwd)}})
-    client.execute(env={**os.environ, **(env or {})})  # CellExecutionError, naming the cell, if one fails
+    try:
+        client.execute(env={**os.environ, **(env or {})})  # CellExecutionError, naming the cell, if one fails
+    finally:
+        km.shutdown_kernel(now=True)  # nbclient leaves a kernel it was given running
     return nb, "\n".join(_text(output) for cell in nb.cells if cell.cell_type == "code" for output in cell.outputs)
 
 

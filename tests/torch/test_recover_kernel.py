@@ -45,8 +45,10 @@ def _kernel_manager(folder):
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "vramguard torch tests", "language": "python",
     }))
+    # The connection file in the test's folder, not a temporary file of the machine's that outlives the test.
     return KernelManager(kernel_name="vramguard-torch-tests",
-                         kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(folder)]))
+                         kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(folder)]),
+                         connection_file=str(folder / "connection.json"))
 
 
 def run_cells(tmp_path, *cells):
@@ -58,9 +60,13 @@ def run_cells(tmp_path, *cells):
            if not k.startswith("VRAMGUARD_") and k != "PYTORCH_CUDA_ALLOC_CONF"}
     env.update(LD_PRELOAD=preload(), VG_FAKECUDA_DEVICES="1", VG_FAKECUDA_MEM="1GiB",
                XDG_CACHE_HOME=str(SHARED_CACHE), PYTHONUNBUFFERED="1")
-    client = nbclient.NotebookClient(nb, km=_kernel_manager(tmp_path / "kernels"), timeout=300,
+    km = _kernel_manager(tmp_path / "kernels")
+    client = nbclient.NotebookClient(nb, km=km, timeout=300,
                                      allow_errors=True, resources={"metadata": {"path": str(tmp_path)}})
-    client.execute(env=env)
+    try:
+        client.execute(env=env)
+    finally:
+        km.shutdown_kernel(now=True)  # nbclient leaves a kernel it was given running
     return [_outputs(cell) for cell in nb.cells]
 
 
