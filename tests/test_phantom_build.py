@@ -189,7 +189,10 @@ def test_killed_build_leaves_nothing(torch_python, tmp_path):
     cc = counting_cc(tmp_path / "bin")
     out = tmp_path / "builds" / "fakecuda"
     cmd = [torch_python, str(BUILD_PY), "--out", str(out), "--cc", str(cc)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    # The killed compilers' temporary files go to the test's folder, not the machine's /tmp.
+    (tmp_path / "tmp").mkdir()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            env=dict(os.environ, TMPDIR=str(tmp_path / "tmp")))
     deadline = time.monotonic() + 120
     while runs(cc) < 3 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
