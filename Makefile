@@ -170,11 +170,11 @@ check-other-pythons:
 
 # The README's test command: the fast suite, then the real-PyTorch tier on
 # the pinned PyTorch, the reduced model zoo's goals, then the tier on the
-# CUDA 12 PyTorch. Each tier's environment is 6 to 7.5 GB (PyTorch and its
-# NVIDIA libraries) and pip would keep another 3 GB of each tier's wheels:
-# with SPARE_DISK=1 (CI sets it) pip keeps no wheels and the first tier's
+# CUDA 12 PyTorch. The tiers' environments are 5.9 and 7.4 GB (PyTorch and
+# its NVIDIA libraries), and pip would keep their wheels besides: with
+# SPARE_DISK=1 (CI sets it) pip keeps no wheels and the first tier's
 # environment is removed once the zoo is done with it, so that the disk
-# holds one tier at a time (11 GB at most instead of 20).
+# holds one tier at a time (docs/development.md).
 ifneq ($(SPARE_DISK),)
 export PIP_NO_CACHE_DIR = 1
 endif
