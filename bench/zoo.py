@@ -659,7 +659,7 @@ def main(argv=None):
     if args.rebuild or not rows:
         text = save(out, rows, dict(meta, elapsed_s=meta.get("elapsed_s", 0)), gpus)
     if args.merge_into:
-        rows, merged_meta = merge_into(args.merge_into, rows, dict(meta, runs=zoo.runs))
+        rows, merged_meta = merge_into(args.merge_into, rows, dict(meta, runs=zoo.runs, elapsed_s=_since(started)))
         text = save(args.merge_into, rows, merged_meta, merged_meta.get("gpus", gpus))
     print(text)
     if args.check:

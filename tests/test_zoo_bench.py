@@ -131,6 +131,31 @@ def test_merge_replaces_the_runs_made_again_and_keeps_the_rest(tmp_path):
     assert len(again["merged"]) == 2  # every part's command is kept
 
 
+def test_a_run_merged_into_a_table_adds_its_runs_and_time(tmp_path, monkeypatch):
+    """main(): the merged table counts this run's runs and seconds too."""
+    class FakeZoo:
+        def __init__(self, *args, **kwargs):
+            self.runs = 0
+
+        def time_steps(self, model, allocators, rows):
+            self.runs += 4
+            for r in rows:
+                r["step_time_ratio"] = 1.0
+
+    monkeypatch.setattr(zoo, "Zoo", FakeZoo)
+    monkeypatch.setattr(zoo, "_since", lambda started: 30.0)
+    monkeypatch.setitem(sys.modules, "torch", type(sys)("torch"))
+    sys.modules["torch"].__version__ = "2.15.0"
+    table_dir = tmp_path / "table"
+    table_dir.mkdir()
+    _saved_table(table_dir, table(), timing_only=True)
+    assert zoo.main(["--timing-only", "--size", "full", "--models", "mlp", "--timing-rounds", "1",
+                     "--out", str(tmp_path / "part"), "--merge-into", str(table_dir), "--quiet"]) == 0
+    meta = json.loads((table_dir / "zoo.json").read_text())["meta"]
+    assert (meta["runs"], meta["elapsed_s"]) == (44, 31.0)
+    assert "mlp" in meta["merged"][0]
+
+
 @pytest.mark.parametrize("field,value", [("size", "small"), ("torch", "2.10.0"), ("limitless", "A100-80GB")])
 def test_merge_refuses_a_table_of_another_kind(tmp_path, field, value):
     _saved_table(tmp_path, table())
