@@ -229,6 +229,7 @@ class _LoopStepper:
         self._error = None
         self._ended = False
         self._stop = False
+        self.output_dir = None  # a TemporaryDirectory the loop writes in, removed by close()
 
     def pause(self):
         """From the loop's step-end hook: True when the loop should stop."""
@@ -263,11 +264,14 @@ class _LoopStepper:
             raise RuntimeError("the training loop ended before its step")
 
     def close(self):
-        """Ends the loop (its own way out) and waits for it."""
+        """Ends the loop (its own way out), waits for it, and removes its
+        output folder."""
         if self._thread is not None and not self._ended:
             self._stop = True
             self._go.release()
             self._thread.join()
+        if self.output_dir is not None:
+            self.output_dir.cleanup()
 
 
 def _mixed_precision(torch):

@@ -35,11 +35,17 @@ def _env():
     return env
 
 
-def _torchrun(*args):
-    """The ranks' `ddp_tiny` lines, by rank, after torchrun succeeded."""
+def _launcher(log_dir):
+    """torchrun for two ranks, its logs in the test's folder (by default it
+    makes a folder in the machine's /tmp and leaves it)."""
     torchrun = Path(sys.executable).parent / "torchrun"
     launcher = [str(torchrun)] if torchrun.exists() else [sys.executable, "-m", "torch.distributed.run"]
-    proc = subprocess.run(launcher + ["--standalone", "--nproc_per_node", "2", str(EXAMPLE), *args],
+    return launcher + ["--standalone", "--nproc_per_node", "2", "--log-dir", str(log_dir / "torchrun")]
+
+
+def _torchrun(log_dir, *args):
+    """The ranks' `ddp_tiny` lines, by rank, after torchrun succeeded."""
+    proc = subprocess.run(_launcher(log_dir) + [str(EXAMPLE), *args],
                           env=_env(), capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
@@ -77,21 +83,21 @@ def test_the_stand_in_exports_what_pytorch_imports_from_nccl():
     assert not [s for s in defined if "@" in s]
 
 
-def test_ddp_on_two_phantom_ranks():
+def test_ddp_on_two_phantom_ranks(tmp_path):
     """DDP's gradient buckets are on each rank's device: after wrapping, the
     parameters and a bucket as large as them; at the peak, more than the
     parameters and their gradients."""
-    for rank, r in _torchrun().items():
+    for rank, r in _torchrun(tmp_path).items():
         assert r["mode"] == "ddp" and r["shard_bytes"] == r["param_bytes"]
         assert r["allocated_after_wrap"] >= 2 * r["param_bytes"], r
         assert r["max_allocated"] > 2 * r["param_bytes"], r
         assert r["max_reserved"] >= r["max_allocated"]
 
 
-def test_fsdp2_on_two_phantom_ranks():
+def test_fsdp2_on_two_phantom_ranks(tmp_path):
     """fully_shard on two ranks: each holds about half the parameters, as
     its DTensors' shards and as device memory after sharding."""
-    for rank, r in _torchrun("--fsdp").items():
+    for rank, r in _torchrun(tmp_path, "--fsdp").items():
         half = r["param_bytes"] / 2
         assert r["mode"] == "fsdp"
         assert abs(r["shard_bytes"] - half) <= 0.03 * half, r
@@ -124,6 +130,7 @@ def test_dryrun_nproc_gives_each_rank_its_figures(tmp_path):
         assert sorted(p.name for p in (tmp_path / "out").glob(f"{allocator}.rank*.json")) == [
             f"{allocator}.rank0.json", f"{allocator}.rank1.json"]
         assert f"{allocator}, per rank (peak allocated / reserved): rank 0 " in format_report(result)
+    assert list((tmp_path / "out" / "torchrun").iterdir())  # torchrun's logs with the run's, not in /tmp
     # the same program allocates the same under both; the arena reserves less
     assert result["vramguard"]["peak_allocated_bytes"] == result["native"]["peak_allocated_bytes"]
     assert result["vramguard"]["peak_reserved_bytes"] <= result["native"]["peak_reserved_bytes"]
@@ -211,9 +218,7 @@ def test_a_collectives_buffer_is_kept_until_its_work_is_done(tmp_path):
     tested in test_hooks.py and test_graph_pools.py.)"""
     script = tmp_path / "rank.py"
     script.write_text(COLLECTIVE_RANK)
-    torchrun = Path(sys.executable).parent / "torchrun"
-    launcher = [str(torchrun)] if torchrun.exists() else [sys.executable, "-m", "torch.distributed.run"]
-    proc = subprocess.run(launcher + ["--standalone", "--nproc_per_node", "2", str(script)],
+    proc = subprocess.run(_launcher(tmp_path) + [str(script)],
                           env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     found = [json.loads(m.group(1)) for m in re.finditer(r"collective (\{[^{}]*\})", proc.stdout)]
@@ -256,7 +261,8 @@ def test_dryrun_runs_a_ddp_script_with_pytorchs_defaults(tmp_path):
     script.write_text(PLAIN_DDP)
     env = {k: v for k, v in _env().items() if k not in ("LD_PRELOAD", "VG_FAKECUDA_DEVICES")}
     proc = subprocess.run([sys.executable, "-m", "vramguard", "dryrun", "--gpu", "A100-40GB", "--nproc", "2",
-                           "--allocator", "vramguard", "--json", "--quiet", "--no-snapshot", str(script)],
+                           "--allocator", "vramguard", "--json", "--quiet", "--no-snapshot",
+                           "--out", str(tmp_path / "out"), str(script)],
                           env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout)

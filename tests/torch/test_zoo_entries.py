@@ -44,14 +44,17 @@ DRIVE = textwrap.dedent("""
         optimizer = getattr(trainer, "optimizer", None) or trainer.optimizers[0]
         optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper
         print("optimizer steps", step.optimizer_steps(), "states", len(optimizer.state))
+        folder = step.output_dir and step.output_dir.name
         step.close()
         print("threads after close", threading.active_count())
+        print("output folder left", bool(folder) and __import__("os").path.exists(folder))
         try:
             step()
         except RuntimeError as exc:
             print("after close:", exc)
-    # As zoo_run.py does: past PyTorch's teardown, which aborts now and then
-    # while autograd's device threads finish.
+    # Past PyTorch's teardown, which aborts now and then while autograd's
+    # device threads finish (zoo_run.py cannot: a dry run runs it as its
+    # script, and writes its figures after it).
     sys.stdout.flush()
     sys.stderr.flush()
     import os
@@ -93,7 +96,8 @@ def test_zoo_entry_on_a_phantom_t4(model, tmp_path):
             # its optimizer stepped once per call, and has its state (AdamW's moments)
             assert lines[0].startswith(f"optimizer steps {STEPS} states "), (allocator, out)
             assert int(lines[0].split()[-1]) > 0, (allocator, out)
-            assert lines[1:] == ["threads after close 1", "after close: the training loop has ended"], out
+            assert lines[1:] == ["threads after close 1", "output folder left False",
+                                 "after close: the training loop has ended"], out
     # The same tensors: within 1%. PyTorch's allocator counts a cached block
     # whole when it serves a request leaving 1 MiB or less over (it does not
     # split it), so it may count more, never less; at the small size those

@@ -352,7 +352,9 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, s
     for path in [result_path.replace("{rank}", str(r)) for r in range(nproc)]:
         if os.path.exists(path):
             os.unlink(path)
-    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
+    # torchrun's own logs with the run's (left to itself it makes a folder in /tmp and leaves it there)
+    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
+                 "--log-dir", os.path.join(out_dir, "torchrun")]
                 if nproc > 1 else [sys.executable])
     cmd = launcher + ["-m", "vramguard.phantom.child", "--allocator", allocator,
                       "--result", result_path, "--steps", str(int(steps or 0))]
