@@ -1022,7 +1022,3 @@ def exit_status(result):
         if status:
             return status
     return 1
-
-
-def remove_out_dir(path):
-    shutil.rmtree(path, ignore_errors=True)
