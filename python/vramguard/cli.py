@@ -103,7 +103,8 @@ def _dryrun(args):
                         memory=args.memory, min_memory=args.min_memory, sweep=args.sweep, out=args.out,
                         steps=args.steps, context=args.context, snapshot=not args.no_snapshot,
                         echo=not args.quiet, stdout=echo_to, stderr=sys.stderr, jobs=args.jobs,
-                        no_compile=args.no_compile, cwd=args.cwd, nproc=args.nproc)
+                        no_compile=args.no_compile, cwd=args.cwd, nproc=args.nproc,
+                        weights=not args.no_weights)
     except PhantomUnavailable as exc:
         raise BadInput(str(exc)) from None
     if args.json:
@@ -200,6 +201,10 @@ def main(argv=None):
     dry.add_argument("--no-snapshot", action="store_true",
                      help="record no memory history and write no snapshot (faster; an out-of-memory the "
                           "script catches then has no line)")
+    dry.add_argument("--no-weights", action="store_true",
+                     help="load Hugging Face models (from_pretrained of a Hub id or a local folder) from a "
+                          "stand-in of their safetensors checkpoint: the same tensors' names, shapes and "
+                          "dtypes, no data; only configs and headers are downloaded or read")
     dry.add_argument("--quiet", action="store_true", help="do not pass the script's output through "
                                                           "(it is still in the logs)")
     dry.add_argument("--nproc", type=_positive_int, default=1,

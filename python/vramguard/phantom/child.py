@@ -287,6 +287,7 @@ class Run:
         self.fake = ctypes.CDLL(None)
         self.history = False
         self.ddp_adjusted = 0
+        self.weightless = None  # --no-weights: the stand-ins from_pretrained loaded
 
     # --------------------------------------------------------- before
 
@@ -314,6 +315,11 @@ class Run:
         self.hook_steps()
         if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
             self.adjust_ddp()
+        from .weightless import NO_WEIGHTS_ENV, WeightlessLoads
+
+        if os.environ.get(NO_WEIGHTS_ENV):
+            self.weightless = WeightlessLoads(os.environ[NO_WEIGHTS_ENV])
+            self.weightless.install()
 
     def adjust_ddp(self):
         """DDP reads two things back from the device, which a phantom
@@ -544,6 +550,7 @@ class Run:
                                            and sys.modules["vramguard"].is_installed()),
             "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or None,
             "extensions": sorted(m for m in EXTENSIONS if m in sys.modules),
+            "weightless_loads": self.weightless.loads if self.weightless is not None else None,
             "torch": torch.__version__,
             "elapsed_s": round(time.monotonic() - started, 3),
         }

@@ -29,6 +29,7 @@ import time
 
 from .._core import format_size
 from .._presets import PRESETS, find_preset, preset_names
+from .weightless import NO_WEIGHTS_ENV, weightless_notes
 
 __all__ = ["ALLOCATORS", "DryRunResult", "dryrun", "format_report", "parse_allocators", "parse_sweep"]
 
@@ -643,6 +644,7 @@ def _notes(result):
     if missing:
         notes.append(f"That failure is the phantom's, not the script's: this build of the phantom GPU has no "
                      f"stand-in for {_names(missing)}.")
+    notes += weightless_notes(result.get("weights", True), runs)
     if result.get("cwd"):
         notes.append(f"The script ran in {result['cwd']}{' (--cwd)' if result.get('cwd_given') else ''} "
                      "with real file I/O: files it writes (a torch.save checkpoint holds zeros on a phantom) "
@@ -836,7 +838,7 @@ class _Runner:
 
 def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memory=False, sweep=None,
            out=None, steps=None, context=None, snapshot=True, echo=True, stdout=None,
-           stderr=None, jobs=None, no_compile=False, cwd=None, nproc=1):
+           stderr=None, jobs=None, no_compile=False, cwd=None, nproc=1, weights=True):
     """Run `script` with `args` on a phantom `gpu` once per allocator and
     return a DryRunResult: per allocator its peak allocated and reserved
     bytes, whether it fits, its first out-of-memory (line and request).
@@ -868,6 +870,10 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     phantom device of its own (LOCAL_RANK's; the script sets it, as on
     GPUs), through the phantom's NCCL; each run's figures are its largest
     rank's, and `ranks` has each rank's.
+    weights: False loads Hugging Face models (from_pretrained of a Hub id
+    or a local folder) from a stand-in of their safetensors checkpoint, the
+    same names, shapes and dtypes with no data (vramguard.phantom.weightless):
+    nothing downloaded or read but configs and headers.
     PYTORCH_CUDA_ALLOC_CONF, where set, is kept for native and, with
     expandable_segments:True, for expandable; LD_PRELOAD comes after the
     phantom's libraries."""
@@ -910,6 +916,8 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
         except OSError as exc:
             raise DryRunInputError(f"--out {os.fspath(out)}: {exc.strerror or exc}") from None
     runner.out_dir = out_dir
+    if not weights:
+        runner.extra_env[NO_WEIGHTS_ENV] = os.path.join(out_dir, "weightless")
     try:
         return _dryrun(runner, script, args, preset, device, context, allocators, min_memory, sweep_spec,
                        steps, no_compile, jobs, cwd)
@@ -928,7 +936,8 @@ def _dryrun(runner, script, args, preset, device, context, allocators, min_memor
                           args=[str(a) for a in args], out_dir=runner.out_dir, steps=steps,
                           allocators=list(allocators), min_memory=bool(min_memory),
                           no_compile=bool(no_compile), cwd=cwd or os.getcwd(), cwd_given=cwd is not None,
-                          user_alloc_conf=runner.user_alloc_conf, nproc=runner.nproc)
+                          user_alloc_conf=runner.user_alloc_conf, nproc=runner.nproc,
+                          weights=NO_WEIGHTS_ENV not in runner.extra_env)
     if sweep_spec:
         result["sweep"] = {"name": sweep_spec[0], "values": sweep_spec[1]}
     started = time.monotonic()
