@@ -41,19 +41,40 @@ def allocator_name():
     return "native"
 
 
+#: Llama-2's published shapes (7B and 70B), for sizing jobs past the zoo's decoder.
+LARGE_SHAPES = {
+    "7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+               num_key_value_heads=32, vocab_size=32000),
+    "70b": dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+                num_key_value_heads=8, vocab_size=32000),
+}
+
+
+def _large_config(transformers, shape):
+    return transformers.LlamaConfig(max_position_embeddings=4096, **LARGE_SHAPES[shape]), 4096
+
+
 def build(args, device):
     import transformers
     from torch import nn
 
-    config, seq = zoo_models._llama_config(transformers, args.size)
+    config, seq = (zoo_models._llama_config(transformers, args.size) if args.shape == "zoo"
+                   else _large_config(transformers, args.shape))
+    seq = args.seq or seq
     if args.fsdp:
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+        # The large shapes compute in bf16 the way large FSDP2 jobs do, through its
+        # mixed-precision policy: under torch.autocast instead, autocast's cache keeps
+        # every layer's gathered bf16 weights until the forward ends (measured: 418 MiB
+        # per 7B layer), which no 70B job could hold.
+        mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+              if args.shape != "zoo" else MixedPrecisionPolicy())
         with torch.device("meta"):
             model = transformers.LlamaForCausalLM(config)
         for layer in model.model.layers:
-            fully_shard(layer)
-        fully_shard(model)
+            fully_shard(layer, mp_policy=mp)
+        fully_shard(model, mp_policy=mp)
         model.to_empty(device=device)
         wrapped = model
     else:
@@ -76,10 +97,16 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fsdp", action="store_true", help="FSDP2 (fully_shard) instead of DDP")
     parser.add_argument("--size", choices=zoo_models.SIZES, default="full")
+    parser.add_argument("--shape", choices=("zoo",) + tuple(LARGE_SHAPES), default="zoo",
+                        help="the zoo's decoder at --size, or Llama-2's 7B or 70B shape (FSDP only: "
+                             "built on the meta device)")
+    parser.add_argument("--seq", type=int, default=None, help="sequence length (default: the shape's)")
     parser.add_argument("--batch", type=int, default=None, help="per rank (default: the zoo's)")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--json-dir", required=True)
     args = parser.parse_args()
+    if args.shape != "zoo" and not args.fsdp:
+        parser.error("--shape 7b/70b needs --fsdp (a whole 70B model on every rank does not fit any card)")
 
     local_rank = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local_rank)
@@ -89,7 +116,7 @@ def main():
     torch.manual_seed(0)
 
     model, wrapped, config, seq = build(args, device)
-    batch = args.batch or zoo_models.default_batch("llama-1b", args.size)
+    batch = args.batch or (zoo_models.default_batch("llama-1b", args.size) if args.shape == "zoo" else 1)
     # numel() of a DTensor is the whole parameter's: the model's bytes either way.
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     shard_bytes = sum(local_bytes(p) for p in model.parameters())
@@ -97,7 +124,7 @@ def main():
     allocated_after_wrap = torch.cuda.memory_allocated()
 
     opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-4, foreach=True)
-    bf16 = torch.cuda.get_device_capability(device) >= (8, 0)
+    bf16 = torch.cuda.get_device_capability(device) >= (8, 0) and args.shape == "zoo"  # else FSDP's policy
     for _ in range(args.steps):
         ids = torch.randint(0, config.vocab_size, (batch, seq), device=device)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
@@ -112,6 +139,7 @@ def main():
 
     figures = {
         "rank": rank, "world": world, "mode": "fsdp" if args.fsdp else "ddp", "size": args.size,
+        "shape": args.shape,
         "batch_per_rank": batch, "seq": seq, "steps": args.steps, "allocator": allocator_name(),
         "param_bytes": param_bytes, "shard_bytes": shard_bytes, "optimizer_state_bytes": state_bytes,
         "allocated_after_wrap": allocated_after_wrap,

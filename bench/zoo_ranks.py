@@ -31,14 +31,17 @@ ALLOCATORS = ("native", "expandable", "vramguard")
 MiB = 1 << 20
 
 
-def dry_run(mode, nproc, args):
+def dry_run(mode, nproc, args, world=False, program_args=(), label=None):
     """One dry run of every allocator: {allocator: run} with each rank's
-    figures from the program's files under "program"."""
-    out = os.path.join(args.out, f"{mode}-{nproc}")
+    figures from the program's files under "program". world: one process
+    as rank 0 of `nproc` on PyTorch's fake process group (--world-size),
+    instead of `nproc` processes (--nproc); its "program" has rank 0's only."""
+    out = os.path.join(args.out, label or f"{mode}-{nproc}{'-world' if world else ''}")
     ranks_dir = os.path.join(out, "ranks")
-    cmd = [sys.executable, "-m", "vramguard", "dryrun", "--gpu", args.gpu, "--nproc", str(nproc), "--json",
+    spread = ["--world-size", str(nproc)] if world else ["--nproc", str(nproc)]
+    cmd = [sys.executable, "-m", "vramguard", "dryrun", "--gpu", args.gpu, *spread, "--json",
            "--quiet", "--no-snapshot", "--allocator", ",".join(args.allocators), "--out", out, PROGRAM,
-           "--size", args.size, "--json-dir", ranks_dir] + (["--fsdp"] if mode == "fsdp" else [])
+           "--size", args.size, "--json-dir", ranks_dir, *program_args] + (["--fsdp"] if mode == "fsdp" else [])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [os.path.join(ROOT, "python")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     started = time.monotonic()
@@ -53,7 +56,7 @@ def dry_run(mode, nproc, args):
     for allocator in args.allocators:
         run = dict(result[allocator])
         program = []
-        for r in range(nproc):
+        for r in range(1 if world else nproc):
             path = os.path.join(ranks_dir, f"{allocator}.rank{r}.json")
             try:
                 with open(path) as f:
@@ -62,8 +65,8 @@ def dry_run(mode, nproc, args):
                 program.append(None)
         run["program"] = program
         runs[allocator] = run
-    return {"mode": mode, "nproc": nproc, "seconds": round(seconds, 1), "torch": result.get("torch"),
-            "runs": runs}
+    return {"mode": mode, "nproc": nproc, "world": world, "seconds": round(seconds, 1),
+            "torch": result.get("torch"), "runs": runs}
 
 
 def problems(row):

@@ -91,11 +91,17 @@ def _check_trace_file(path):
 
 def _dryrun(args):
     from .phantom.dryrun import dryrun, exit_status
+    from .phantom.fake_world import check_world
     from .phantom.gpu import PhantomUnavailable
 
     if args.script is None:
         raise BadInput("dryrun: no script given (python -m vramguard dryrun --gpu T4 train.py ARGS...)")
     script_args = args.args[1:] if args.args[:1] == ["--"] else args.args
+    try:
+        check_world(args.world_size, args.rank, args.gpus_per_node, args.nproc,
+                    arg=lambda name: "--" + name.replace("_", "-"))
+    except ValueError as exc:
+        raise BadInput(f"dryrun: {exc}") from None
     # With --json, stdout is the one JSON object: the script's own output goes to stderr.
     echo_to = sys.stderr if args.json else sys.stdout
     try:
@@ -104,7 +110,8 @@ def _dryrun(args):
                         steps=args.steps, context=args.context, snapshot=not args.no_snapshot,
                         echo=not args.quiet, stdout=echo_to, stderr=sys.stderr, jobs=args.jobs,
                         no_compile=args.no_compile, cwd=args.cwd, nproc=args.nproc,
-                        weights=not args.no_weights)
+                        weights=not args.no_weights, world_size=args.world_size, rank=args.rank,
+                        gpus_per_node=args.gpus_per_node)
     except PhantomUnavailable as exc:
         raise BadInput(str(exc)) from None
     if args.json:
@@ -210,6 +217,13 @@ def main(argv=None):
     dry.add_argument("--nproc", type=_positive_int, default=1,
                      help="ranks, under torchrun --nproc_per_node N, each on a phantom device of its own "
                           "(torch.distributed's nccl backend runs on the phantom's NCCL); figures per rank")
+    dry.add_argument("--world-size", type=_positive_int,
+                     help="run as one rank of a job of this many GPUs, in one process, on PyTorch's fake "
+                          "process group (collectives move nothing): one rank's figures for DDP, FSDP or "
+                          "ZeRO at any size; not with --nproc")
+    dry.add_argument("--rank", type=int, help="with --world-size: the rank to be (default 0)")
+    dry.add_argument("--gpus-per-node", type=_positive_int, default=8,
+                     help="with --world-size: GPUs per node, for LOCAL_RANK and LOCAL_WORLD_SIZE (default 8)")
     dry.add_argument("--json", action="store_true", help="one JSON object on stdout instead of the table")
     dry.add_argument("script", nargs="?", help="a .py script or a .ipynb notebook")
     dry.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")

@@ -288,6 +288,7 @@ class Run:
         self.history = False
         self.ddp_adjusted = 0
         self.weightless = None  # --no-weights: the stand-ins from_pretrained loaded
+        self.world = None  # --world-size: the fake process group's counts
 
     # --------------------------------------------------------- before
 
@@ -315,7 +316,14 @@ class Run:
         self.hook_steps()
         if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
             self.adjust_ddp()
+        from .fake_world import WORLD_ENV, FakeWorld
         from .weightless import NO_WEIGHTS_ENV, WeightlessLoads
+
+        if os.environ.get(WORLD_ENV):  # --world-size: this process is one rank of many
+            self.world = FakeWorld(os.environ[WORLD_ENV],
+                                   lambda: self.counter("vg_fakecuda_d2h_reads", ctypes.c_long))
+            self.world.install()
+            self.opts.rank = int(os.environ.get("LOCAL_RANK", "0"))  # its device's figures
 
         if os.environ.get(NO_WEIGHTS_ENV):
             self.weightless = WeightlessLoads(os.environ[NO_WEIGHTS_ENV])
@@ -551,6 +559,7 @@ class Run:
             "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or None,
             "extensions": sorted(m for m in EXTENSIONS if m in sys.modules),
             "weightless_loads": self.weightless.loads if self.weightless is not None else None,
+            "fake_world": self.world.figures() if self.world is not None else None,
             "torch": torch.__version__,
             "elapsed_s": round(time.monotonic() - started, 3),
         }

@@ -29,6 +29,7 @@ import time
 
 from .._core import format_size
 from .._presets import PRESETS, find_preset, preset_names
+from .fake_world import WORLD_ENV, check_world, world_env, world_notes
 from .weightless import NO_WEIGHTS_ENV, weightless_notes
 
 __all__ = ["ALLOCATORS", "DryRunResult", "dryrun", "format_report", "parse_allocators", "parse_sweep"]
@@ -645,6 +646,7 @@ def _notes(result):
         notes.append(f"That failure is the phantom's, not the script's: this build of the phantom GPU has no "
                      f"stand-in for {_names(missing)}.")
     notes += weightless_notes(result.get("weights", True), runs)
+    notes += world_notes(result, runs)
     if result.get("cwd"):
         notes.append(f"The script ran in {result['cwd']}{' (--cwd)' if result.get('cwd_given') else ''} "
                      "with real file I/O: files it writes (a torch.save checkpoint holds zeros on a phantom) "
@@ -838,7 +840,8 @@ class _Runner:
 
 def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memory=False, sweep=None,
            out=None, steps=None, context=None, snapshot=True, echo=True, stdout=None,
-           stderr=None, jobs=None, no_compile=False, cwd=None, nproc=1, weights=True):
+           stderr=None, jobs=None, no_compile=False, cwd=None, nproc=1, weights=True, world_size=None,
+           rank=None, gpus_per_node=8):
     """Run `script` with `args` on a phantom `gpu` once per allocator and
     return a DryRunResult: per allocator its peak allocated and reserved
     bytes, whether it fits, its first out-of-memory (line and request).
@@ -870,6 +873,10 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     phantom device of its own (LOCAL_RANK's; the script sets it, as on
     GPUs), through the phantom's NCCL; each run's figures are its largest
     rank's, and `ranks` has each rank's.
+    world_size: one process per allocator runs as rank `rank` (default 0)
+    of `world_size` on PyTorch's fake process group, on nodes of
+    `gpus_per_node` phantom GPUs (vramguard.phantom.fake_world): one rank's
+    figures for a data-parallel job of any size; not with nproc.
     weights: False loads Hugging Face models (from_pretrained of a Hub id
     or a local folder) from a stand-in of their safetensors checkpoint, the
     same names, shapes and dtypes with no data (vramguard.phantom.weightless):
@@ -892,6 +899,10 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
         raise DryRunInputError(f"--jobs must be a whole number above 0, got {jobs!r}")
     if isinstance(nproc, bool) or not isinstance(nproc, int) or not 1 <= nproc <= 16:
         raise DryRunInputError(f"--nproc must be a whole number from 1 to 16, got {nproc!r}")
+    try:
+        check_world(world_size, rank, gpus_per_node, nproc, arg=lambda name: f"{name}=")
+    except ValueError as exc:
+        raise DryRunInputError(str(exc)) from None
     out_path = _check_out(out)
     cwd = _check_cwd(cwd)
     import importlib.util
@@ -906,6 +917,8 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
                      script.endswith(".ipynb"), stdout, stderr, cwd=cwd, nproc=nproc)
     if no_compile:
         runner.extra_env["TORCH_COMPILE_DISABLE"] = "1"
+    if world_size is not None:
+        runner.extra_env.update(world_env(world_size, rank or 0, gpus_per_node))
     temporary = out_path is None
     if temporary:
         out_dir = tempfile.mkdtemp(prefix="vramguard-dryrun-")
@@ -937,7 +950,8 @@ def _dryrun(runner, script, args, preset, device, context, allocators, min_memor
                           allocators=list(allocators), min_memory=bool(min_memory),
                           no_compile=bool(no_compile), cwd=cwd or os.getcwd(), cwd_given=cwd is not None,
                           user_alloc_conf=runner.user_alloc_conf, nproc=runner.nproc,
-                          weights=NO_WEIGHTS_ENV not in runner.extra_env)
+                          weights=NO_WEIGHTS_ENV not in runner.extra_env,
+                          world_size=_world_size(runner), rank=_world_rank(runner))
     if sweep_spec:
         result["sweep"] = {"name": sweep_spec[0], "values": sweep_spec[1]}
     started = time.monotonic()
@@ -987,6 +1001,16 @@ def _dryrun(runner, script, args, preset, device, context, allocators, min_memor
     result["fits"] = (True if all(r.get("fits") for r in deciding)
                       else False if any(r.get("fits") is False for r in deciding) else None)
     return result
+
+
+def _world_size(runner):
+    spec = runner.extra_env.get(WORLD_ENV)
+    return int(spec.split("/")[1]) if spec else None
+
+
+def _world_rank(runner):
+    spec = runner.extra_env.get(WORLD_ENV)
+    return int(spec.split("/")[0]) if spec else None
 
 
 def default_jobs(allocators):
