@@ -329,10 +329,7 @@ class _SearchBudget:
     def __init__(self, budget, device):
         from ..torch import install as _torch
 
-        try:
-            self.nbytes, self.fraction = _torch._parse_budget(budget)
-        except (ValueError, TypeError) as exc:
-            raise _torch.public_error(exc) from None
+        self.nbytes, self.fraction = _torch._parse_budget(budget)
         self.device = device
         self.before = None
         self.over_device = None
@@ -435,7 +432,10 @@ def find_max_batch(step_fn, start=1, limit=None, budget=None, *, tolerance=DEFAU
         probe = _HeapProbe(index)
     else:
         index, probe = None, _Unmeasured()
-    search_budget = _SearchBudget(budget, index) if budget is not None else None
+    try:
+        search_budget = _SearchBudget(budget, index) if budget is not None else None
+    except (ValueError, TypeError) as exc:  # the user's call and the message, not the parser's frames
+        raise _torch.public_error(exc) from None
     bar = _progress_bar(progress)
     try:
         largest, tries, searched_under = _run(step_fn, start, limit, oom_test, probe, bar, tolerance,
