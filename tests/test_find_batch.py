@@ -58,7 +58,8 @@ class LinearProbe:
 ])
 def test_doubling_then_bisection(threshold, expected_calls):
     calls = []
-    result = vramguard.find_max_batch(step_failing_above(threshold, calls), is_oom=is_fake_oom, progress=False)
+    result = vramguard.find_max_batch(step_failing_above(threshold, calls), tolerance=0, is_oom=is_fake_oom,
+                                      progress=False)
     assert result.largest == threshold
     assert calls == expected_calls
     assert [t.batch for t in result.tries] == expected_calls
@@ -91,7 +92,40 @@ def test_nothing_fits():
     assert result.largest is None
     assert calls == [4]
     assert result.tries[0].error == "out of memory at batch 4"
-    assert repr(result).splitlines()[0] == "find_max_batch: not even batch 4 fits"
+    assert repr(result).splitlines()[0] == "find_max_batch: not even batch 4 fits: pass a smaller start (start=4 now)"
+    result = vramguard.find_max_batch(step_failing_above(0, calls), is_oom=is_fake_oom, progress=False)
+    assert repr(result).splitlines()[0] == (
+        "find_max_batch: not even batch 1 fits: the step runs out of memory at any batch size")
+
+
+@pytest.mark.parametrize("threshold, exact_tries, tolerant_tries, tolerant_answer", [
+    (1000, 20, 17, 1000),          # 1,008 failed, 1,000 fitted: within 1%, 3 tries fewer
+    (231_872, 36, 25, 231_424),    # the figure seen in a notebook: 11 tries fewer, 0.19% under the largest
+    (24, 10, 10, 24),              # small answers: 1% of them is under one, refined to the unit as before
+])
+def test_the_search_stops_within_the_tolerance(threshold, exact_tries, tolerant_tries, tolerant_answer):
+    exact = vramguard.find_max_batch(step_failing_above(threshold, []), tolerance=0, is_oom=is_fake_oom,
+                                     progress=False)
+    tolerant = vramguard.find_max_batch(step_failing_above(threshold, []), is_oom=is_fake_oom, progress=False)
+    assert (exact.largest, len(exact.tries)) == (threshold, exact_tries)
+    assert (tolerant.largest, len(tolerant.tries)) == (tolerant_answer, tolerant_tries)
+    assert threshold - tolerant.largest <= 0.01 * tolerant.largest
+    assert tolerant.first_failed - tolerant.largest <= max(1, int(0.01 * tolerant.largest))
+    headline = repr(tolerant).splitlines()[0]
+    if tolerant.first_failed - tolerant.largest > 1:
+        assert headline == (f"find_max_batch: largest batch {tolerant_answer} (batch {tolerant.first_failed} ran out "
+                            f"of memory: the answer is within 1%; tolerance=0 finds the exact largest)")
+    else:
+        assert headline == f"find_max_batch: largest batch {tolerant_answer}"
+    assert repr(exact).splitlines()[0] == f"find_max_batch: largest batch {threshold}"
+
+
+@pytest.mark.parametrize("tolerance", [-0.1, 1, 1.5, "1%", True, float("nan")])
+def test_a_bad_tolerance_is_refused(tolerance):
+    with pytest.raises(ValueError) as caught:
+        vramguard.find_max_batch(lambda b: None, tolerance=tolerance, progress=False)
+    assert str(caught.value) == ("find_max_batch: tolerance must be a fraction in [0, 1) (0.01: within 1%; 0: "
+                                 f"to the unit), got {tolerance!r}")
 
 
 def test_no_limit_still_ends():

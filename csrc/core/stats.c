@@ -54,6 +54,19 @@ void vg_heap_reset_peaks(vg_heap *h)
     vg_lock_release(&h->lock);
 }
 
+void vg_heap_restore_peaks(vg_heap *h, const vg_stats *saved)
+{
+    vg_stats kept = *saved; /* stat_at() takes a mutable struct */
+    vg_lock_acquire(&h->lock);
+    for (size_t k = 0; k < VG_TOTALED_STATS; k++) {
+        vg_stat *s = stat_at(&h->stats, k);
+        const vg_stat *old = stat_at(&kept, k);
+        for (int i = 0; i < VG_STAT_TYPES; i++)
+            s[i].peak = old[i].peak > s[i].current ? old[i].peak : s[i].current;
+    }
+    vg_lock_release(&h->lock);
+}
+
 /* As PyTorch's Stat::reset_accumulated: allocated and freed restart from 0.
  * Where current stood is kept so that the check still holds them to it. */
 void vg_heap_reset_accumulated(vg_heap *h)

@@ -709,3 +709,38 @@ void vg_devices_reset_accumulated(int device)
 {
     reset_device(device, false);
 }
+
+int vg_devices_save_peaks(int device, vg_device_peaks *out)
+{
+    memset(out, 0, sizeof *out);
+    vg_heap *h = device >= 0 && device < VG_MAX_DEVICES ? vg_devices_existing(device) : NULL;
+    if (!h) return VG_ERR_INVALID;
+    vg_device_totals t;
+    vg_devices_totals(device, &t);
+    out->device = t.stats;
+    vg_heap_stats(h, &out->heap);
+    return VG_OK;
+}
+
+int vg_devices_restore_peaks(int device, const vg_device_peaks *saved)
+{
+    vg_heap *h = device >= 0 && device < VG_MAX_DEVICES ? vg_devices_existing(device) : NULL;
+    if (!h) return VG_ERR_INVALID;
+    pthread_mutex_lock(&lock);
+    vg_heap_restore_peaks(h, &saved->heap);
+    vg_stats heap, sum;
+    vg_heap_stats(h, &heap);
+    sum_pools(device, &sum);
+    device_peaks *dp = &peaks_of[device];
+#define RESTORE(name)                                                                    \
+    for (int t = 0; t < VG_STAT_TYPES; t++)                                              \
+        dp->peaks.name[t].peak = max64(saved->device.name[t].peak,                       \
+                                       heap.name[t].current + sum.name[t].current);
+    VG_TOTALED_STAT_LIST(RESTORE)
+#undef RESTORE
+    /* What the heap shows now is seen: its lowered peak raises nothing. */
+    dp->heap_seen = heap;
+    dp->pools_seen = sum;
+    pthread_mutex_unlock(&lock);
+    return VG_OK;
+}

@@ -7,6 +7,7 @@
 #include "py_internal.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 static PyObject *pool_dict(const vg_pool_info *p)
 {
@@ -194,6 +195,38 @@ static PyObject *reset_device_peaks(PyObject *module, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+static PyObject *save_device_peaks(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    int device;
+    if (device_arg(arg, &device) < 0) return NULL;
+    vg_device_peaks saved;
+    if (vg_devices_save_peaks(device, &saved) != VG_OK) Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize((const char *)&saved, sizeof saved);
+}
+
+static PyObject *restore_device_peaks(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *device_obj;
+    const char *bytes;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "Oy#", &device_obj, &bytes, &n)) return NULL;
+    int device;
+    if (device_arg(device_obj, &device) < 0) return NULL;
+    if ((size_t)n != sizeof(vg_device_peaks)) {
+        PyErr_SetString(PyExc_ValueError, "restore_device_peaks: not what save_device_peaks returned");
+        return NULL;
+    }
+    vg_device_peaks saved;
+    memcpy(&saved, bytes, sizeof saved);
+    if (vg_devices_restore_peaks(device, &saved) != VG_OK) {
+        PyErr_Format(PyExc_ValueError, "restore_device_peaks: device %d has no heap", device);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *pool_segments(PyObject *module, PyObject *arg)
 {
     (void)module;
@@ -221,6 +254,12 @@ static PyMethodDef pool_methods[] = {
     {"reset_device_peaks", (PyCFunction)reset_device_peaks, METH_O,
      "reset_device_peaks(device)\n\nEvery peak of the device, its heap's and its pools', set "
      "to its current value."},
+    {"save_device_peaks", (PyCFunction)save_device_peaks, METH_O,
+     "save_device_peaks(device) -> bytes or None\n\nThe device's peaks (its heap's and the "
+     "device's figures), for restore_device_peaks. None when the device has no heap."},
+    {"restore_device_peaks", (PyCFunction)restore_device_peaks, METH_VARARGS,
+     "restore_device_peaks(device, saved)\n\nEvery peak of the device back to the saved one, "
+     "or to its current value where that is higher: as if what ran since had not run."},
     {"reset_device_accumulated", (PyCFunction)reset_device_accumulated, METH_O,
      "reset_device_accumulated(device)\n\nTotals and counters of the device, its heap's and "
      "its pools', restart from 0."},

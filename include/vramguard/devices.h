@@ -161,6 +161,17 @@ size_t vg_devices_pool_reservations(int device, vg_pool_reservation *out, size_t
  * a device: its heap, its pools, and the device's figures above. */
 void vg_devices_reset_peaks(int device);
 void vg_devices_reset_accumulated(int device);
+/* The device's peaks (its heap's and the device's figures, pools included),
+ * to be restored later: vg_devices_restore_peaks lowers each peak back to
+ * the saved one, or to its current value where that is higher. The pools'
+ * own peaks are left as they are. VG_ERR_INVALID when the device has no
+ * heap. */
+typedef struct vg_device_peaks {
+    vg_stats heap;   /* the device heap's vg_heap_stats */
+    vg_stats device; /* vg_devices_totals' stats: the peaks of the sum */
+} vg_device_peaks;
+int vg_devices_save_peaks(int device, vg_device_peaks *out);
+int vg_devices_restore_peaks(int device, const vg_device_peaks *saved);
 
 #ifdef __cplusplus
 }

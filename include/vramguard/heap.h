@@ -217,6 +217,12 @@ void vg_heap_synchronize(vg_heap *h);
  * registry, before a capture begins). */
 void vg_heap_wait_for_calls(vg_heap *h);
 void vg_heap_reset_peaks(vg_heap *h);
+/* Every peak of the totaled stats back to `saved`'s (a vg_heap_stats copy
+ * taken earlier), or to its current value where that is higher: the
+ * peaks as they would be had what ran since not reached higher ones (a
+ * search that tries sizes until one fails, then frees them). Not a reset:
+ * peak_resets is left as it is. */
+void vg_heap_restore_peaks(vg_heap *h, const vg_stats *saved);
 /* Totals (allocated, freed) and every counter restart from 0, as
  * torch.cuda.reset_accumulated_memory_stats() does: afterwards allocated -
  * freed is the change of current since the reset. */

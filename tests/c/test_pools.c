@@ -507,7 +507,48 @@ static void test_heap_peak_reset_seen_by_device(void)
     CHECK_EQ(vg_devices_release_pool(dev, 6, 6), VG_OK);
 }
 
+/* A search that tried 50 MiB and freed it leaves the peaks as they were
+ * (10 MiB), heap's and device's, and later allocations raise them from
+ * there: the lowered heap peak is not taken for a new one. */
+static void test_restore_peaks_forgets_what_ran_since(void)
+{
+    const int dev = 13;
+    vg_oom_info oom;
+    vg_device_peaks saved;
+    CHECK_EQ(vg_devices_save_peaks(dev, &saved), VG_ERR_INVALID); /* no heap yet */
+    void *a = alloc(dev, 10 * MiB, 0, &oom);
+    CHECK(a);
+    CHECK_EQ(vg_devices_save_peaks(dev, &saved), VG_OK);
+    uint64_t resets = heap_stats(dev).peak_resets;
+    void *b = alloc(dev, 50 * MiB, 0, &oom);
+    CHECK(b);
+    CHECK_EQ(totals(dev).stats.allocated_bytes[VG_STAT_ALL].peak, 60 * MiB);
+    vg_devices_free(b, dev);
+    vg_heap_empty_cache(vg_devices_existing(dev));
+    CHECK_EQ(vg_devices_restore_peaks(dev, &saved), VG_OK);
+    CHECK_EQ(totals(dev).stats.allocated_bytes[VG_STAT_ALL].peak, 10 * MiB);
+    CHECK_EQ(heap_stats(dev).allocated_bytes[VG_STAT_ALL].peak, 10 * MiB);
+    CHECK_EQ(totals(dev).stats.reserved_bytes[VG_STAT_ALL].peak, saved.device.reserved_bytes[VG_STAT_ALL].peak);
+    CHECK_EQ(totals(dev).stats.allocation[VG_STAT_ALL].peak, 1);
+    CHECK_EQ(heap_stats(dev).peak_resets, resets); /* not a reset */
+    void *c = alloc(dev, 4 * MiB, 0, &oom);
+    CHECK(c);
+    CHECK_EQ(totals(dev).stats.allocated_bytes[VG_STAT_ALL].peak, 14 * MiB);
+    vg_devices_free(c, dev);
+    vg_devices_free(a, dev);
+    /* Saved lower than what is live now: the peak is what is live. */
+    CHECK_EQ(vg_devices_save_peaks(dev, &saved), VG_OK);
+    void *d = alloc(dev, 30 * MiB, 0, &oom);
+    CHECK(d);
+    CHECK_EQ(vg_devices_restore_peaks(dev, &saved), VG_OK);
+    CHECK_EQ(totals(dev).stats.allocated_bytes[VG_STAT_ALL].peak, 30 * MiB);
+    CHECK_EQ(heap_stats(dev).allocated_bytes[VG_STAT_ALL].peak, 30 * MiB);
+    vg_devices_free(d, dev);
+    CHECK_EQ(vg_devices_restore_peaks(VG_MAX_DEVICES, &saved), VG_ERR_INVALID);
+}
+
 static const harness_test tests[] = {
+    {"test_restore_peaks_forgets_what_ran_since", test_restore_peaks_forgets_what_ran_since},
     {"test_threads_share_one_budget", test_threads_share_one_budget},
     {"test_random_sequence_keeps_one_budget", test_random_sequence_keeps_one_budget},
     {"test_budget_counts_pool_memory", test_budget_counts_pool_memory},

@@ -56,7 +56,7 @@ def test_largest_batch_under_a_budget_and_the_fit():
 def test_without_a_budget_the_device_is_the_limit():
     out = run(STEP, """
         vramguard.install()
-        r = vramguard.find_max_batch(step, start=100, progress=False)
+        r = vramguard.find_max_batch(step, start=100, tolerance=0, progress=False)
         out["largest"] = r.largest
         out["batches"] = [t.batch for t in r.tries]
         out["budget_after"] = heap()["budget_bytes"]
@@ -118,3 +118,65 @@ def test_garbage_is_collected_only_after_a_try_that_left_memory_allocated():
     fits = lambda b: [b, True, (16 + 4 * b) * MiB]  # noqa: E731
     assert out["clean"] == [0, 8, [fits(1), fits(2), fits(4), fits(8)]]
     assert out["cyclic"] == [3, [[1, True, 4 * MiB], [2, True, 8 * MiB], [4, True, 16 * MiB]], 0]
+
+
+def test_the_sessions_peaks_are_left_as_they_were():
+    """The tries reach 256 MiB; the session had reached 80 MiB (64 MiB
+    freed, 16 MiB kept): afterwards PyTorch's peaks, vramguard's stats and
+    the summary read 80 MiB, as if the search had not run, and a new
+    allocation raises them from there."""
+    out = run(STEP, """
+        vramguard.install()
+        a = torch.empty(64 * MiB, dtype=torch.uint8, device="cuda")
+        kept = torch.empty(16 * MiB, dtype=torch.uint8, device="cuda")
+        del a
+        before = torch.cuda.memory_stats()
+        r = vramguard.find_max_batch(step, budget="256MiB", progress=False)
+        after = torch.cuda.memory_stats()
+        out["largest"] = r.largest
+        out["tries_peaks"] = max(t.peak for t in r.tries)
+        out["max_allocated"] = torch.cuda.max_memory_allocated()
+        out["max_reserved"] = torch.cuda.max_memory_reserved()
+        out["peaks_changed"] = sorted(k for k in before if k.endswith(".peak") and before[k] != after[k])
+        out["stats_peak"] = vramguard.stats()["allocated_bytes.all.peak"]
+        rows = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in vramguard.summary().splitlines()
+                if line.count("|") == 6}
+        out["summary_peaks"] = [rows["Allocated memory"], rows["Mapped memory"]]  # the Peak Usage column
+        more = torch.empty(100 * MiB, dtype=torch.uint8, device="cuda")
+        out["max_after_more"] = torch.cuda.max_memory_allocated()
+    """, devices=1, mem="1GiB")
+    assert out["largest"] == 56 and out["tries_peaks"] == 256 * MiB  # 16 kept + 16 + 4 x 56
+    assert out["max_allocated"] == 80 * MiB
+    assert out["max_reserved"] == 80 * MiB
+    assert out["peaks_changed"] == []
+    assert out["stats_peak"] == 80 * MiB
+    assert out["summary_peaks"] == ["80.00 MiB", "80.00 MiB"]
+    assert out["max_after_more"] == 116 * MiB                        # raised from there: 16 kept + 100
+
+
+def test_a_budget_larger_than_the_device_is_said():
+    """budget="2GiB" on a 1 GiB device: the answer is the device's, and the
+    result and the log say so."""
+    out = run(STEP, """
+        import logging
+        records = []
+        handler = logging.Handler()
+        handler.emit = lambda record: records.append(record.getMessage())
+        logging.getLogger("vramguard").addHandler(handler)
+        vramguard.install()
+        r = vramguard.find_max_batch(step, start=100, budget="2GiB", tolerance=0, progress=False)
+        out["largest"] = r.largest
+        out["headline"] = repr(r).splitlines()[0]
+        out["warned"] = [m for m in records if "larger than" in m]
+        r = vramguard.find_max_batch(step, start=100, budget="512MiB", tolerance=0, progress=False)
+        out["within"] = repr(r).splitlines()[0]
+        r = vramguard.find_max_batch(step, start=1000, progress=False)
+        out["nothing"] = repr(r).splitlines()[0]
+    """, devices=1, mem="1GiB", VG_FAKECUDA_NAME="Tesla T4")
+    sentence = ("the budget of 2.00 GiB is larger than the device's 1.00 GiB (Tesla T4): the device is the limit, "
+                "not the budget")
+    assert out["largest"] == 252
+    assert out["headline"] == f"find_max_batch: largest batch 252 on the device ({sentence})"
+    assert out["warned"] == [f"find_max_batch: {sentence}"]
+    assert out["within"] == "find_max_batch: largest batch 124 under a budget of 512.00 MiB"
+    assert out["nothing"] == "find_max_batch: not even batch 1000 fits: pass a smaller start (start=1000 now)"

@@ -51,15 +51,17 @@ def _kernel_manager(folder):
                          connection_file=str(folder / "connection.json"))
 
 
-def run_cells(tmp_path, *cells):
+def run_cells(tmp_path, *cells, gpu_env=None):
     """Runs the cells in one fresh kernel on the fake CUDA, errors allowed;
     returns, per cell, {"out": stdout, "err": stderr, "errors": [ename],
-    "results": [text/plain of execute_result], "displays": [text/plain of display_data]}."""
+    "results": [text/plain of execute_result], "displays": [text/plain of display_data]}.
+    gpu_env: the fake's variables instead of one 1 GiB device (a phantom
+    GPU's: vramguard.phantom.gpu.environ("T4"))."""
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(textwrap.dedent(c)) for c in cells])
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("VRAMGUARD_") and k != "PYTORCH_CUDA_ALLOC_CONF"}
-    env.update(LD_PRELOAD=preload(), VG_FAKECUDA_DEVICES="1", VG_FAKECUDA_MEM="1GiB",
-               XDG_CACHE_HOME=str(SHARED_CACHE), PYTHONUNBUFFERED="1")
+    env.update(gpu_env or dict(LD_PRELOAD=preload(), VG_FAKECUDA_DEVICES="1", VG_FAKECUDA_MEM="1GiB"))
+    env.update(XDG_CACHE_HOME=str(SHARED_CACHE), PYTHONUNBUFFERED="1")
     km = _kernel_manager(tmp_path / "kernels")
     client = nbclient.NotebookClient(nb, km=km, timeout=300,
                                      allow_errors=True, resources={"metadata": {"path": str(tmp_path)}})

@@ -1,7 +1,10 @@
 """find_max_batch(): the largest batch size whose step fits in memory.
 
 Doubling from `start` until a step runs out of memory, then bisection
-between the last batch that fitted and the first that did not. Between
+between the last batch that fitted and the first that did not, until they
+are within `tolerance` of each other (1%: a few tries fewer than refining
+to the unit, which moves the answer by less than the batch-to-batch noise
+of a real step; tolerance=0 refines to the unit). Between
 tries the failed step's memory is recovered (its frames cleared, garbage
 collected, the cache emptied), so every try starts from the same heap.
 Each try is logged (logger "vramguard") and kept in the result with its
@@ -10,7 +13,14 @@ peak, because a finder that retries silently leaves the user guessing.
 With vramguard installed, the peaks of the tries that fitted give a
 least-squares line, memory = fixed + per_sample x batch: what a batch
 costs, for planning on another GPU. `budget` searches under a smaller
-heap ("T4", "12GiB") and puts the device's budget back afterwards.
+heap ("T4", "12GiB") and puts the device's budget back afterwards; a
+budget larger than the device is said (the device is then the limit).
+
+The search leaves the session's peaks as they were: each try's peak is a
+probe's (report/regions.py PeakProbe), not a reset of PyTorch's, and the
+device's peaks saved before the first try are restored after the last
+(_core.restore_device_peaks), so torch.cuda.max_memory_allocated() and the
+summary read what they would had the search not run.
 """
 import gc
 import logging
@@ -24,6 +34,9 @@ logger = logging.getLogger("vramguard")
 
 # limit=None still ends: start x 2^40 is past any memory a batch can take.
 MAX_DOUBLINGS = 40
+#: The search stops once the batch that fitted and the one that ran out of
+#: memory are this close, relative to the one that fitted.
+DEFAULT_TOLERANCE = 0.01
 
 
 class Try:
@@ -98,9 +111,16 @@ class BatchSearch:
     even `start`), every try in order, the memory fit (None unless two
     sizes fitted with their peaks measured) and the budget searched under."""
 
-    def __init__(self, largest, tries, fit, budget=None, limit=None, start=1):
+    def __init__(self, largest, tries, fit, budget=None, limit=None, start=1, tolerance=0.0, over_device=None):
         self.largest, self.tries, self.fit, self.budget, self.limit = largest, tries, fit, budget, limit
-        self.start = start
+        self.start, self.tolerance = start, tolerance
+        self.over_device = over_device  # the sentence when the budget is larger than the device
+
+    @property
+    def first_failed(self):
+        """The smallest batch above `largest` that ran out of memory, or None."""
+        failed = [t.batch for t in self.tries if not t.fits and (self.largest is None or t.batch > self.largest)]
+        return min(failed) if failed else None
 
     @property
     def stopped_at(self):
@@ -117,12 +137,28 @@ class BatchSearch:
         """{batch: peak bytes} of every measured try."""
         return {t.batch: t.peak for t in self.tries if t.peak is not None}
 
+    def _under(self):
+        if self.over_device:
+            return f" on the device ({self.over_device})"
+        return f" under a budget of {format_size(self.budget)}" if self.budget else ""
+
+    def _precision(self):
+        """Where the search stopped short of the unit: how close it is."""
+        failed = self.first_failed
+        if self.largest is None or failed is None or failed - self.largest <= 1:
+            return ""
+        return (f" (batch {failed} ran out of memory: the answer is within {self.tolerance:.0%}; "
+                f"tolerance=0 finds the exact largest)")
+
     def _headline(self):
-        under = f" under a budget of {format_size(self.budget)}" if self.budget else ""
+        under = self._under()
         if self.largest is None:
             first = self.tries[0].batch if self.tries else "?"
-            return f"find_max_batch: not even batch {first} fits{under}"
-        return f"find_max_batch: largest batch {self.largest}{_STOP_NOTES.get(self.stopped_at, '')}{under}"
+            if first == 1:
+                return f"find_max_batch: not even batch 1 fits{under}: the step runs out of memory at any batch size"
+            return f"find_max_batch: not even batch {first} fits{under}: pass a smaller start (start={first} now)"
+        return (f"find_max_batch: largest batch {self.largest}{_STOP_NOTES.get(self.stopped_at, '')}"
+                f"{self._precision()}{under}")
 
     def _rows(self):
         for t in self.tries:
@@ -160,7 +196,8 @@ class _Unmeasured:
 
 
 class _HeapProbe:
-    """The device heap's peak of allocated bytes per try. Between tries the
+    """The device's peak of allocated bytes per try, kept by a probe (the
+    regions' interval peak), so that PyTorch's peaks are not reset. Between tries the
     cache is emptied, so that each try starts as a fresh run would; garbage
     is collected only when the try left more allocated than it found (a
     step's tensors in a reference cycle): a full collection costs about
@@ -169,6 +206,7 @@ class _HeapProbe:
     def __init__(self, device):
         self.device = device
         self.allocated_before = 0
+        self.probe = None
 
     def _allocated(self):
         from ..torch import install as _torch
@@ -176,15 +214,14 @@ class _HeapProbe:
         return _torch.stats(self.device)["allocated_bytes.all.current"]
 
     def begin(self):
-        from ..torch import install as _torch
+        from ..report.regions import PeakProbe
 
-        _torch.reset_peaks(self.device)
         self.allocated_before = self._allocated()
+        self.probe = PeakProbe(self.device)
 
     def peak(self):
-        from ..torch import install as _torch
-
-        return _torch.stats(self.device)["allocated_bytes.all.peak"]
+        probe, self.probe = self.probe, None
+        return probe.close()[0] if probe is not None else None
 
     def recover(self):
         from ..torch import install as _torch
@@ -199,13 +236,16 @@ class _HeapProbe:
 # ------------------------------------------------------------------ search
 
 
-def _check_arguments(step_fn, start, limit):
+def _check_arguments(step_fn, start, limit, tolerance):
     if not callable(step_fn):
         raise TypeError(f"find_max_batch: step_fn must be callable (step_fn(batch)), got {step_fn!r}")
     if isinstance(start, bool) or not isinstance(start, int) or start < 1:
         raise ValueError(f"find_max_batch: start must be a whole number >= 1, got {start!r}")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < start):
         raise ValueError(f"find_max_batch: limit must be a whole number >= start ({start}), got {limit!r}")
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 1:
+        raise ValueError(f"find_max_batch: tolerance must be a fraction in [0, 1) (0.01: within 1%; 0: to the "
+                         f"unit), got {tolerance!r}")
 
 
 def _attempt(step_fn, batch, oom_test, probe):
@@ -226,7 +266,13 @@ def _attempt(step_fn, batch, oom_test, probe):
     return result
 
 
-def search(step_fn, start, limit, oom_test, probe, on_try=lambda t: None):
+def close_enough(good, bad, tolerance):
+    """True once the batch that fitted (`good`) and the one that did not
+    (`bad`) are within `tolerance` of `good`, or adjacent."""
+    return bad - good <= max(1, int(tolerance * good))
+
+
+def search(step_fn, start, limit, oom_test, probe, on_try=lambda t: None, tolerance=0.0):
     """(largest batch that fits or None, the tries in order)."""
     tries = []
 
@@ -246,7 +292,7 @@ def search(step_fn, start, limit, oom_test, probe, on_try=lambda t: None):
         if batch >= top:
             break
         batch = min(batch * 2, top)
-    while good is not None and bad is not None and bad - good > 1:
+    while good is not None and bad is not None and not close_enough(good, bad, tolerance):
         middle = (good + bad) // 2
         if fits(middle):
             good = middle
@@ -277,7 +323,8 @@ def _reporter(bar):
 
 
 class _SearchBudget:
-    """The device's budget set for the search, the one before put back."""
+    """The device's budget set for the search, the one before put back;
+    over_device: the sentence when the budget is larger than the device."""
 
     def __init__(self, budget, device):
         from ..torch import install as _torch
@@ -285,13 +332,18 @@ class _SearchBudget:
         self.nbytes, self.fraction = _torch._parse_budget(budget)
         self.device = device
         self.before = None
+        self.over_device = None
 
     def __enter__(self):
         from .. import _core
 
         self.before = _core.device_heap(self.device).budget
         _core.set_device_budget(self.device, self.nbytes, self.fraction)
-        return _core.device_heap(self.device).budget
+        budget = _core.device_heap(self.device).budget
+        self.over_device = _over_device_sentence(budget, self.device)
+        if self.over_device:
+            logger.warning("find_max_batch: %s", self.over_device)
+        return budget
 
     def __exit__(self, *exc):
         from .. import _core
@@ -300,7 +352,53 @@ class _SearchBudget:
         return False
 
 
-def find_max_batch(step_fn, start=1, limit=None, budget=None, *, is_oom=None, device=None, progress=True):
+def _over_device_sentence(budget, device):
+    import torch
+
+    from ..torch.budget_over_device import over_device
+
+    properties = torch.cuda.get_device_properties(device)
+    return over_device(budget, properties.total_memory, getattr(properties, "name", None))
+
+
+class _SessionPeaks:
+    """The device's peaks saved before the search and restored after it:
+    the tries' peaks are the search's, not the session's."""
+
+    def __init__(self, device):
+        self.device = device
+        self.saved = None
+
+    def __enter__(self):
+        from .. import _core
+
+        _core.device_heap(self.device)  # the heap exists, so there are peaks to save
+        self.saved = _core.save_device_peaks(self.device)
+        return self
+
+    def __exit__(self, *exc):
+        from .. import _core
+
+        if self.saved is not None:
+            _core.restore_device_peaks(self.device, self.saved)
+        return False
+
+
+def _run(step_fn, start, limit, oom_test, probe, bar, tolerance, search_budget, index):
+    """search() under the search's budget, with the session's peaks kept:
+    (largest, tries, the budget searched under or None)."""
+    import contextlib
+
+    with contextlib.ExitStack() as stack:
+        if index is not None:
+            stack.enter_context(_SessionPeaks(index))
+        searched_under = stack.enter_context(search_budget) if search_budget is not None else None
+        largest, tries = search(step_fn, start, limit, oom_test, probe, _reporter(bar), tolerance)
+    return largest, tries, searched_under
+
+
+def find_max_batch(step_fn, start=1, limit=None, budget=None, *, tolerance=DEFAULT_TOLERANCE, is_oom=None,
+                   device=None, progress=True):
     """The largest batch size for which step_fn(batch) runs without running
     out of memory: doubling from `start`, then bisection.
 
@@ -309,16 +407,23 @@ def find_max_batch(step_fn, start=1, limit=None, budget=None, *, is_oom=None, de
     limit: the largest batch worth trying (None: no limit).
     budget: search as if the GPU were smaller: any budget install()
         accepts ("T4", "12GiB", 0.5); the device's budget is put back after.
+        One larger than the device is said: the device is then the limit.
+    tolerance: stop once the batch that fitted and the one that ran out of
+        memory are within this fraction of the first (default 0.01: the
+        answer is within 1% of the largest; 0: exact, a few tries more).
     is_oom: the test for an out-of-memory error (default vramguard.is_oom);
         any other exception stops the search and propagates.
     device: the device whose peaks are read (default: the current one).
     progress: a tqdm.auto progress bar when tqdm is installed.
 
+    The device's peaks (torch.cuda.max_memory_allocated(), the summary's)
+    are left as they were before the search.
+
     Returns a BatchSearch: .largest, .tries, .peaks, .fit (memory = fixed +
     per_sample x batch, from the tries that fitted)."""
     from ..torch import install as _torch
 
-    _check_arguments(step_fn, start, limit)
+    _check_arguments(step_fn, start, limit, tolerance)
     oom_test = is_oom if is_oom is not None else _torch.is_oom
     if budget is not None and not _torch.is_installed():
         raise _torch.VramguardError("find_max_batch(budget=...) needs vramguard installed: call vramguard.install() first")
@@ -327,15 +432,14 @@ def find_max_batch(step_fn, start=1, limit=None, budget=None, *, is_oom=None, de
         probe = _HeapProbe(index)
     else:
         index, probe = None, _Unmeasured()
-    search_budget = _SearchBudget(budget, index) if budget is not None else None
-    bar = _progress_bar(progress)
-    searched_under = None
     try:
-        if search_budget is not None:
-            with search_budget as searched_under:
-                largest, tries = search(step_fn, start, limit, oom_test, probe, _reporter(bar))
-        else:
-            largest, tries = search(step_fn, start, limit, oom_test, probe, _reporter(bar))
+        search_budget = _SearchBudget(budget, index) if budget is not None else None
+    except (ValueError, TypeError) as exc:  # the user's call and the message, not the parser's frames
+        raise _torch.public_error(exc) from None
+    bar = _progress_bar(progress)
+    try:
+        largest, tries, searched_under = _run(step_fn, start, limit, oom_test, probe, bar, tolerance,
+                                              search_budget, index)
     finally:
         if bar is not None:
             bar.close()
@@ -344,7 +448,8 @@ def find_max_batch(step_fn, start=1, limit=None, budget=None, *, is_oom=None, de
         from ..report.oom import note_batch_fit
 
         note_batch_fit(fit.fixed, fit.per_sample)  # the next OOM report's "largest batch that fits"
-    result = BatchSearch(largest, tries, fit, budget=searched_under or None, limit=limit, start=start)
+    result = BatchSearch(largest, tries, fit, budget=searched_under or None, limit=limit, start=start,
+                         tolerance=tolerance, over_device=search_budget.over_device if search_budget else None)
     if result.stopped_at is not None:  # the cap is no measured maximum: a warning
         level = logging.WARNING if result.stopped_at == "cap" else logging.INFO
         logger.log(level, "find_max_batch: stopped at batch %d%s", largest, _STOP_NOTES[result.stopped_at])

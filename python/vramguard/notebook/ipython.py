@@ -185,6 +185,14 @@ class CellMeter:
         probe, self.probe = self.probe, None
         return probe.close() if probe is not None else None
 
+    def stop(self):
+        """The meter is replaced or turned off: its probe stops following
+        the heap (an open one would stay among the device's open frames)."""
+        try:
+            self._close()
+        except Exception as failure:  # turning the meter off must not fail on it
+            print(f"vramguard meter: {failure!r}", file=sys.stderr)
+
     def end(self, *args):
         try:
             print(self.line())
@@ -223,6 +231,7 @@ def meter(on=True):
         for event, callback in (("pre_run_cell", current.begin), ("post_run_cell", current.end)):
             if callback in shell.events.callbacks[event]:
                 shell.events.unregister(event, callback)
+        current.stop()
         setattr(shell, METER_MARK, None)
     if not on:
         return None

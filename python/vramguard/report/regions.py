@@ -57,12 +57,14 @@ class LeakWarning(UserWarning):
 
 
 class _Frame:
-    """One open entry of a region."""
+    """One open entry of a region; `shown` is False for a PeakProbe's, which
+    is vramguard's own bookkeeping and appears in nothing a user reads."""
 
-    __slots__ = ("name", "peak", "live_at_entry", "allocated", "oom_seq")
+    __slots__ = ("name", "peak", "live_at_entry", "allocated", "oom_seq", "shown")
 
-    def __init__(self, name, live):
+    def __init__(self, name, live, shown=True):
         self.name = name
+        self.shown = shown
         self.peak = live
         self.live_at_entry = live
         self.allocated = 0
@@ -346,13 +348,15 @@ class track:
 
 class PeakProbe:
     """A peak of allocated bytes over a stretch of code, as a region keeps
-    one, but with no row in regions(): for the cell meter, which must not
-    reset the peaks torch.cuda.max_memory_allocated() reports."""
+    one, but invisible: no row in regions(), not among its open regions nor
+    the OOM report's. For the cell meter and find_max_batch, which must not
+    reset the peaks torch.cuda.max_memory_allocated() reports. close() it:
+    an open probe costs every region boundary a compare."""
 
     def __init__(self, device=None):
         self._target = _target(device)
         with self._target.lock:
-            self._frame = _Frame("<probe>", self._target.fold())
+            self._frame = _Frame("<probe>", self._target.fold(), shown=False)
             self._target.open.append(self._frame)
         self.live_at_start = self._frame.live_at_entry
 
@@ -382,7 +386,7 @@ def open_regions(device):
         return []
     with target.lock:
         target.fold()
-        return [(f.name, f.live_at_entry, f.peak) for f in target.open]
+        return [(f.name, f.live_at_entry, f.peak) for f in target.open if f.shown]
 
 
 class RegionTable:
@@ -447,7 +451,7 @@ def regions(device=None):
     with target.lock:
         target.fold()
         rows = [_copy_row(r) for r in target.rows.values()]
-        open_names = [f.name for f in target.open]
+        open_names = [f.name for f in target.open if f.shown]
     return RegionTable(rows, open_names, target.device)
 
 

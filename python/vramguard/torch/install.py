@@ -34,7 +34,7 @@ import threading
 import warnings
 
 from .. import _core
-from . import cudnn as _cudnn, graphs, hooks as _hooks, nccl
+from . import budget_over_device as _over, cudnn as _cudnn, cuda_started as _cuda_started, graphs, hooks as _hooks, nccl
 from . import oom_shim as _oom_shim, patches as _torch_patches, stats as _torch_stats
 from .state import _state
 from .._units import parse_budget
@@ -186,7 +186,10 @@ _KEPT = _Kept()
 
 def install(budget=_KEPT, gc_threshold=_KEPT, patch_torch=None, oom_error=None, arena=None):
     """Make vramguard PyTorch's CUDA allocator. Call it before anything
-    touches the GPU.
+    initialises CUDA: a tensor on the GPU, but also get_device_name(),
+    get_device_properties(), mem_get_info() (is_available() and
+    device_count() do not; cuda_started.py). A budget larger than a device
+    warns once CUDA starts; a bad setting raises from this call.
 
     budget: the most memory vramguard may reserve per device: bytes, a
         string ("14GiB", "12.5GB"), a GPU preset ("T4", "L4", "A100-40GB"),
@@ -230,9 +233,12 @@ def install(budget=_KEPT, gc_threshold=_KEPT, patch_torch=None, oom_error=None, 
         oom_error = os.environ.get(_oom_shim.ENV_MODE) or "auto"
     if oom_error not in _oom_shim.MODES:
         raise ValueError(f"oom_error (or {_oom_shim.ENV_MODE}) must be 'auto' or 'runtime', got {oom_error!r}")
-    nbytes, fraction = _setting(budget, ENV_BUDGET, _parse_budget, ("budget_bytes", "budget_fraction"))
-    gc = _setting(gc_threshold, ENV_GC_THRESHOLD, _parse_gc, ("gc_threshold",))
-    arena = _parse_arena(arena)
+    try:
+        nbytes, fraction = _setting(budget, ENV_BUDGET, _parse_budget, ("budget_bytes", "budget_fraction"))
+        gc = _setting(gc_threshold, ENV_GC_THRESHOLD, _parse_gc, ("gc_threshold",))
+        arena = _parse_arena(arena)
+    except (ValueError, TypeError) as exc:
+        raise public_error(exc) from None
     torch = _import_torch()
     with _lock:
         _choose_arena(arena)
@@ -248,7 +254,14 @@ def install(budget=_KEPT, gc_threshold=_KEPT, patch_torch=None, oom_error=None, 
             _torch_patches.patch(torch)
             _state["patched"] = True
         _cudnn.keep_benchmark_off(torch)
+    _over.warn_if_over(torch, nbytes)
     _register_in_ipython()
+
+
+def public_error(exc):
+    """The same error, raised again by the public call (`from None`): the
+    user sees the line they wrote and the message, not the parsers' frames."""
+    return type(exc)(*exc.args)
 
 
 def _setting(value, env_name, parse, keys):
@@ -297,7 +310,7 @@ def _plug_in(torch, oom_error="auto"):
     if not runtime["found"] and not runtime["simulated"]:
         raise VramguardError(f"vramguard: {runtime['error']}")
     if torch.cuda.is_initialized():
-        raise VramguardError(RESTART_ADVICE)
+        raise VramguardError(_cuda_started.too_late_message(torch))
     allocator = torch.cuda.memory.CUDAPluggableAllocator(
         _core.__file__, "vramguard_torch_malloc", "vramguard_torch_free"
     )
