@@ -125,7 +125,10 @@ def test_oom_speaks_of_the_arena():
     e = err.value
     assert e.arena is True and e.ranges == 1 and e.unmapped_bytes == 2 * MiB
     assert e.reserved_bytes == 2 * MiB and e.largest_free_range == 12 * MiB
-    assert "arena: 2.00 MiB mapped in 1 range, 2.00 MiB unmapped so far" in str(e)
+    assert e.largest_allocatable == 2 * MiB  # the 4 MiB device, 2 MiB live
+    assert ("arena: 2.00 MiB mapped in 1 range, 2.00 MiB unmapped so far; the largest block that could be "
+            "allocated now is 2.00 MiB.") in str(e)
+    assert "free range" not in str(e) and "12.00 MiB" not in str(e)
     h.free(b)
     h.check()
 
@@ -211,8 +214,11 @@ def test_stats_and_summary_in_the_arenas_terms():
     assert s["fragmentation.free_bytes"] == MiB
     assert s["fragmentation.largest_free_block"] == MiB
     assert s["fragmentation.largest_free_range"] == 4 * GiB - 5 * MiB
+    assert s["fragmentation.largest_allocatable"] == GiB - 6 * MiB  # the device less the mapped pages
     assert s["inactive_split_bytes.all.current"] == 0
     text = vramguard.format_summary(s)
+    assert "Largest block that could be allocated now: 1018.00 MiB" in text
+    assert "address space" not in text and "4.00 GiB" not in text
     assert "Mapped memory" in text and "Ranges" in text and "Non-releasable" not in text
     assert "Memory: arena, 2.00 MiB pages; 1 ranges reserved, 0 released" in text
     assert "maps 1 (3 pages), unmaps 0 (0 pages), syncs before unmapping 0" in text
@@ -221,6 +227,10 @@ def test_stats_and_summary_in_the_arenas_terms():
     assert (seg["size"], seg["mapped"], seg["allocated"]) == (4 * GiB, 6 * MiB, 5 * MiB)
     segments = vramguard.format_summary(Heap(GiB, policy="segments").stats())
     assert "Memory: segments" in segments and "Reserved memory" in segments
+    budgeted = Heap(GiB, budget=512 * MiB, policy="segments")
+    budgeted.free(budgeted.malloc(100 * MiB))  # a wholly free segment, released for a request
+    assert budgeted.stats()["fragmentation.largest_allocatable"] == 512 * MiB
+    assert "Largest block that could be allocated now: 512.00 MiB" in vramguard.format_summary(budgeted.stats())
     h.free(p)
 
 

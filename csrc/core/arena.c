@@ -667,3 +667,19 @@ void vg__arena_free_pieces(const vg_heap *h, uint64_t *pieces, uint64_t *stretch
         }
     }
 }
+
+uint64_t vg__arena_releasable(const vg_heap *h)
+{
+    uint64_t bytes = 0;
+    for (const vg_segment *seg = h->segments; seg; seg = seg->next) {
+        if (!seg->range) continue;
+        for (const vg_block *blk = seg->head; blk; blk = blk->next) {
+            if (blk->state != VG_BLOCK_FREE) continue;
+            size_t first, end;
+            whole_pages(h, seg, blk->addr, blk->size, &first, &end);
+            if (first < end)
+                bytes += (uint64_t)(end - first - missing_pages(seg->range, first, end)) << h->page_shift;
+        }
+    }
+    return bytes;
+}

@@ -22,6 +22,9 @@ void vg__arena_destroy_range(vg_heap *h, vg_segment *seg);
  * mapped or not (arena.c). */
 void vg__arena_free_pieces(const vg_heap *h, uint64_t *pieces, uint64_t *mapped_stretch,
                            uint64_t *range);
+/* The mapped bytes of whole pages inside free blocks: what unmapping every
+ * free page (the ladder's last step) gives back. */
+uint64_t vg__arena_releasable(const vg_heap *h);
 /* Whether every page [addr, addr+size) touches is mapped (check.c). */
 bool vg__arena_pages_mapped(const vg_heap *h, const vg_segment *seg, uintptr_t addr, size_t size);
 size_t vg__arena_count_mapped(const vg_heap *h, const vg_segment *seg);

@@ -129,6 +129,12 @@ static void fill_oom(vg_heap *h, size_t size, size_t rounded, bool budget_refuse
         vg__device_error(h);
     }
     oom->largest_free_block = frag.largest_free_block;
+    {
+        size_t ceiling = vg__ceiling(h), reserved = vg__reserved(h);
+        uint64_t room = ceiling > reserved ? ceiling - reserved : 0;
+        if (oom->device_total && room > oom->device_free) room = oom->device_free;
+        oom->largest_allocatable = (size_t)vg__largest_allocatable(&frag, room);
+    }
     oom->free_blocks = frag.free_blocks;
     oom->free_bytes = frag.free_bytes;
     oom->budget_refused = budget_refused;

@@ -162,9 +162,13 @@ size_t vg_format_oom(const vg_oom_info *o, const char *device_kind, char *buf, s
     if (o->arena) {
         SZ(mapped, o->reserved);
         SZ(unmapped, o->unmapped_bytes);
-        SZ(range, o->largest_free_range);
-        put(&w, " vramguard's arena: %s mapped in %zu range%s, %s unmapped so far, largest "
-                "free range %s.", mapped, o->ranges, o->ranges == 1 ? "" : "s", unmapped, range);
+        /* What could be allocated, never the free address space: a range's
+         * unmapped pages are not memory, and "58.97 GiB free" beside an
+         * out-of-memory on a 15 GiB device misleads. */
+        SZ(fits, o->largest_allocatable);
+        put(&w, " vramguard's arena: %s mapped in %zu range%s, %s unmapped so far; the largest "
+                "block that could be allocated now is %s.", mapped, o->ranges,
+            o->ranges == 1 ? "" : "s", unmapped, fits);
     }
     put_cause(&w, o);
     put_pools(&w, o);

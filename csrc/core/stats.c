@@ -5,6 +5,7 @@
 #include "stats.h"
 #include "arena.h"
 #include "bins.h"
+#include "budget.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -124,10 +125,24 @@ void vg__fragmentation_locked(vg_heap *h, vg_fragmentation *out)
             if (blk && blk->size > out->largest_free_block) out->largest_free_block = blk->size;
         }
     }
+    if (h->arena) {
+        out->releasable_bytes = vg__arena_releasable(h);
+    } else {
+        for (const vg_segment *seg = h->segments; seg; seg = seg->next)
+            if (seg->idle) out->releasable_bytes += seg->size;
+    }
+    size_t ceiling = vg__ceiling(h), reserved = vg__reserved(h);
+    out->largest_allocatable = vg__largest_allocatable(out, ceiling > reserved ? ceiling - reserved : 0);
     if (out->free_bytes)
         out->external = 1.0 - (double)out->largest_free_block / (double)out->free_bytes;
     if (out->reserved_bytes)
         out->unused = 1.0 - (double)out->allocated_bytes / (double)out->reserved_bytes;
+}
+
+uint64_t vg__largest_allocatable(const vg_fragmentation *f, uint64_t new_memory)
+{
+    uint64_t fresh = (new_memory + f->releasable_bytes) & ~(uint64_t)(VG_SEGMENT_GRANULE - 1);
+    return fresh > f->largest_free_block ? fresh : f->largest_free_block;
 }
 
 void vg_heap_fragmentation(vg_heap *h, vg_fragmentation *out)

@@ -7,6 +7,11 @@
 
 /* stats.c, with the heap locked. */
 void vg__fragmentation_locked(vg_heap *h, vg_fragmentation *out);
+/* The largest request the heap could serve with `new_memory` more bytes
+ * from the device once its cache is released (out->releasable_bytes back):
+ * the largest free block, or one new block of that memory, in whole
+ * granules. */
+uint64_t vg__largest_allocatable(const vg_fragmentation *f, uint64_t new_memory);
 /* The heap's stats with the totals it does not keep filled in. */
 void vg__stats_copy(const vg_heap *h, vg_stats *out);
 /* The totals the heap does not keep are untouched (0), and each stat's

@@ -178,6 +178,8 @@ static int set_fragmentation(PyObject *d, vg_heap *h)
     if (set_u64(d, "fragmentation.free_blocks", fr.free_blocks) < 0) return -1;
     if (set_u64(d, "fragmentation.pending_blocks", fr.pending_blocks) < 0) return -1;
     if (set_u64(d, "fragmentation.largest_free_range", fr.largest_free_range) < 0) return -1;
+    if (set_u64(d, "fragmentation.releasable_bytes", fr.releasable_bytes) < 0) return -1;
+    if (set_u64(d, "fragmentation.largest_allocatable", fr.largest_allocatable) < 0) return -1;
     if (set_item(d, "fragmentation.external", PyFloat_FromDouble(fr.external)) < 0) return -1;
     if (set_item(d, "fragmentation.unused", PyFloat_FromDouble(fr.unused)) < 0) return -1;
     return 0;
@@ -471,7 +473,7 @@ void vgpy_raise_oom(const vg_oom_info *oom, const char *device_kind)
     char msg[1024];
     vg_format_oom(oom, device_kind, msg, sizeof msg);
     PyObject *attrs = Py_BuildValue(
-        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:i,s:O}", "requested_bytes",
+        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:i,s:O}", "requested_bytes",
         (unsigned long long)oom->requested, "rounded_bytes", (unsigned long long)oom->rounded,
         "budget_bytes", (unsigned long long)oom->budget, "device_total",
         (unsigned long long)oom->device_total, "device_free", (unsigned long long)oom->device_free,
@@ -479,9 +481,12 @@ void vgpy_raise_oom(const vg_oom_info *oom, const char *device_kind)
         (unsigned long long)oom->reserved, "largest_free_block",
         (unsigned long long)oom->largest_free_block, "free_blocks",
         (unsigned long long)oom->free_blocks, "free_bytes", (unsigned long long)oom->free_bytes,
+        "largest_allocatable", (unsigned long long)oom->largest_allocatable,
         "device", oom->device, "budget_refused", oom->budget_refused ? Py_True : Py_False);
     if (attrs && oom->arena) {
-        /* The arena's own terms: mapped memory, its ranges, what was unmapped. */
+        /* The arena's own terms: mapped memory, its ranges, what was
+         * unmapped; largest_free_range is address space, kept for programs
+         * that read it (the message shows largest_allocatable). */
         PyObject *extra = Py_BuildValue("{s:O,s:K,s:K,s:K}", "arena", Py_True, "ranges",
                                         (unsigned long long)oom->ranges, "largest_free_range",
                                         (unsigned long long)oom->largest_free_range,

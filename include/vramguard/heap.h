@@ -158,8 +158,19 @@ typedef struct vg_fragmentation {
     double external;              /* 1 - largest_free / free_bytes */
     double unused;                /* 1 - allocated / reserved */
     /* The arena (0 with segments): the largest free stretch of address
-     * space, mapped or not, the largest request that needs no new range. */
+     * space, mapped or not, the largest request that needs no new range.
+     * Address space, not memory: reports never show it beside memory. */
     uint64_t largest_free_range;
+    /* What releasing the cache would give back: wholly free segments, and
+     * with the arena, the whole mapped pages of free blocks. */
+    uint64_t releasable_bytes;
+    /* The largest request that could be allocated now within the ceiling
+     * (the budget, else the device's total, less what shares it): the
+     * largest free block, or new memory of the room under the ceiling once
+     * the cache is released, in whole 2 MiB granules. The device's free
+     * memory is not asked here (another process may hold some): an OOM's
+     * figure (vg_oom_info) is capped by it. */
+    uint64_t largest_allocatable;
 } vg_fragmentation;
 
 /* ------------------------------------------------------------------ */

@@ -28,11 +28,16 @@ typedef struct vg_oom_info {
     size_t largest_free_block;
     size_t free_blocks;
     size_t free_bytes;         /* reserved - active bytes (a pending block is not free) */
+    /* The largest request that could be allocated right after the failure,
+     * within the budget and the device's free memory (vg_fragmentation's
+     * largest_allocatable, capped by device_free): what the message reports. */
+    size_t largest_allocatable;
     int device;
     int budget_refused;        /* the budget, not the device, said no */
     /* The arena, where it runs: reserved is mapped memory, in `ranges`
      * ranges; largest_free_block is the largest free mapped stretch, and
-     * largest_free_range the largest free stretch of address space;
+     * largest_free_range the largest free stretch of address space (kept
+     * for programs that read it; the message does not show it);
      * unmapped_bytes, what the heap has unmapped so far. */
     int arena;
     size_t ranges;

@@ -596,13 +596,68 @@ static void test_map_refused_to_the_end_is_an_oom(void)
     CHECK_EQ(st.num_device_alloc_failed, 3);
     char msg[1024];
     vg_format_oom(&oom, "CUDA", msg, sizeof msg);
-    CHECK(strstr(msg, "arena: 2.00 MiB mapped in 1 range, 2.00 MiB unmapped so far, largest free range 12.00 MiB") != NULL);
+    CHECK_EQ(oom.largest_allocatable, 2 * MiB); /* the device's 4 MiB, 2 MiB live */
+    CHECK(strstr(msg, "arena: 2.00 MiB mapped in 1 range, 2.00 MiB unmapped so far; the largest block "
+                      "that could be allocated now is 2.00 MiB.") != NULL);
+    CHECK(strstr(msg, "free range") == NULL);
     /* And the heap goes on. */
     void *d = vg_heap_alloc(f.h, 2 * MiB, 0, NULL);
     CHECK(d == a);
     CHECK_MAPPED(f, 4 * MiB);
     vg_heap_free(f.h, b);
     vg_heap_free(f.h, d);
+    done(&f);
+}
+
+/* The OOM says what could be allocated (the budget's room), never the
+ * free address space of the range (four times the device), and it is true:
+ * that much is allocated right after, a granule more is not. */
+static void test_oom_reports_what_fits_not_address_space(void)
+{
+    fixture f = make(64 * MiB, 16 * MiB, 0);
+    void *live = vg_heap_alloc(f.h, 10 * MiB, 0, NULL);
+    CHECK(live != NULL);
+    vg_oom_info oom;
+    CHECK(vg_heap_alloc(f.h, 12 * MiB, 0, &oom) == NULL);
+    CHECK_EQ(oom.status, VG_ERR_NOMEM);
+    CHECK_EQ(oom.largest_free_range, 256 * MiB - 10 * MiB); /* kept, as address space */
+    CHECK_EQ(oom.largest_allocatable, 6 * MiB);
+    char msg[1024];
+    vg_format_oom(&oom, "CUDA", msg, sizeof msg);
+    CHECK(strstr(msg, "vramguard's budget is 16.00 MiB. vramguard's arena: 10.00 MiB mapped in 1 range, "
+                      "0 bytes unmapped so far; the largest block that could be allocated now is "
+                      "6.00 MiB.\n") != NULL);
+    CHECK(strstr(msg, "246.00 MiB") == NULL);
+    CHECK(vg_heap_alloc(f.h, 6 * MiB + 1, 0, NULL) == NULL);
+    void *fits = vg_heap_alloc(f.h, 6 * MiB, 0, NULL);
+    CHECK(fits != NULL);
+    vg_heap_free(f.h, fits);
+    vg_heap_free(f.h, live);
+    done(&f);
+}
+
+/* Between failures the figure counts what releasing the cache gives back:
+ * a freed block's mapped pages are unmapped for a request that needs the
+ * room, so the room plus them is allocated, and no more. */
+static void test_largest_allocatable_counts_the_releasable_cache(void)
+{
+    fixture f = make(64 * MiB, 16 * MiB, 0);
+    void *a = vg_heap_alloc(f.h, 4 * MiB, 0, NULL);
+    void *b = vg_heap_alloc(f.h, 4 * MiB, 0, NULL);
+    vg_heap_free(f.h, a); /* 4 MiB cached, mapped */
+    vg_fragmentation fr;
+    vg_heap_fragmentation(f.h, &fr);
+    CHECK_EQ(fr.releasable_bytes, 4 * MiB);
+    CHECK_EQ(fr.largest_free_block, 4 * MiB);
+    CHECK_EQ(fr.largest_allocatable, 12 * MiB); /* 8 MiB unreserved + 4 MiB cached */
+    CHECK(vg_heap_alloc(f.h, 12 * MiB + 1, 0, NULL) == NULL);
+    void *c = vg_heap_alloc(f.h, 12 * MiB, 0, NULL);
+    CHECK(c != NULL);
+    vg_heap_fragmentation(f.h, &fr);
+    CHECK_EQ(fr.releasable_bytes, 0);
+    CHECK_EQ(fr.largest_allocatable, 0);
+    vg_heap_free(f.h, c);
+    vg_heap_free(f.h, b);
     done(&f);
 }
 
@@ -949,6 +1004,8 @@ static const harness_test tests[] = {
     T(test_requesting_stream_gives_back_first),
     T(test_map_refused_midway_is_retried),
     T(test_map_refused_to_the_end_is_an_oom),
+    T(test_oom_reports_what_fits_not_address_space),
+    T(test_largest_allocatable_counts_the_releasable_cache),
     T(test_device_error_on_map_is_reported_as_itself),
     T(test_keep_segments_never_unmaps),
     T(test_lower_budget_and_gc_threshold_unmap),

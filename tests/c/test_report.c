@@ -103,6 +103,34 @@ static void test_last_oom_of_the_device_heaps(void)
     vg_devices_free(keep, 0);
 }
 
+/* The largest request that could be allocated now, with segments: the
+ * device's room plus the wholly free segments an OOM's ladder releases,
+ * and true: that much is allocated, a granule more is not. */
+static void test_largest_allocatable_with_segments(void)
+{
+    vg_device *dev;
+    vg_heap *h = sim_heap(64 * MiB, &dev);
+    void *a = vg_heap_alloc(h, 20 * MiB, 0, NULL);
+    void *b = vg_heap_alloc(h, 12 * MiB, 0, NULL);
+    vg_heap_free(h, b); /* a wholly free segment */
+    vg_fragmentation fr;
+    vg_heap_fragmentation(h, &fr);
+    CHECK_EQ(fr.releasable_bytes, 12 * MiB);
+    CHECK_EQ(fr.largest_allocatable, 44 * MiB); /* 32 MiB unreserved + 12 MiB idle */
+    vg_oom_info oom;
+    CHECK(vg_heap_alloc(h, 46 * MiB, 0, &oom) == NULL);
+    CHECK_EQ(oom.largest_allocatable, 44 * MiB); /* the ladder released b's segment */
+    CHECK_EQ(oom.device_free, 44 * MiB);
+    void *c = vg_heap_alloc(h, 44 * MiB, 0, NULL);
+    CHECK(c != NULL);
+    vg_heap_fragmentation(h, &fr);
+    CHECK_EQ(fr.largest_allocatable, 0);
+    vg_heap_free(h, c);
+    vg_heap_free(h, a);
+    CHECK_HEAP(h);
+    destroy(h, dev);
+}
+
 /* Threads allocate and free while another takes intervals: every take's
  * peak is at least its current, and the last is the highest since. */
 typedef struct churn_arg {
@@ -147,6 +175,7 @@ static const harness_test tests[] = {
     T(test_interval_peak_is_the_highest_since_the_last_take),
     T(test_state_copy_counts_live_blocks_by_power_of_two),
     T(test_last_oom_of_the_device_heaps),
+    T(test_largest_allocatable_with_segments),
     T(test_interval_takes_while_threads_allocate),
 };
 

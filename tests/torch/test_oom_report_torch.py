@@ -4,7 +4,7 @@ than the budget, a leak, free memory in pieces), and region peaks against
 torch.cuda.max_memory_allocated()."""
 import pytest
 
-from fakegpu import MiB, run
+from fakegpu import GiB, MiB, run
 
 pytestmark = pytest.mark.torch
 
@@ -36,6 +36,34 @@ def test_one_tensor_bigger_than_the_budget():
     assert r["keys"][0] == "too_big"
     assert r["regions"] == [["forward", 0, 4 * MiB]]
     assert "One tensor is larger than the budget" in r["text"] and "<ol>" in r["html"]
+
+
+def test_the_oom_message_says_what_fits_not_the_address_space():
+    """On a T4 (14.74 GiB), the arena's range is four times the device: the
+    message names the largest block that could be allocated now, and that
+    block is allocated right after, a granule more is not."""
+    out = run("""
+        vramguard.install()
+        keep = torch.empty(GiB, dtype=torch.uint8, device="cuda")
+        try:
+            torch.empty(20 * GiB, dtype=torch.uint8, device="cuda")
+        except torch.OutOfMemoryError as e:
+            out["head"] = str(e).split("\\n")[0]
+            out["range"] = vramguard._core.device_heap(0).stats()["fragmentation.largest_free_range"]
+        free, total = torch.cuda.mem_get_info()
+        out["free"], out["total"] = free, total
+        granule = 2 << 20
+        fits = free // granule * granule  # what the message rounds to: whole granules
+        out["fits"] = error(torch.empty, fits, dtype=torch.uint8, device="cuda")
+        out["more"] = error(torch.empty, fits + granule, dtype=torch.uint8, device="cuda")
+    """, devices=1, mem="15828320256")
+    assert out["total"] == 15828320256 and out["free"] == out["total"] - GiB
+    assert out["head"].endswith(
+        "vramguard's arena: 1.00 GiB mapped in 1 range, 0 bytes unmapped so far; the largest block that "
+        "could be allocated now is 13.74 GiB.")
+    assert "58.9" not in out["head"] and "free range" not in out["head"]
+    assert out["range"] > 50 * GiB  # the key is kept, as address space
+    assert out["fits"] is None and out["more"][0] == "OutOfMemoryError"
 
 
 def test_a_leak_across_steps_then_an_oom():

@@ -99,9 +99,15 @@ def _fragmentation_rows(stats):
         _line(f"{'Reserved but not allocated (1 - allocated / reserved):':66}"
               f"{stats.get('fragmentation.unused', 0.0):>8.1%}"),
     ]
-    if stats.get("arena"):
-        rows.append(_line(f"Largest free range (address space, mapped or not): "
-                          f"{format_size(stats.get('fragmentation.largest_free_range', 0))}"))
+    # What one request could have now, never the free address space (which
+    # reads as memory beside an out-of-memory); the device is not asked, so
+    # memory other processes hold on it is not counted.
+    fits = stats.get("fragmentation.largest_allocatable")
+    if fits is not None:
+        rows.append(_line(f"Largest block that could be allocated now: {format_size(fits)}"))
+        rows += [_line(text) for text in textwrap.wrap(
+            "(within the budget and the device's capacity, the cache released; less if other processes "
+            "use the device)", _WIDTH - 4, initial_indent="  ", subsequent_indent="  ")]
     so_what = textwrap.wrap(fragmentation_so_what(stats), _WIDTH - 4, subsequent_indent="  ")
     return rows + [_line(text) for text in so_what]
 
