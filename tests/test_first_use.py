@@ -334,6 +334,7 @@ def test_presets_total_and_usable_bytes():
         "A100-40GB": (42_298_834_944, 41_878_028_288), "A100-80GB": (84_987_740_160, 84_567_654_400),
         "V100-16GB": (16_945_512_448, 16_525_557_760), "H100-80GB": (85_028_896_768, 84_607_500_288),
         "RTX-3090": (25_327_697_920, 24_907_874_304), "RTX-4090": (25_386_352_640, 24_966_594_560),
+        "RTX-3060": (12_587_106_304, 12_167_675_904), "RTX-4060-Ti-16GB": (16_857_038_848, 16_437_477_376),
         "L40S": (47_576_711_168, 47_156_559_872),
         "H200": (150_109_880_320, 149_556_297_728),  # measured, with its context's 552,402,944 bytes
     }
@@ -344,13 +345,17 @@ def test_presets_total_and_usable_bytes():
         "A100-40GB": ("NVIDIA A100-SXM4-40GB", (8, 0), 108), "A100-80GB": ("NVIDIA A100-SXM4-80GB", (8, 0), 108),
         "V100-16GB": ("Tesla V100-SXM2-16GB", (7, 0), 80), "H100-80GB": ("NVIDIA H100 80GB HBM3", (9, 0), 132),
         "RTX-3090": ("NVIDIA GeForce RTX 3090", (8, 6), 82), "RTX-4090": ("NVIDIA GeForce RTX 4090", (8, 9), 128),
+        "RTX-3060": ("NVIDIA GeForce RTX 3060", (8, 6), 28),
+        "RTX-4060-Ti-16GB": ("NVIDIA GeForce RTX 4060 Ti", (8, 9), 34),
         "L40S": ("NVIDIA L40S", (8, 9), 142), "H200": ("NVIDIA H200", (9, 0), 132),
     }
-    for name in ("t4", " T4 ", "a100_40gb", "a100 40GB", "rtx 3090", "RTX_4090", "l40s", "h200"):
+    for name in ("rtx 4060 ti 16gb", "RTX_4060_TI_16GB", "Rtx-4060-Ti-16GB"):
+        assert vramguard.parse_size(name) == vramguard.PRESETS["RTX-4060-Ti-16GB"].usable_bytes
+    for name in ("t4", " T4 ", "a100_40gb", "a100 40GB", "rtx 3090", "RTX_4090", "l40s", "h200", "rtx 3060"):
         assert vramguard.parse_size(name) == vramguard.PRESETS[name.strip().upper().replace("_", "-")
                                                                 .replace(" ", "-")].usable_bytes
     with pytest.raises(ValueError, match=r"or a GPU preset \(T4, L4, A100-40GB, A100-80GB, V100-16GB, H100-80GB, "
-                                         r"RTX-3090, RTX-4090, L40S, H200\)"):
+                                         r"RTX-3090, RTX-4090, RTX-3060, RTX-4060-Ti-16GB, L40S, H200\)"):
         vramguard.parse_size("A100")
 
 

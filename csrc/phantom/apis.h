@@ -38,6 +38,11 @@
     X(cudaFreeHost, 1)                                                           \
     X(cudaHostRegister, 1)                                                       \
     X(cudaHostUnregister, 1)                                                     \
+    X(cudaMallocManaged, 1)                                                      \
+    X(cudaMemPrefetchAsync, 1)                                                   \
+    X(cudaMemPrefetchAsync_v2, 1)                                                \
+    X(cudaMemAdvise, 1)                                                          \
+    X(cudaMemAdvise_v2, 1)                                                       \
     X(cudaMemGetInfo, 1)                                                         \
     X(cudaPointerGetAttributes, 1)                                               \
     X(cudaMemcpy, 1)                                                             \

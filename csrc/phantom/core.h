@@ -84,6 +84,7 @@ enum vgfc_mem_kind {
     VGFC_MEM_HOST,       /* cudaMallocHost, cudaHostAlloc */
     VGFC_MEM_REGISTERED, /* cudaHostRegister: the caller's memory */
     VGFC_MEM_MAPPED,     /* a VMM mapping with access set */
+    VGFC_MEM_MANAGED,    /* cudaMallocManaged: host memory, device -1 */
 };
 
 typedef struct vgfc_range {
@@ -91,6 +92,11 @@ typedef struct vgfc_range {
     size_t size;
     int device; /* -1 for host memory */
     enum vgfc_mem_kind kind;
+    /* Managed memory only: the device current when it was allocated, and
+     * how many of its bytes the last prefetch moved to which device
+     * (resident 0: all on the host). */
+    int home, resident_device;
+    size_t resident;
 } vgfc_range;
 
 /* Device memory counted against the device's capacity, or host memory
@@ -111,6 +117,17 @@ int vgfc_mem_charge(int dev, size_t size);  /* VGFC_OUT_OF_MEMORY past capacity 
 void vgfc_mem_uncharge(int dev, size_t size);
 void vgfc_mem_add_range(const vgfc_range *r);
 void vgfc_mem_remove_range(uintptr_t base);
+
+/* Unified memory: real host pages (a program reads and writes them, on a
+ * phantom too), counted per device apart from device memory: the driver
+ * pages it in and out, so it never fails an allocation for want of room.
+ * VGFC_INVALID_VALUE for size 0. */
+int vgfc_managed_alloc(int home, size_t size, void **out);
+/* Whether [ptr, ptr+size) lies within one managed allocation. */
+int vgfc_managed_contains(const void *ptr, size_t size);
+/* A prefetch of [ptr, ptr+size) to device `dev`, or to the host (dev -1):
+ * VGFC_INVALID_VALUE unless the range lies within one managed allocation. */
+int vgfc_managed_prefetch(const void *ptr, size_t size, int dev);
 
 size_t vgfc_mem_used(int dev);
 void vgfc_mem_reset_peaks(void); /* peaks restart at the bytes in use */

@@ -33,6 +33,10 @@ static size_t nranges, ranges_cap;
 static struct {
     size_t used, peak;
     long live;
+    /* Unified memory allocated while the device was current, and the part
+     * of all unified memory its last prefetch put on the device: neither is
+     * in `used` (the driver evicts it under pressure). */
+    size_t managed, managed_peak, resident, resident_peak;
 } stats[VGFC_MAX_DEVICES];
 
 static size_t page_round(size_t size)
@@ -261,7 +265,7 @@ static void *span_alloc(int dev, size_t size, enum vgfc_mem_kind kind)
     pthread_mutex_lock(&lock);
     uintptr_t at = span_ready_locked(dev) ? span_first_fit_locked(dev, size) : 0;
     if (at) {
-        vgfc_range r = {at, size, dev, kind};
+        vgfc_range r = {at, size, dev, kind, 0, 0, 0};
         insert(&r);
     }
     pthread_mutex_unlock(&lock);
@@ -302,7 +306,7 @@ int vgfc_mem_alloc(int dev, size_t size, enum vgfc_mem_kind kind, void **out)
             vgfc_mem_uncharge(dev, size);
         return VGFC_OUT_OF_MEMORY;
     }
-    vgfc_range r = {(uintptr_t)p, size, dev, kind};
+    vgfc_range r = {(uintptr_t)p, size, dev, kind, 0, 0, 0};
     pthread_mutex_lock(&lock);
     insert(&r);
     pthread_mutex_unlock(&lock);
@@ -314,7 +318,9 @@ int vgfc_mem_free(void *ptr, enum vgfc_mem_kind kind)
 {
     pthread_mutex_lock(&lock);
     long i = containing((uintptr_t)ptr);
-    if (i < 0 || ranges[i].base != (uintptr_t)ptr || ranges[i].kind != kind) {
+    /* cudaFree and cuMemFree free managed memory too. */
+    int managed = i >= 0 && ranges[i].kind == VGFC_MEM_MANAGED && kind == VGFC_MEM_DEVICE;
+    if (i < 0 || ranges[i].base != (uintptr_t)ptr || (ranges[i].kind != kind && !managed)) {
         pthread_mutex_unlock(&lock);
         return VGFC_INVALID_VALUE;
     }
@@ -322,6 +328,11 @@ int vgfc_mem_free(void *ptr, enum vgfc_mem_kind kind)
     erase((size_t)i);
     if (r.device >= 0)
         uncharge_locked(r.device, r.size);
+    if (managed) {
+        stats[r.home].managed -= r.size;
+        if (r.resident)
+            stats[r.resident_device].resident -= r.resident;
+    }
     int spanned = in_span(r.device, r.base);
     pthread_mutex_unlock(&lock);
     if (spanned)
@@ -331,6 +342,68 @@ int vgfc_mem_free(void *ptr, enum vgfc_mem_kind kind)
     return VGFC_SUCCESS;
 }
 
+/* ---- unified memory ----------------------------------------------------- */
+
+int vgfc_managed_alloc(int home, size_t size, void **out)
+{
+    *out = NULL;
+    if (size == 0)
+        return VGFC_INVALID_VALUE;
+    void *p = vgfc_map_anonymous(size);
+    if (!p)
+        return VGFC_OUT_OF_MEMORY;
+    vgfc_range r = {(uintptr_t)p, size, -1, VGFC_MEM_MANAGED, home, 0, 0};
+    pthread_mutex_lock(&lock);
+    insert(&r);
+    stats[home].managed += size;
+    if (stats[home].managed > stats[home].managed_peak)
+        stats[home].managed_peak = stats[home].managed;
+    pthread_mutex_unlock(&lock);
+    *out = p;
+    return VGFC_SUCCESS;
+}
+
+/* Index of the managed allocation holding [addr, addr+size), or -1 (the
+ * lock held). */
+static long managed_locked(uintptr_t addr, size_t size)
+{
+    long i = containing(addr);
+    if (i < 0 || ranges[i].kind != VGFC_MEM_MANAGED || size > ranges[i].size - (addr - ranges[i].base))
+        return -1;
+    return i;
+}
+
+int vgfc_managed_contains(const void *ptr, size_t size)
+{
+    pthread_mutex_lock(&lock);
+    long i = managed_locked((uintptr_t)ptr, size);
+    pthread_mutex_unlock(&lock);
+    return i >= 0;
+}
+
+/* An allocation is resident where its last prefetch sent it, by that
+ * prefetch's size: bitsandbytes prefetches a paged tensor whole, so this
+ * is its state's bytes on the device. */
+int vgfc_managed_prefetch(const void *ptr, size_t size, int dev)
+{
+    pthread_mutex_lock(&lock);
+    long i = managed_locked((uintptr_t)ptr, size);
+    if (i >= 0) {
+        vgfc_range *r = &ranges[i];
+        if (r->resident)
+            stats[r->resident_device].resident -= r->resident;
+        r->resident = dev >= 0 ? size : 0;
+        r->resident_device = dev >= 0 ? dev : 0;
+        if (dev >= 0) {
+            stats[dev].resident += size;
+            if (stats[dev].resident > stats[dev].resident_peak)
+                stats[dev].resident_peak = stats[dev].resident;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return i >= 0 ? VGFC_SUCCESS : VGFC_INVALID_VALUE;
+}
+
 int vgfc_mem_register(void *ptr, size_t size)
 {
     int err = VGFC_SUCCESS;
@@ -338,7 +411,7 @@ int vgfc_mem_register(void *ptr, size_t size)
     if (overlaps((uintptr_t)ptr, size)) {
         err = HOST_ALREADY_REGISTERED;
     } else {
-        vgfc_range r = {(uintptr_t)ptr, size, -1, VGFC_MEM_REGISTERED};
+        vgfc_range r = {(uintptr_t)ptr, size, -1, VGFC_MEM_REGISTERED, 0, 0, 0};
         insert(&r);
     }
     pthread_mutex_unlock(&lock);
@@ -433,10 +506,34 @@ long vg_fakecuda_live_allocations(int dev)
     return live;
 }
 
+/* Unified memory per device: `which` picks the figure. */
+static long long managed_stat(int dev, size_t *(*which)(int))
+{
+    if (!vgfc_valid_device(dev))
+        return -1;
+    pthread_mutex_lock(&lock);
+    size_t bytes = *which(dev);
+    pthread_mutex_unlock(&lock);
+    return (long long)bytes;
+}
+
+static size_t *managed_now(int dev) { return &stats[dev].managed; }
+static size_t *managed_peak(int dev) { return &stats[dev].managed_peak; }
+static size_t *resident_now(int dev) { return &stats[dev].resident; }
+static size_t *resident_peak(int dev) { return &stats[dev].resident_peak; }
+
+long long vg_fakecuda_managed_bytes(int dev) { return managed_stat(dev, managed_now); }
+long long vg_fakecuda_managed_peak_bytes(int dev) { return managed_stat(dev, managed_peak); }
+long long vg_fakecuda_prefetched_bytes(int dev) { return managed_stat(dev, resident_now); }
+long long vg_fakecuda_prefetched_peak_bytes(int dev) { return managed_stat(dev, resident_peak); }
+
 void vgfc_mem_reset_peaks(void)
 {
     pthread_mutex_lock(&lock);
-    for (int d = 0; d < VGFC_MAX_DEVICES; d++)
+    for (int d = 0; d < VGFC_MAX_DEVICES; d++) {
         stats[d].peak = stats[d].used;
+        stats[d].managed_peak = stats[d].managed;
+        stats[d].resident_peak = stats[d].resident;
+    }
     pthread_mutex_unlock(&lock);
 }

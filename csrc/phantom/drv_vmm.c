@@ -336,7 +336,7 @@ static long mappings_covering(uintptr_t base, size_t size, size_t *count)
 static void set_accessible(struct span *m, int accessible)
 {
     if (accessible && !m->accessible) {
-        vgfc_range r = {m->base, m->size, m->phys->prop.location.id, VGFC_MEM_MAPPED};
+        vgfc_range r = {m->base, m->size, m->phys->prop.location.id, VGFC_MEM_MAPPED, 0, 0, 0};
         vgfc_mem_add_range(&r);
     } else if (!accessible && m->accessible) {
         vgfc_mem_remove_range(m->base);

@@ -23,7 +23,17 @@ int vg_fakecuda_set_capacity(int device, long long bytes); /* 0, or -1 */
 long long vg_fakecuda_bytes_in_use(int device); /* device memory held now */
 long long vg_fakecuda_peak_bytes(int device);   /* since start or reset */
 long vg_fakecuda_live_allocations(int device);  /* cudaMalloc'd, cuMemAlloc'd, cuMemCreate'd */
-long vg_fakecuda_d2h_reads(void);          /* device-to-host copies on a phantom, whose bytes read as zeros */
+long vg_fakecuda_d2h_reads(void);
+/* Unified memory (cudaMallocManaged), counted on the device current when it
+ * was allocated, now and at its peak; and the managed bytes whose last
+ * cudaMemPrefetchAsync sent them to this device (by the prefetch's size;
+ * a prefetch to the host takes them off). Neither is in bytes_in_use:
+ * a real driver pages managed memory out instead of failing for room.
+ * -1 for a bad ordinal. */
+long long vg_fakecuda_managed_bytes(int device);
+long long vg_fakecuda_managed_peak_bytes(int device);
+long long vg_fakecuda_prefetched_bytes(int device);
+long long vg_fakecuda_prefetched_peak_bytes(int device);          /* device-to-host copies on a phantom, whose bytes read as zeros */
 
 /* Whether the devices report CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
  * (1, the default; VG_FAKECUDA_NO_VMM=1 starts with 0). */

@@ -120,6 +120,133 @@ cudaError_t cudaHostUnregister(void *ptr)
     return cudaSuccess;
 }
 
+/* ---- unified memory ---------------------------------------------------
+ * Host memory that programs read and write (bitsandbytes' paged optimizers
+ * wrap it as a CPU tensor), counted per device apart from device memory
+ * (core_memory.c). The devices answer as a Linux data-centre card does:
+ * managed memory and concurrent managed access supported (core_attrs.c),
+ * so prefetches and advice are taken; a prefetch is recorded, and moves
+ * nothing. */
+
+cudaError_t cudaMallocManaged(void **ptr, size_t size, unsigned int flags)
+{
+    RT_ENTER(cudaMallocManaged);
+    if (!ptr || size == 0 || (flags != cudaMemAttachGlobal && flags != cudaMemAttachHost))
+        return rt_error(cudaErrorInvalidValue);
+    int dev = rt_current_device();
+    if (dev < 0)
+        return rt_error(cudaErrorNoDevice);
+    return rt_error(vgfc_managed_alloc(dev, size, ptr));
+}
+
+/* A destination: a device ordinal, or cudaCpuDeviceId for the host (-1 to
+ * the core). cudaErrorInvalidDevice for neither. */
+static cudaError_t managed_target(int device, int *dev)
+{
+    if (device == cudaCpuDeviceId) {
+        *dev = -1;
+        return cudaSuccess;
+    }
+    if (!vgfc_valid_device(device))
+        return cudaErrorInvalidDevice;
+    *dev = device;
+    return cudaSuccess;
+}
+
+/* The same from a location (CUDA 12.2's _v2 calls, CUDA 13's). */
+static cudaError_t location_target(struct cudaMemLocation location, int *dev)
+{
+    switch (location.type) {
+    case cudaMemLocationTypeDevice:
+        return location.id == cudaCpuDeviceId ? cudaErrorInvalidDevice : managed_target(location.id, dev);
+    case cudaMemLocationTypeHost:
+    case cudaMemLocationTypeHostNuma:
+    case cudaMemLocationTypeHostNumaCurrent:
+        *dev = -1;
+        return cudaSuccess;
+    default:
+        return cudaErrorInvalidValue;
+    }
+}
+
+static cudaError_t prefetch(const void *ptr, size_t count, cudaError_t target_err, int dev, unsigned flags,
+                            cudaStream_t stream)
+{
+    if (rt_stream_device(stream) < 0)
+        return rt_error(cudaErrorInvalidResourceHandle);
+    if (target_err)
+        return rt_error(target_err);
+    if (flags != 0 || !ptr || count == 0)
+        return rt_error(cudaErrorInvalidValue);
+    return rt_error(vgfc_managed_prefetch(ptr, count, dev));
+}
+
+static cudaError_t advise(const void *ptr, size_t count, enum cudaMemoryAdvise advice, cudaError_t target_err)
+{
+    if (advice < cudaMemAdviseSetReadMostly || advice > cudaMemAdviseUnsetAccessedBy)
+        return rt_error(cudaErrorInvalidValue);
+    /* Read-mostly advice names no location; the others need one. */
+    int needs_location = advice != cudaMemAdviseSetReadMostly && advice != cudaMemAdviseUnsetReadMostly;
+    if (needs_location && target_err)
+        return rt_error(target_err);
+    if (!ptr || count == 0 || !vgfc_managed_contains(ptr, count))
+        return rt_error(cudaErrorInvalidValue);
+    return cudaSuccess;
+}
+
+#if CUDART_VERSION >= 13000
+cudaError_t cudaMemPrefetchAsync(const void *ptr, size_t count, struct cudaMemLocation location,
+                                 unsigned int flags, cudaStream_t stream)
+{
+    RT_ENTER(cudaMemPrefetchAsync);
+    int dev = -1;
+    cudaError_t target_err = location_target(location, &dev);
+    return prefetch(ptr, count, target_err, dev, flags, stream);
+}
+
+cudaError_t cudaMemAdvise(const void *ptr, size_t count, enum cudaMemoryAdvise advice,
+                          struct cudaMemLocation location)
+{
+    RT_ENTER(cudaMemAdvise);
+    int dev;
+    return advise(ptr, count, advice, location_target(location, &dev));
+}
+#else
+cudaError_t cudaMemPrefetchAsync(const void *ptr, size_t count, int device, cudaStream_t stream)
+{
+    RT_ENTER(cudaMemPrefetchAsync);
+    int dev = -1;
+    cudaError_t target_err = managed_target(device, &dev);
+    return prefetch(ptr, count, target_err, dev, 0, stream);
+}
+
+cudaError_t cudaMemAdvise(const void *ptr, size_t count, enum cudaMemoryAdvise advice, int device)
+{
+    RT_ENTER(cudaMemAdvise);
+    int dev;
+    return advise(ptr, count, advice, managed_target(device, &dev));
+}
+
+#if CUDART_VERSION >= 12020
+cudaError_t cudaMemPrefetchAsync_v2(const void *ptr, size_t count, struct cudaMemLocation location,
+                                    unsigned int flags, cudaStream_t stream)
+{
+    RT_ENTER(cudaMemPrefetchAsync_v2);
+    int dev = -1;
+    cudaError_t target_err = location_target(location, &dev);
+    return prefetch(ptr, count, target_err, dev, flags, stream);
+}
+
+cudaError_t cudaMemAdvise_v2(const void *ptr, size_t count, enum cudaMemoryAdvise advice,
+                             struct cudaMemLocation location)
+{
+    RT_ENTER(cudaMemAdvise_v2);
+    int dev;
+    return advise(ptr, count, advice, location_target(location, &dev));
+}
+#endif
+#endif
+
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
 {
     RT_ENTER(cudaMemGetInfo);
@@ -144,6 +271,11 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attrs, const 
     if (!vgfc_mem_find(ptr, &r)) {
         attrs->type = cudaMemoryTypeUnregistered;
         attrs->device = -2; /* what the real runtime reports for plain host memory */
+    } else if (r.kind == VGFC_MEM_MANAGED) {
+        attrs->type = cudaMemoryTypeManaged;
+        attrs->device = r.home;
+        attrs->devicePointer = (void *)ptr;
+        attrs->hostPointer = (void *)ptr;
     } else if (r.device >= 0) {
         attrs->type = cudaMemoryTypeDevice;
         attrs->device = r.device;
@@ -165,6 +297,12 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attrs, const 
 static int check_end(const void *ptr, size_t size, int *on_device, int inferred)
 {
     vgfc_range r;
+    /* Managed memory serves as either end, and is host memory to a copy:
+     * its bytes are real on a phantom too. */
+    if (size && vgfc_managed_contains(ptr, size)) {
+        *on_device = 0;
+        return VGFC_SUCCESS;
+    }
     if (inferred)
         *on_device = vgfc_mem_find(ptr, &r) && r.device >= 0;
     return *on_device ? vgfc_mem_check_device(ptr, size, -1) : VGFC_SUCCESS;
@@ -290,11 +428,16 @@ cudaError_t cudaMemcpyPeerAsync(void *dst, int dst_dev, const void *src, int src
 
 static cudaError_t set(void *dst, int value, size_t n, cudaStream_t stream)
 {
-    if (n && vgfc_mem_check_device(dst, n, -1) != VGFC_SUCCESS)
+    int managed = n && vgfc_managed_contains(dst, n);
+    if (n && !managed && vgfc_mem_check_device(dst, n, -1) != VGFC_SUCCESS)
         return rt_error(cudaErrorInvalidValue);
     cudaError_t err;
-    if (!captured(stream, cudaGraphNodeTypeMemset, &err))
-        vgfc_fill(dst, value, n);
+    if (!captured(stream, cudaGraphNodeTypeMemset, &err)) {
+        if (managed)
+            memset(dst, value, n); /* host memory, real on a phantom too */
+        else
+            vgfc_fill(dst, value, n);
+    }
     return err;
 }
 

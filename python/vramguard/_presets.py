@@ -61,7 +61,10 @@ class GpuPreset:
 # names other readings where they differ by more.
 PRESETS = {p.name: p for p in (
     GpuPreset("T4", 15_828_320_256,
-              "Colab's Tesla T4 (ECC on): torch.cuda.get_device_properties(0).total_memory",
+              "Colab's Tesla T4 (ECC on): torch.cuda.get_device_properties(0).total_memory; PyTorch's "
+              "out-of-memory messages on Colab read 14.74 GiB (zai-org/CogVideo#741, 2025) and 14.75 GiB "
+              "(googlecolab/colabtools#3439, 2023): a few MiB with the driver; a T4 with ECC off reads "
+              "15.75 GiB (tensorflow/tensorrt#169)",
               "Tesla T4", (7, 5), 40),
     GpuPreset("L4", 23_583_784_960,
               "deviceQuery on an NVIDIA L4, driver 12.2 (bottlerocket-os/bottlerocket-kernel-kit#139)",
@@ -91,6 +94,15 @@ PRESETS = {p.name: p for p in (
               "deviceQuery on an NVIDIA GeForce RTX 4090, driver 12.4, Linux (24,210 MiB; "
               "thamada/nvidia-smi gls/RTX4090_deviceQuery.py)",
               "NVIDIA GeForce RTX 4090", (8, 9), 128),
+    GpuPreset("RTX-3060", 12_587_106_304,
+              "deviceQuery on an NVIDIA GeForce RTX 3060 (12 GB), driver 12.4, Ubuntu 24.04 (12,004 MiB; "
+              "yeswearecoding/yeswearecoding-src.github.io content/en/posts/20241216_benchmarking-llama_cpp.md; "
+              "drivers 12.1 and 12.2 read 12,042 and 12,044 MiB, Windows 12,288)",
+              "NVIDIA GeForce RTX 3060", (8, 6), 28),
+    GpuPreset("RTX-4060-Ti-16GB", 16_857_038_848,
+              "deviceQuery on an NVIDIA GeForce RTX 4060 Ti (16 GB), driver 12.4 (16,076 MiB; "
+              "thamada/nvidia-smi package/RTX4060Ti_deviceQuery.py)",
+              "NVIDIA GeForce RTX 4060 Ti", (8, 9), 34),
     GpuPreset("L40S", 47_576_711_168,
               "deviceQuery on an NVIDIA L40S, driver 12.4 (45,373 MiB; alvarobartt/cuda-device-query "
               "README.md; thamada/nvidia-smi nvsim/L40S_deviceQuery.py reads 45,589 MiB)",

@@ -822,11 +822,12 @@ static void test_graph_nodes_and_attributes(void)
 static void test_unsupported(void)
 {
     vg_fakecuda_reset();
-    void *managed = NULL;
-    CHECK_EQ(cudaMallocManaged(&managed, 64, cudaMemAttachGlobal), cudaErrorNotSupported);
+    void *pitched = NULL;
+    size_t pitch = 0;
+    CHECK_EQ(cudaMallocPitch(&pitched, &pitch, 64, 2), cudaErrorNotSupported);
     CHECK_EQ(cudaGetLastError(), cudaErrorNotSupported);
     CHECK_EQ(vg_fakecuda_unsupported_calls(), 1);
-    CHECK(strcmp(vg_fakecuda_last_unsupported(), "cudaMallocManaged") == 0);
+    CHECK(strcmp(vg_fakecuda_last_unsupported(), "cudaMallocPitch") == 0);
     CHECK(strcmp(cudaGetErrorName(cudaErrorNotSupported), "cudaErrorNotSupported") == 0);
     CHECK(strcmp(cudaGetErrorString(cudaErrorMemoryAllocation), "out of memory") == 0);
     CHECK(strcmp(cudaGetErrorString(cudaErrorInvalidKernelImage), "cudaErrorInvalidKernelImage") == 0);
@@ -1090,8 +1091,9 @@ static int phantom_stub_child(void)
     if (fd < 0 || !freopen(path, "w", stderr))
         return 1;
     void *p = NULL;
+    size_t pitch = 0;
     for (int i = 0; i < 3; i++)
-        if (cudaMallocManaged(&p, 64, cudaMemAttachGlobal) != cudaErrorNotSupported)
+        if (cudaMallocPitch(&p, &pitch, 64, 2) != cudaErrorNotSupported)
             return 2;
     fflush(stderr);
     FILE *f = fopen(path, "r");
@@ -1099,7 +1101,7 @@ static int phantom_stub_child(void)
     int lines = 0, named = 0;
     while (f && fgets(line, sizeof line, f)) {
         lines++;
-        named += strstr(line, "cudaMallocManaged is not modelled") != NULL;
+        named += strstr(line, "cudaMallocPitch is not modelled") != NULL;
     }
     if (f)
         fclose(f);
@@ -1116,6 +1118,213 @@ static void test_phantom(void)
     /* AddressSanitizer would report the fault and exit 1: let it through. */
     CHECK_EQ(rerun("ASAN_OPTIONS=handle_segv=0 VG_FAKECUDA_PHANTOM=1 VG_FAKECUDA_MEM=1GiB "
                    "VG_FAKECUDA_CONTEXT=100MiB", "--phantom-touch 2>/dev/null"), 128 + SIGSEGV);
+}
+
+/* ---- unified memory (core_memory.c, rt_memory.c) ----------------------- */
+
+/* A prefetch of [ptr, ptr+n) to `device` (cudaCpuDeviceId: the host), in
+ * the signature of the CUDA the test is built for. */
+static cudaError_t prefetch_to(const void *ptr, size_t n, int device)
+{
+#if CUDART_VERSION >= 13000
+    struct cudaMemLocation loc = {device == cudaCpuDeviceId ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice,
+                                  device == cudaCpuDeviceId ? 0 : device};
+    return cudaMemPrefetchAsync(ptr, n, loc, 0, 0);
+#else
+    return cudaMemPrefetchAsync(ptr, n, device, 0);
+#endif
+}
+
+static cudaError_t advise_to(const void *ptr, size_t n, enum cudaMemoryAdvise advice, int device)
+{
+#if CUDART_VERSION >= 13000
+    struct cudaMemLocation loc = {device == cudaCpuDeviceId ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice,
+                                  device == cudaCpuDeviceId ? 0 : device};
+    return cudaMemAdvise(ptr, n, advice, loc);
+#else
+    return cudaMemAdvise(ptr, n, advice, device);
+#endif
+}
+
+/* Allocation (both attach flags), host reads and writes, copies and sets,
+ * attributes, and that device memory is untouched by it. */
+static void test_managed_alloc(void)
+{
+    CHECK_EQ(cudaSetDevice(0), cudaSuccess);
+    int attr = -1;
+    CHECK_EQ(cudaDeviceGetAttribute(&attr, cudaDevAttrConcurrentManagedAccess, 0), cudaSuccess);
+    CHECK_EQ(attr, 1);
+    CHECK_EQ(cudaDeviceGetAttribute(&attr, cudaDevAttrManagedMemory, 1), cudaSuccess);
+    CHECK_EQ(attr, 1);
+    long long used0 = vg_fakecuda_bytes_in_use(0), managed0 = vg_fakecuda_managed_bytes(0);
+    uint32_t *host_attached = NULL, *global = NULL;
+    CHECK_EQ(cudaMallocManaged((void **)&host_attached, 3 * MiB, cudaMemAttachHost), cudaSuccess);
+    CHECK_EQ(cudaMallocManaged((void **)&global, 4096, cudaMemAttachGlobal), cudaSuccess);
+    CHECK(host_attached != NULL && global != NULL);
+    CHECK_EQ(vg_fakecuda_managed_bytes(0), managed0 + 3 * MiB + 4096);
+    CHECK_EQ(vg_fakecuda_managed_bytes(1), 0);
+    CHECK_EQ(vg_fakecuda_bytes_in_use(0), used0); /* paged by the driver, not held */
+    host_attached[0] = 7;
+    host_attached[3 * MiB / 4 - 1] = 9;
+    CHECK_EQ(host_attached[0] + host_attached[3 * MiB / 4 - 1], 16);
+    struct cudaPointerAttributes attrs;
+    CHECK_EQ(cudaPointerGetAttributes(&attrs, host_attached + 5), cudaSuccess);
+    CHECK_EQ(attrs.type, cudaMemoryTypeManaged);
+    CHECK_EQ(attrs.device, 0);
+    CHECK(attrs.hostPointer == host_attached + 5 && attrs.devicePointer == host_attached + 5);
+    /* Copies of any kind and sets reach it, and are real. */
+    uint32_t word = 0xabcd, back = 0;
+    CHECK_EQ(cudaMemcpy(global + 1, &word, sizeof word, cudaMemcpyHostToDevice), cudaSuccess);
+    CHECK_EQ(global[1], 0xabcd);
+    CHECK_EQ(cudaMemcpy(&back, global + 1, sizeof back, cudaMemcpyDeviceToHost), cudaSuccess);
+    CHECK_EQ(back, 0xabcd);
+    CHECK_EQ(cudaMemset(global, 0x11, 4), cudaSuccess);
+    CHECK_EQ(global[0], 0x11111111u);
+    /* Not a byte past its end. */
+    CHECK_EQ(cudaMemset(global, 0, 4097), cudaErrorInvalidValue);
+    CHECK_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+    CHECK_EQ(cudaMemcpy(global + 1, &word, 4096, cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+    CHECK_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+    /* On device 1: counted there. */
+    void *on_one = NULL;
+    CHECK_EQ(cudaSetDevice(1), cudaSuccess);
+    CHECK_EQ(cudaMallocManaged(&on_one, 8192, cudaMemAttachGlobal), cudaSuccess);
+    CHECK_EQ(vg_fakecuda_managed_bytes(1), 8192);
+    CHECK_EQ(cudaPointerGetAttributes(&attrs, on_one), cudaSuccess);
+    CHECK_EQ(attrs.device, 1);
+    CHECK_EQ(cudaSetDevice(0), cudaSuccess);
+    /* cudaFree frees it; cudaFreeHost does not, nor a pointer inside. */
+    CHECK_EQ(cudaFreeHost(global), cudaErrorInvalidValue);
+    CHECK_EQ(cudaFree(host_attached + 1), cudaErrorInvalidValue);
+    cudaGetLastError();
+    CHECK_EQ(cudaFree(host_attached), cudaSuccess);
+    CHECK_EQ(cudaFree(global), cudaSuccess);
+    CHECK_EQ(cudaFree(on_one), cudaSuccess);
+    CHECK_EQ(vg_fakecuda_managed_bytes(0), managed0);
+    CHECK_EQ(vg_fakecuda_managed_bytes(1), 0);
+    CHECK_EQ(vg_fakecuda_managed_peak_bytes(0), managed0 + 3 * MiB + 4096);
+    CHECK_EQ(vg_fakecuda_managed_peak_bytes(1), 8192);
+    CHECK_EQ(cudaFree(global), cudaErrorInvalidValue); /* twice */
+    cudaGetLastError();
+}
+
+static void test_managed_bad_arguments(void)
+{
+    void *p = (void *)1;
+    CHECK_EQ(cudaMallocManaged(&p, 0, cudaMemAttachGlobal), cudaErrorInvalidValue);
+    CHECK_EQ(cudaMallocManaged(NULL, 64, cudaMemAttachGlobal), cudaErrorInvalidValue);
+    CHECK_EQ(cudaMallocManaged(&p, 64, cudaMemAttachSingle), cudaErrorInvalidValue); /* not at allocation */
+    CHECK_EQ(cudaMallocManaged(&p, 64, 0), cudaErrorInvalidValue);
+    CHECK_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+    CHECK_EQ(vg_fakecuda_managed_bytes(0), 0);
+    CHECK_EQ(vg_fakecuda_managed_bytes(2), -1);
+    CHECK_EQ(vg_fakecuda_managed_peak_bytes(-1), -1);
+    CHECK_EQ(vg_fakecuda_prefetched_bytes(2), -1);
+    CHECK_EQ(vg_fakecuda_prefetched_peak_bytes(16), -1);
+    /* Prefetch and advice take managed memory only. */
+    void *dev = NULL, *managed = NULL;
+    char host[64];
+    CHECK_EQ(cudaMalloc(&dev, 4096), cudaSuccess);
+    CHECK_EQ(cudaMallocManaged(&managed, 4096, cudaMemAttachGlobal), cudaSuccess);
+    CHECK_EQ(prefetch_to(dev, 4096, 0), cudaErrorInvalidValue);
+    CHECK_EQ(prefetch_to(host, sizeof host, 0), cudaErrorInvalidValue);
+    CHECK_EQ(prefetch_to(NULL, 64, 0), cudaErrorInvalidValue);
+    CHECK_EQ(prefetch_to(managed, 0, 0), cudaErrorInvalidValue);
+    CHECK_EQ(prefetch_to(managed, 4097, 0), cudaErrorInvalidValue);
+    CHECK_EQ(prefetch_to((char *)managed + 1, 4096, 0), cudaErrorInvalidValue);
+    CHECK_EQ(prefetch_to(managed, 4096, 2), cudaErrorInvalidDevice);
+    CHECK_EQ(prefetch_to(managed, 4096, -7), cudaErrorInvalidDevice);
+    CHECK_EQ(cudaGetLastError(), cudaErrorInvalidDevice);
+#if CUDART_VERSION >= 13000
+    struct cudaMemLocation loc = {cudaMemLocationTypeDevice, 0};
+    CHECK_EQ(cudaMemPrefetchAsync(managed, 4096, loc, 1, 0), cudaErrorInvalidValue); /* flags are 0 */
+    CHECK_EQ(cudaMemPrefetchAsync(managed, 4096, loc, 0, (cudaStream_t)&loc), cudaErrorInvalidResourceHandle);
+    loc.type = cudaMemLocationTypeInvalid;
+    CHECK_EQ(cudaMemPrefetchAsync(managed, 4096, loc, 0, 0), cudaErrorInvalidValue);
+#else
+    CHECK_EQ(cudaMemPrefetchAsync(managed, 4096, 0, (cudaStream_t)host), cudaErrorInvalidResourceHandle);
+#endif
+    CHECK_EQ(vg_fakecuda_prefetched_bytes(0), 0);
+    CHECK_EQ(advise_to(managed, 4096, cudaMemAdviseSetPreferredLocation, 0), cudaSuccess);
+    CHECK_EQ(advise_to(managed, 4096, cudaMemAdviseSetAccessedBy, cudaCpuDeviceId), cudaSuccess);
+    CHECK_EQ(advise_to(managed, 4096, cudaMemAdviseSetReadMostly, 5), cudaSuccess); /* no location read */
+    CHECK_EQ(advise_to(managed, 4096, cudaMemAdviseSetPreferredLocation, 2), cudaErrorInvalidDevice);
+    CHECK_EQ(advise_to(managed, 4096, (enum cudaMemoryAdvise)0, 0), cudaErrorInvalidValue);
+    CHECK_EQ(advise_to(managed, 4096, (enum cudaMemoryAdvise)7, 0), cudaErrorInvalidValue);
+    CHECK_EQ(advise_to(dev, 4096, cudaMemAdviseSetPreferredLocation, 0), cudaErrorInvalidValue);
+    CHECK_EQ(advise_to(managed, 8192, cudaMemAdviseSetPreferredLocation, 0), cudaErrorInvalidValue);
+    cudaGetLastError();
+    CHECK_EQ(cudaFree(dev), cudaSuccess);
+    CHECK_EQ(cudaFree(managed), cudaSuccess);
+}
+
+/* The managed bytes each device holds by its last prefetch: a prefetch
+ * moves an allocation, to another device or back to the host. */
+static void test_managed_prefetch(void)
+{
+    CHECK_EQ(cudaSetDevice(0), cudaSuccess);
+    vg_fakecuda_reset();
+    char *a = NULL, *b = NULL;
+    CHECK_EQ(cudaMallocManaged((void **)&a, 2 * MiB, cudaMemAttachHost), cudaSuccess);
+    CHECK_EQ(cudaMallocManaged((void **)&b, MiB, cudaMemAttachGlobal), cudaSuccess);
+    long long used = vg_fakecuda_bytes_in_use(0);
+    CHECK_EQ(prefetch_to(a, 2 * MiB, 0), cudaSuccess);
+    CHECK_EQ(prefetch_to(b + 4096, 8192, 0), cudaSuccess); /* a part */
+    CHECK_EQ(vg_fakecuda_prefetched_bytes(0), 2 * MiB + 8192);
+    CHECK_EQ(prefetch_to(b, MiB, 0), cudaSuccess); /* again, whole: counted once */
+    CHECK_EQ(vg_fakecuda_prefetched_bytes(0), 3 * MiB);
+    CHECK_EQ(vg_fakecuda_bytes_in_use(0), used);
+    CHECK_EQ(prefetch_to(a, 2 * MiB, 1), cudaSuccess);
+    CHECK_EQ(vg_fakecuda_prefetched_bytes(0), MiB);
+    CHECK_EQ(vg_fakecuda_prefetched_bytes(1), 2 * MiB);
+    CHECK_EQ(prefetch_to(b, MiB, cudaCpuDeviceId), cudaSuccess);
+    CHECK_EQ(vg_fakecuda_prefetched_bytes(0), 0);
+    CHECK_EQ(vg_fakecuda_prefetched_peak_bytes(0), 3 * MiB);
+    CHECK_EQ(vg_fakecuda_prefetched_peak_bytes(1), 2 * MiB);
+#if CUDART_VERSION < 13000 && CUDART_VERSION >= 12020
+    struct cudaMemLocation loc = {cudaMemLocationTypeDevice, 0};
+    CHECK_EQ(cudaMemPrefetchAsync_v2(b, MiB, loc, 0, 0), cudaSuccess);
+    CHECK_EQ(vg_fakecuda_prefetched_bytes(0), MiB);
+    loc.type = cudaMemLocationTypeHost;
+    CHECK_EQ(cudaMemAdvise_v2(b, MiB, cudaMemAdviseSetPreferredLocation, loc), cudaSuccess);
+    CHECK_EQ(cudaMemPrefetchAsync_v2(b, MiB, loc, 0, 0), cudaSuccess);
+    CHECK_EQ(vg_fakecuda_prefetched_bytes(0), 0);
+#endif
+    CHECK_EQ(vg_fakecuda_calls("cudaMemPrefetchAsync"), 5);
+    /* Freeing takes its resident bytes off. */
+    CHECK_EQ(cudaFree(a), cudaSuccess);
+    CHECK_EQ(vg_fakecuda_prefetched_bytes(1), 0);
+    CHECK_EQ(cudaFree(b), cudaSuccess);
+    vg_fakecuda_reset();
+    CHECK_EQ(vg_fakecuda_prefetched_peak_bytes(0), 0);
+    CHECK_EQ(vg_fakecuda_managed_peak_bytes(0), 0);
+}
+
+/* On a phantom, where device memory has no pages, managed memory is real:
+ * written and read back by the host, by copies, by sets. Exits 0 when so. */
+static int managed_phantom_child(void)
+{
+    uint64_t *p = NULL, in = 0x5eed, out = 0;
+    if (cudaMallocManaged((void **)&p, 64 * MiB, cudaMemAttachHost) || !p)
+        return 1;
+    p[0] = 1;
+    p[8 * MiB - 1] = 2;
+    if (p[0] + p[8 * MiB - 1] != 3)
+        return 2;
+    if (cudaMemcpy(p + 1, &in, sizeof in, cudaMemcpyHostToDevice) || p[1] != in ||
+        cudaMemcpy(&out, p + 1, sizeof out, cudaMemcpyDeviceToHost) || out != in)
+        return 3;
+    if (cudaMemset(p, 0, 8) || p[0] != 0 || prefetch_to(p, 64 * MiB, 0))
+        return 4;
+    if (vg_fakecuda_managed_bytes(0) != 64 * MiB || vg_fakecuda_prefetched_bytes(0) != 64 * MiB ||
+        vg_fakecuda_d2h_reads() != 0)
+        return 5;
+    return cudaFree(p) ? 6 : 0;
+}
+
+static void test_managed_phantom(void)
+{
+    CHECK_EQ(rerun("VG_FAKECUDA_PHANTOM=1 VG_FAKECUDA_MEM=1GiB", "--managed-phantom-child 2>/dev/null"), 0);
 }
 
 /* ---- device addresses (core_memory.c) --------------------------------- */
@@ -1269,6 +1478,8 @@ int main(int argc, char **argv)
         return env_child();
     if (argc > 1 && strcmp(argv[1], "--addresses-child") == 0)
         return addresses_child();
+    if (argc > 1 && strcmp(argv[1], "--managed-phantom-child") == 0)
+        return managed_phantom_child();
     if (argc > 1 && strcmp(argv[1], "--phantom-stub") == 0)
         return phantom_stub_child();
     if (argc > 1 && strncmp(argv[1], "--phantom-", 10) == 0)
@@ -1297,6 +1508,10 @@ int main(int argc, char **argv)
         {"env_knobs", test_env_knobs},
         {"phantom", test_phantom},
         {"addresses_upward", test_addresses_upward},
+        {"managed_alloc", test_managed_alloc},
+        {"managed_bad_arguments", test_managed_bad_arguments},
+        {"managed_prefetch", test_managed_prefetch},
+        {"managed_phantom", test_managed_phantom},
     };
     return harness_run(tests, sizeof tests / sizeof tests[0], argc > 1 ? argv[1] : NULL);
 }

@@ -547,6 +547,10 @@ class Run:
             "steps": self.steps,
             "stopped_at_steps": self.stopped_at_steps,
             "d2h_reads": self.counter("vg_fakecuda_d2h_reads", ctypes.c_long),
+            # unified memory (bitsandbytes' paged optimizers): outside PyTorch's allocator
+            "managed_bytes": self.counter("vg_fakecuda_managed_peak_bytes", ctypes.c_longlong, self.opts.rank or 0),
+            "managed_prefetched_bytes": self.counter("vg_fakecuda_prefetched_peak_bytes", ctypes.c_longlong,
+                                                     self.opts.rank or 0),
             "ddp_adjusted": self.ddp_adjusted,
             "device_peak_bytes": device_peak,
             "context_bytes": _context_bytes(),

@@ -29,6 +29,7 @@ import time
 
 from .._core import format_size
 from .._presets import PRESETS, find_preset, preset_names
+from . import managed
 from .fake_world import WORLD_ENV, check_world, world_env, world_notes
 from .weightless import NO_WEIGHTS_ENV, weightless_notes
 
@@ -654,6 +655,12 @@ def _notes(result):
     return notes
 
 
+def _managed_lines(result):
+    runs = list(DryRunResult(result).runs.values())
+    lines = [managed.verdict(result, runs, _device(result)), managed.note(result, runs)]
+    return [line for line in lines if line]
+
+
 def format_report(result):
     """The text report: one row per allocator, the verdict, the notes."""
     headers, rows = _columns(result)
@@ -668,6 +675,7 @@ def format_report(result):
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
     lines += _verdict(result)
+    lines += _managed_lines(result)
     lines += _notes(result)
     rss = result.get("host_peak_rss_bytes")
     if rss:
@@ -686,7 +694,7 @@ def report_html(result):
     headers, rows = _columns(result)
     fits = result.get("fits")
     caption = (f"{result.get('script')} on a phantom {result['gpu']} ({format_size(result['device_bytes'])})")
-    lines = _verdict(result) + _notes(result)
+    lines = _verdict(result) + _managed_lines(result) + _notes(result)
     body = "".join(f"<div>{escape(line)}</div>" for line in lines)
     where = (f"<div style='font-size:11px;color:#555'>snapshots and logs: {escape(result['out_dir'])}</div>"
              if result.get("out_dir") else "")
@@ -996,6 +1004,7 @@ def _dryrun(runner, script, args, preset, device, context, allocators, min_memor
     result["host_peak_rss_bytes"] = max(rss) if rss else None
     reads = [r.get("d2h_reads") for r in runs if r.get("d2h_reads") is not None]
     result["d2h_reads"] = max(reads) if reads else None
+    managed.summarize(result, runs)
     result["elapsed_s"] = round(time.monotonic() - started, 3)
     deciding = [result["vramguard"]] if "vramguard" in result else list(runs)
     result["fits"] = (True if all(r.get("fits") for r in deciding)

@@ -1,0 +1,70 @@
+"""Unified memory in a dry run: a script that takes cudaMallocManaged memory
+(as bitsandbytes' paged optimizers do) runs on the phantom, writes and reads
+it, and the report says how much there was, apart from PyTorch's peaks, and
+what a card does when it and PyTorch's memory exceed the device."""
+import pytest
+
+from test_dryrun import MiB, dryrun, report, write
+
+pytestmark = pytest.mark.torch
+
+SCRIPT = """
+    import ctypes, sys, torch
+    x = torch.empty(40 << 20, dtype=torch.uint8, device="cuda")
+    mib = int(sys.argv[1])
+    if mib:
+        ptr = ctypes.c_void_p()
+        assert ctypes.CDLL(None).cudaMallocManaged(ctypes.byref(ptr), ctypes.c_size_t(mib << 20), 2) == 0
+        ctypes.memset(ptr, 1, mib << 20)   # host memory, on a phantom too
+        assert ctypes.string_at(ptr.value + (mib << 20) - 1, 1) == b"\\x01"
+"""
+NOTE = ("Unified memory (cudaMallocManaged): {}, outside PyTorch's allocator (in no peak above); a card keeps it "
+        "on the device while there is room and pages it out under pressure.")
+PAGING = ("With native, peak reserved plus the 16.00 MiB of unified memory exceeds the 48.00 MiB a T4 of "
+          "448.00 MiB leaves after its CUDA context: expect slower steps as the driver pages the unified memory "
+          "out to host memory and back, not an out-of-memory error.")
+
+
+@pytest.mark.parametrize("mib", [0, 3, 16])
+def test_unified_memory_is_reported_apart_from_the_peaks(tmp_path, mib):
+    write(tmp_path, "managed.py", SCRIPT)
+    # 448 MiB less the 400 MiB context: 48 MiB, which 40 + 3 fits and 40 + 16 does not
+    result, _ = dryrun(tmp_path, "--allocator", "native", "--no-snapshot", "--memory", "448MiB",
+                       "managed.py", str(mib), expect=0)
+    run = result["native"]
+    assert run["fits"] is True and run["peak_reserved_bytes"] == 40 * MiB
+    assert run["managed_bytes"] == result["managed_bytes"] == mib * MiB
+    assert run["managed_prefetched_bytes"] == result["managed_prefetched_bytes"] == 0
+    lines = report(result).splitlines()
+    notes = [line for line in lines if "unified memory" in line.lower() or "cudaMallocManaged" in line]
+    if mib == 0:
+        assert notes == []
+    elif mib == 3:
+        assert notes == [NOTE.format("3.00 MiB")]
+    else:
+        assert notes == [PAGING, NOTE.format("16.00 MiB")]
+        assert lines.index(PAGING) == lines.index("Fits on a T4 of 448.00 MiB with native.") + 1
+
+
+def test_paged_optimizer_state_is_the_unified_memory(tmp_path):
+    """bitsandbytes pages state1/state2 of parameters with at least 1e5
+    elements: one byte each for the 8-bit optimizer, 2 x 1024 x 512 bytes
+    for the weight here; the bias (512) and the absmax tensors stay in
+    PyTorch's allocator, the same under every allocator."""
+    write(tmp_path, "paged.py", """
+        import torch, bitsandbytes as bnb
+        model = torch.nn.Linear(1024, 512).cuda()
+        opt = bnb.optim.PagedAdamW8bit(model.parameters(), lr=1e-3)
+        for _ in range(2):
+            model(torch.randn(4, 1024, device="cuda")).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    """)
+    result, _ = dryrun(tmp_path, "--no-snapshot", "--jobs", "1", "paged.py", expect=0)
+    runs = [result[name] for name in ("native", "expandable", "vramguard")]
+    assert {r["managed_bytes"] for r in runs} == {2 * 1024 * 512} == {result["managed_bytes"]}
+    assert {r["managed_prefetched_bytes"] for r in runs} == {2 * 1024 * 512}  # prefetched each step
+    assert len({r["peak_allocated_bytes"] for r in runs}) == 1
+    assert ("Paged optimizer state: 1.00 MiB of unified memory, outside PyTorch's allocator (in no peak "
+            "above); a card keeps it on the device while there is room and pages it out under pressure."
+            ) in report(result).splitlines()
