@@ -20,6 +20,7 @@ from ..trace.record import record
 from ..trace.replay import UNLIMITED
 from .replay_report import format_replay_report, replay_report
 from ..render.summary import format_summary
+from ..render.words import a, count
 from ..trace.format import save_trace
 from .._units import format_size, parse_size
 
@@ -66,7 +67,7 @@ def _describe_device(capacity):
     preset = find_preset(capacity)
     nbytes = parse_size(capacity, "capacity")
     if preset:
-        return nbytes, f"{format_size(nbytes)} device (a {preset.name}'s usable memory)"
+        return nbytes, f"{format_size(nbytes)} device ({a(preset.name)}'s usable memory)"
     return nbytes, f"{format_size(nbytes)} device"
 
 
@@ -78,8 +79,8 @@ def run_demo(capacity="T4", steps=5, layers=12, hidden=768, batch=8, seq=512, se
     rec = _record_loop(heap, steps, layers, hidden, batch, seq, seed)
     stats = heap.stats()
     out(
-        f"Synthetic training loop: GPT-like, {layers} layers, hidden {hidden}, batch {batch}, "
-        f"sequence {seq}, {steps} steps, on a simulated {device}."
+        f"Synthetic training loop: GPT-like, {count(layers, 'layer')}, hidden {hidden}, batch {batch}, "
+        f"sequence {seq}, {count(steps, 'step')}, on a simulated {device}."
     )
     out(format_summary(stats))
     peak = stats["reserved_bytes.all.peak"]
