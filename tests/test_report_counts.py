@@ -181,6 +181,20 @@ def test_demo_at_counts_1_2(steps, capacity, device):
     assert_good_english(text)
     assert lines[0] == (f"Synthetic training loop: GPT-like, 12 layers, hidden 768, batch 8, sequence 512, "
                         f"{steps} step{'s' if steps > 1 else ''}, on {device}.")
+    name = f"synthetic-gpt-train-batch8-{steps}step{'s' if steps > 1 else ''}"
+    assert f"\nTrace {name}: " in text
+
+
+def test_the_demo_and_the_example_trace_have_different_true_names():
+    lines = []
+    run_demo(out=lines.append)
+    header = next(line for line in lines if line.startswith("Trace "))
+    assert header.startswith("Trace synthetic-gpt-train-batch8-5steps: 2,764 ops, ")
+    assert "Physical limit (peak live tensors): 5.71 GiB" in lines[-1]
+    example = vramguard.example_trace()
+    assert repr(example) == "<Trace 'synthetic-gpt-train-batch25-3steps': 1,892 ops, 1,238 allocations>"
+    assert format_size(example.peak_live()) == "13.92 GiB"
+    assert example.meta["recipe"].startswith("vramguard.report.demo.EXAMPLE: steps=3, ")
 
 
 # ---------------------------------------------------------------- regions and leaks
