@@ -145,7 +145,8 @@ def test_an_oom_no_step_can_fit_comes_at_once():
     assert s["num_ooms"] == 1 and s["num_oom_fast_fails"] == 1
     assert s["num_unmap_syncs"] == 0 and s["num_unmaps"] == 0 and s["num_alloc_retries"] == 0
     assert s["reserved_bytes.all.current"] == 8 * MiB
-    assert "OOMs 1, at once 1" in vramguard.format_summary(s)
+    assert "OOMs 1, at once 1" in vramguard.format_summary(s, verbose=True)
+    assert "| So far: 1 out-of-memory error " in vramguard.format_summary(s)
     h.free(a)
     h.check()
 
@@ -220,12 +221,12 @@ def test_stats_and_summary_in_the_arenas_terms():
     assert "Largest block that could be allocated now: 1018.00 MiB" in text
     assert "address space" not in text and "4.00 GiB" not in text
     assert "Mapped memory" in text and "Ranges" in text and "Non-releasable" not in text
-    assert "Memory: arena, 2.00 MiB pages; 1 ranges reserved, 0 released" in text
+    assert "Memory: arena, 2.00 MiB pages; 1 range reserved, 0 released" in text
     assert "maps 1 (3 pages), unmaps 0 (0 pages), syncs before unmapping 0" in text
-    assert s["num_unmap_skips"] == 0 and "unmap batches cut short 0" in text
+    assert s["num_unmap_skips"] == 0 and "unmap batches cut short 0" in vramguard.format_summary(s, verbose=True)
     (seg,) = h.segments()
     assert (seg["size"], seg["mapped"], seg["allocated"]) == (4 * GiB, 6 * MiB, 5 * MiB)
-    segments = vramguard.format_summary(Heap(GiB, policy="segments").stats())
+    segments = vramguard.format_summary(Heap(GiB, policy="segments").stats(), verbose=True)
     assert "Memory: segments" in segments and "Reserved memory" in segments
     budgeted = Heap(GiB, budget=512 * MiB, policy="segments")
     budgeted.free(budgeted.malloc(100 * MiB))  # a wholly free segment, released for a request

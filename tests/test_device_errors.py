@@ -46,7 +46,8 @@ def test_device_error_is_a_runtime_error_not_an_oom():
     s = heap.stats()
     assert (s["num_device_errors"], s["num_ooms"], s["num_alloc_retries"]) == (1, 0, 0)
     assert s["reserved_bytes.all.current"] == 30 * MiB  # nothing released for it
-    assert "device errors 1" in vramguard.format_summary(s)
+    assert "| So far: 1 device error " in vramguard.format_summary(s)
+    assert "device errors 1" in vramguard.format_summary(s, verbose=True)
     p = heap.malloc(40 * MiB)  # one-shot: served now
     heap.free(p)
     heap.check()

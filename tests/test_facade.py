@@ -55,7 +55,13 @@ def test_summary_shows_current_peak_totals_and_counters():
     mapped = next(line for line in lines if line.startswith("| Mapped memory"))
     assert mapped.split("|")[2:6] == [" 102.00 MiB ", " 102.00 MiB ", " 102.00 MiB ", "    0 bytes "]
     assert "from small pool" in text and "maps 2 (51 pages)" in text
-    assert "Cached free in pieces (1 - largest free block / cached free)" in text and "cache hits 0" in text
+    assert "Cached free in pieces (1 - largest free block / cached free)" in text
+    # the policy's counters are the verbose form's, one more section of the same width
+    assert "cache hits" not in text
+    verbose = format_summary(heap.stats(), verbose=True).splitlines()
+    assert verbose[:len(lines) - 1] == lines[:-1] and all(len(line) == len(lines[0]) for line in verbose)
+    assert verbose[len(lines) - 1:len(lines)] == ["|" + "-" * 79 + "|"]
+    assert verbose[len(lines)].startswith("| cache hits 0, cache misses 2, splits 2, merges 1, ")
     heap.free(b)
 
 

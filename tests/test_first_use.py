@@ -239,7 +239,7 @@ def test_first_oom_is_named_by_the_snapshots_event_index_with_what_was_live(tmp_
     assert oom.by_line == ((3 * MiB, 1, "train.py:11 step"), (3 * MiB, 1, "train.py:10 step"))
     text = format_replay_report(replay_report(trace, "8MiB"))
     assert text.splitlines()[1:5] == [
-        "Under a 8.00 MiB budget with the vramguard policy: DOES NOT FIT",
+        "Under an 8.00 MiB budget with the vramguard policy: DOES NOT FIT",
         "  first OOM at snapshot event 7, train.py:42 step: 10.00 MiB asked, 6.00 MiB live then in 2 allocations,"
         " most from:",
         "       3.00 MiB in 1 allocation  train.py:11 step",

@@ -262,7 +262,7 @@ def test_header_counts_the_file_cannot_hold(tmp_path):
     body = meta + bytes([1, 2]) + b"\0" * 8 + struct.pack("<Q", MiB) + b"\0" * 8 + b"\0" * 16
     data = _HEADER.pack(MAGIC, 1, 0, len(meta), 2, 2**32 - 1, zlib.crc32(body)) + body
     assert len(data) == 76
-    with pytest.raises(TraceFormatError, match=r"offset 24: header claims 4294967295 allocation ids for 2 ops"):
+    with pytest.raises(TraceFormatError, match=r"offset 24: header claims 4,294,967,295 allocation ids for 2 ops"):
         load_trace(write(tmp_path / "ids.vgtrace", data))
 
 

@@ -32,7 +32,8 @@ def test_summary_html_has_the_text_figures():
     row = cells[cells.index("Allocated"):cells.index("Allocated") + 5]
     assert row == ["Allocated", "1.00 KiB", "100.00 MiB", "100.00 MiB", "100.00 MiB"]
     assert "&lt;device 0&gt;" in html and "<device 0>" not in html
-    assert "Cached free in pieces" in html and "cache hits" in html
+    assert "Cached free in pieces" in html and "cache hits" not in html
+    assert "cache hits" in summary_html(stats, "<device 0>", format_summary(stats, verbose=True))
     assert "of 512.00 MiB" in html  # the bar is drawn against the budget
     # the default is the arena: its rows are named as the text names them
     row = cells[cells.index("Mapped"):cells.index("Mapped") + 5]

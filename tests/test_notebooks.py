@@ -65,7 +65,7 @@ def test_what_if_on_the_shipped_trace(tmp_path):
     answers are known exactly (see test_first_use for the numbers)."""
     _, out = run_notebook("what_if.ipynb", tmp_path, env={"VRAMGUARD_TRACES": str(tmp_path / "none")})
     assert "The example trace that ships with vramguard" in out
-    assert "<Trace 'synthetic-gpt-train': 1,892 ops, 1,238 allocations>" in out
+    assert "<Trace 'synthetic-gpt-train-batch25-3steps': 1,892 ops, 1,238 allocations>" in out
     assert "Peak of live tensors: 13.92 GiB" in out
     # vramguard is the arena: 1.2 MiB over the tensors' peak
     assert "         vramguard        13.93 GiB             +0.0%            13.93 GiB" in out
@@ -111,7 +111,7 @@ def test_quickstart_runs_without_a_gpu(tmp_path):
     assert "using the vramguard installed in this runtime" in out
     assert "No GPU here: " in out
     assert out.count("skipped: needs a GPU") == 4
-    assert "ReplayResult('synthetic-gpt-train', policy='torch', budget T4 (14.35 GiB usable): DOES NOT FIT" in out
+    assert "ReplayResult('synthetic-gpt-train-batch25-3steps', policy='torch', budget T4 (14.35 GiB usable): DOES NOT FIT" in out
     assert "            torch: needs at least 15.01 GiB" in out
     assert " torch-expandable: needs at least 13.93 GiB" in out
     assert "now drag memory.pickle onto https://pytorch.org/memory_viz" in out

@@ -7,7 +7,15 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-/* As PyTorch formats sizes: bytes, then KiB / MiB / GiB with two decimals. */
+/* The ending of a counted word: "1 byte", "2 bytes", "0 pools" (the rule
+ * of vramguard/render/words.py, for the messages built here). */
+static const char *plural_s(uint64_t n)
+{
+    return n == 1 ? "" : "s";
+}
+
+/* As PyTorch formats sizes: bytes, then KiB / MiB / GiB with two decimals,
+ * except that one byte is "1 byte" (PyTorch writes "1 bytes"). */
 /* The largest unit in which the value shows at least 1.00, judged after
  * rounding to two decimals: 1 GiB is "1.00 GiB", and 1 GiB - 1 byte too,
  * rather than "1024.00 MiB" (which also overflows a report's column). */
@@ -15,7 +23,7 @@ void vg_format_size(uint64_t bytes, char *buf, size_t n)
 {
     static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
     if (bytes < 1024) {
-        snprintf(buf, n, "%llu bytes", (unsigned long long)bytes);
+        snprintf(buf, n, "%llu byte%s", (unsigned long long)bytes, plural_s(bytes));
         return;
     }
     double value = (double)bytes / 1024.0;
@@ -114,7 +122,7 @@ static void put_pools(writer *w, const vg_oom_info *o)
         put(w, " CUDA graph private pools hold %s (%zu pool%s, %s of it in live tensors)%s: a "
                "graph keeps its pool's memory for its replays until the graph is released (del "
                "the torch.cuda.CUDAGraph; torch._dynamo.reset() for torch.compile's "
-               "mode=\"reduce-overhead\").", held, o->pools, o->pools == 1 ? "" : "s", live,
+               "mode=\"reduce-overhead\").", held, o->pools, plural_s(o->pools), live,
             o->budget ? ", counted in the budget" : "");
     }
     if (!o->in_private_pool) return;

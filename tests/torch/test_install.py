@@ -213,3 +213,37 @@ def test_which_calls_initialise_cuda():
     assert out["parent_started"] is False
     assert out["calls"] == {**{call: ["True", "refused"] for call in INITIALISE},
                             **{call: ["False", "installed"] for call in DO_NOT_INITIALISE}}
+def test_summary_of_an_empty_device_is_one_line_and_verbose_has_the_counters():
+    out = run("""
+        vramguard.install()
+        torch.cuda.init()
+        out["empty"] = str(vramguard.summary())
+        out["empty_html"] = vramguard.summary()._repr_html_()
+        out["empty_verbose"] = str(vramguard.summary(verbose=True)).splitlines()
+        x = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+        out["one"] = str(vramguard.summary()).splitlines()
+        out["one_verbose"] = str(vramguard.summary(verbose=True)).splitlines()
+        out["torch_full"] = torch.cuda.memory_summary().splitlines()
+        out["torch_short"] = torch.cuda.memory_summary(abbreviated=True).splitlines()
+        del x
+        torch.cuda.empty_cache()
+        out["after"] = str(vramguard.summary())
+    """, devices=1, mem="8GiB")
+    allocator = "allocator: arena (virtual memory, 2 MiB pages)"
+    head = "vramguard memory summary, device 0 (no budget on an 8.00 GiB device)"
+    assert out["empty"] == f"{head}: nothing allocated, nothing mapped; {allocator}"
+    assert out["empty_html"] == f"<pre>{head}: nothing allocated, nothing mapped; {allocator}</pre>"
+    assert out["empty_verbose"][1].strip(" |") == head and len(out["empty_verbose"]) > 40
+    assert out["empty_verbose"][-2].strip(" |") == allocator
+    assert any(line.startswith("| cache hits 0, ") for line in out["empty_verbose"])
+    # one tensor: the table, without the policy's counters unless asked
+    assert out["one"][1].strip(" |") == head and out["one"][-2].strip(" |") == allocator
+    assert not any("cache hits" in line for line in out["one"])
+    assert "| Memory: arena, 2.00 MiB pages; 1 range reserved, 0 released" in "\n".join(out["one"])
+    assert out["one_verbose"][:len(out["one"]) - 2] == out["one"][:-2]
+    assert any(line.startswith("| cache hits ") for line in out["one_verbose"])
+    # torch.cuda.memory_summary() is the whole table, as PyTorch's own; abbreviated=True the short one
+    assert any(line.startswith("| cache hits ") for line in out["torch_full"])
+    assert not any("cache hits" in line for line in out["torch_short"])
+    assert out["after"] == (f"{head}: nothing allocated, nothing mapped; peak allocated 1.00 MiB, "
+                            f"peak mapped 2.00 MiB; {allocator}")

@@ -29,6 +29,7 @@ from html import escape
 
 from .._core import format_size
 from ..render.html import table
+from ..render import words
 
 logger = logging.getLogger("vramguard")
 
@@ -70,7 +71,7 @@ class MemoryFit:
         fixed = int(round(self.fixed))
         sign = "-" if fixed < 0 else "+"
         return (f"memory = {format_size(int(round(self.per_sample)))} x batch {sign} {format_size(abs(fixed))}"
-                f" (residual {format_size(int(round(self.residual)))}, {self.points} points)")
+                f" (residual {format_size(int(round(self.residual)))}, {words.count(self.points, 'point')})")
 
     __repr__ = __str__
 

@@ -4,6 +4,7 @@ vramguard.stats())."""
 import textwrap
 
 from .advice import fragmentation_so_what
+from .words import a, count
 from .._core import BUDGET_NOTHING, format_size
 from .._units import format_size_column
 
@@ -91,7 +92,7 @@ def _fragmentation_rows(stats):
     # alone meant both and read as a contradiction.
     rows = [
         _line(
-            f"Cached free: {format_size(free)} in {stats.get('fragmentation.free_blocks', 0)} blocks, "
+            f"Cached free: {format_size(free)} in {count(stats.get('fragmentation.free_blocks', 0), 'block')}, "
             f"largest free block {format_size(largest)}"
         ),
         _line(f"{'Cached free in pieces (1 - largest free block / cached free):':66}"
@@ -119,11 +120,11 @@ def _arena_rows(stats):
         return [_line("Memory: segments (no virtual memory arena)")]
     page = format_size(stats.get("page_size", 0))
     return [
-        _line(f"Memory: arena, {page} pages; {stats.get('num_range_reserves', 0)} ranges reserved, "
-              f"{stats.get('num_range_releases', 0)} released"),
-        _line(f"maps {stats.get('num_maps', 0)} ({stats.get('num_mapped_pages', 0)} pages), "
-              f"unmaps {stats.get('num_unmaps', 0)} ({stats.get('num_unmapped_pages', 0)} pages), "
-              f"syncs before unmapping {stats.get('num_unmap_syncs', 0)}"),
+        _line(f"Memory: arena, {page} pages; {count(stats.get('num_range_reserves', 0), 'range')} reserved, "
+              f"{stats.get('num_range_releases', 0):,} released"),
+        _line(f"maps {stats.get('num_maps', 0):,} ({count(stats.get('num_mapped_pages', 0), 'page')}), "
+              f"unmaps {stats.get('num_unmaps', 0):,} ({count(stats.get('num_unmapped_pages', 0), 'page')}), "
+              f"syncs before unmapping {stats.get('num_unmap_syncs', 0):,}"),
     ]
 
 
@@ -133,12 +134,12 @@ def _pool_rows(stats):
     held = stats.get("private_pool_reserved_bytes", 0)
     if not held:
         return []
-    count = stats.get("private_pools", 0)
+    pools = stats.get("private_pools", 0)
     live = stats.get("private_pool_allocated_bytes", 0)
-    text = (f"CUDA graph private pools: {count} holding {format_size(held)} "
+    text = (f"CUDA graph private pools: {pools:,} holding {format_size(held)} "
             f"({format_size(live)} in live tensors), included above; kept until their graphs "
             f"are released")
-    return [_line(line) for line in textwrap.wrap(text, _WIDTH - 4, subsequent_indent="  ")] + [_rule()]
+    return [_line(line) for line in textwrap.wrap(text, _WIDTH - 4, subsequent_indent="  ")]
 
 
 def _policy_rows(stats):
@@ -156,26 +157,69 @@ def _policy_rows(stats):
     return rows
 
 
-def format_summary(stats, title="vramguard memory summary"):
-    """A text table of current, peak, total allocated and total freed for each
-    quantity (all, large pool, small pool), then fragmentation and every
-    policy counter. `stats` is a dict as returned by Heap.stats()."""
+#: What went wrong so far, said in the default form when it happened: a
+#: user needs these; the other counters (verbose=True) describe the policy.
+_INCIDENTS = [
+    ("out-of-memory error", "num_ooms"),
+    ("device error", "num_device_errors"),
+    ("invalid free", "num_invalid_frees"),
+]
+
+
+def _incidents(stats):
+    """"2 out-of-memory errors, 1 invalid free", or "" when none happened."""
+    return ", ".join(count(stats[key], word) for word, key in _INCIDENTS if stats.get(key))
+
+
+def _subtitle(stats):
     budget = stats.get("budget_bytes", 0)
     if budget == BUDGET_NOTHING:
         subtitle = "budget 0 bytes (a memory fraction of 0)"
     else:
         subtitle = f"budget {format_size(budget)}" if budget else "no budget"
     if stats.get("device_total_bytes"):  # the device a report's header names too
-        subtitle += f" on a {format_size(stats['device_total_bytes'])} device"
+        subtitle += f" on {a(format_size(stats['device_total_bytes']) + ' device')}"
     if stats.get("gc_threshold"):
         subtitle += f", gc threshold {stats['gc_threshold']:.0%}"
-    out = [_rule("="), _line(f"{title} ({subtitle})".center(_WIDTH - 4)), _rule()]
+    return subtitle
+
+
+def is_empty(stats):
+    """Nothing allocated and nothing reserved now (graph pools count in both)."""
+    return not stats.get("allocated_bytes.all.current") and not stats.get("reserved_bytes.all.current")
+
+
+def _empty_line(stats, title):
+    """The whole summary of a device that holds nothing: one line, with the
+    peaks when something was held earlier, and what went wrong if anything."""
+    held = "mapped" if stats.get("arena") else "reserved"
+    text = f"{title} ({_subtitle(stats)}): nothing allocated, nothing {held}"
+    peak_reserved = stats.get("reserved_bytes.all.peak", 0)
+    if peak_reserved:
+        text += (f"; peak allocated {format_size(stats.get('allocated_bytes.all.peak', 0))}, "
+                 f"peak {held} {format_size(peak_reserved)}")
+    incidents = _incidents(stats)
+    return text + (f"; so far {incidents}" if incidents else "")
+
+
+def format_summary(stats, title="vramguard memory summary", verbose=False):
+    """A text table of current, peak, total allocated and total freed for each
+    quantity (all, large pool, small pool), then fragmentation and what went
+    wrong so far (out-of-memory errors, device errors, invalid frees). `stats`
+    is a dict as returned by Heap.stats().
+
+    verbose=True adds every policy counter (cache hits, splits, device calls,
+    releases...; the stats dict's num_* keys) and shows the table even for a
+    device that holds nothing, which otherwise gets one line."""
+    if not verbose and is_empty(stats):
+        return _empty_line(stats, title)
+    out = [_rule("="), _line(f"{title} ({_subtitle(stats)})".center(_WIDTH - 4)), _rule()]
     out += _metric_rows(stats)
     out += _fragmentation_rows(stats)
-    out.append(_rule())
-    out += _arena_rows(stats)
-    out.append(_rule())
-    out += _pool_rows(stats)
-    out += _policy_rows(stats)
+    incidents = [_line(f"So far: {_incidents(stats)}")] if _incidents(stats) else []
+    sections = [_arena_rows(stats), _pool_rows(stats), _policy_rows(stats) if verbose else incidents]
+    for rows in filter(None, sections):
+        out.append(_rule())
+        out += rows
     out.append(_rule("="))
     return "\n".join(out)

@@ -1,8 +1,9 @@
 """`python -m vramguard demo`: a training loop's allocation pattern on a
 simulated T4 (its usable memory), the report it leaves, and a replay of its
 recorded trace: how small a GPU would do, under vramguard's policy and under
-PyTorch's. The same loop, larger, is the example trace that ships with the
-package (example_trace()).
+PyTorch's. The same loop with a larger batch and fewer steps is the example
+trace that ships with the package (example_trace()); each trace's name says
+its batch and steps, so the two are never taken for one another.
 
 The loop is synthetic (no GPU recording ships with the package yet).
 
@@ -20,6 +21,7 @@ from ..trace.record import record
 from ..trace.replay import UNLIMITED
 from .replay_report import format_replay_report, replay_report
 from ..render.summary import format_summary
+from ..render.words import a, count, plural
 from ..trace.format import save_trace
 from .._units import format_size, parse_size
 
@@ -66,7 +68,7 @@ def _describe_device(capacity):
     preset = find_preset(capacity)
     nbytes = parse_size(capacity, "capacity")
     if preset:
-        return nbytes, f"{format_size(nbytes)} device (a {preset.name}'s usable memory)"
+        return nbytes, f"{format_size(nbytes)} device ({a(preset.name)}'s usable memory)"
     return nbytes, f"{format_size(nbytes)} device"
 
 
@@ -78,8 +80,8 @@ def run_demo(capacity="T4", steps=5, layers=12, hidden=768, batch=8, seq=512, se
     rec = _record_loop(heap, steps, layers, hidden, batch, seq, seed)
     stats = heap.stats()
     out(
-        f"Synthetic training loop: GPT-like, {layers} layers, hidden {hidden}, batch {batch}, "
-        f"sequence {seq}, {steps} steps, on a simulated {device}."
+        f"Synthetic training loop: GPT-like, {count(layers, 'layer')}, hidden {hidden}, batch {batch}, "
+        f"sequence {seq}, {count(steps, 'step')}, on a simulated {device}."
     )
     out(format_summary(stats))
     peak = stats["reserved_bytes.all.peak"]
@@ -90,9 +92,15 @@ def run_demo(capacity="T4", steps=5, layers=12, hidden=768, batch=8, seq=512, se
     return heap
 
 
-def _record_loop(heap, steps, layers, hidden, batch, seq, seed, name="synthetic-gpt-train"):
+def trace_name(batch, steps):
+    """The name of the loop's trace: the batch and the steps, which tell the
+    demo's (batch 8, 5 steps by default) from the shipped example's."""
+    return f"synthetic-gpt-train-batch{batch}-{steps}{plural(steps, 'step')}"
+
+
+def _record_loop(heap, steps, layers, hidden, batch, seq, seed):
     rng = random.Random(seed)
-    with record(heap, name=name) as rec:
+    with record(heap, name=trace_name(batch, steps)) as rec:
         params = [heap.malloc(size) for size in _model_shapes(layers, hidden)]
         grads, optimizer = [], []
         for _ in range(steps):
@@ -103,7 +111,7 @@ def _record_loop(heap, steps, layers, hidden, batch, seq, seed, name="synthetic-
 #: The loop of the trace that ships with the package (vramguard.example_trace()):
 #: sized so that on a T4 its tensors fit, and vramguard's policy does while PyTorch's does not.
 EXAMPLE = {"steps": 3, "layers": 12, "hidden": 768, "batch": 25, "seq": 512, "seed": 0}
-EXAMPLE_FILE = "synthetic_gpt_train.vgtrace.gz"
+EXAMPLE_FILE = "synthetic_gpt_train_batch25_3steps.vgtrace.gz"
 
 
 def record_example(path):
@@ -111,18 +119,20 @@ def record_example(path):
     `path` (deterministic: the same bytes every time)."""
     # Recorded under segments, as the shipped file was: the recording's
     # reserved curve and its metadata follow the heap's policy.
-    rec = _record_loop(Heap(UNLIMITED, policy="segments"), name="synthetic-gpt-train", **EXAMPLE)
+    rec = _record_loop(Heap(UNLIMITED, policy="segments"), **EXAMPLE)
     trace = rec.trace
-    trace.meta["recipe"] = "vramguard._demo.EXAMPLE: " + ", ".join(f"{k}={v}" for k, v in EXAMPLE.items())
+    trace.meta["recipe"] = "vramguard.report.demo.EXAMPLE: " + ", ".join(f"{k}={v}" for k, v in EXAMPLE.items())
     save_trace(trace, path, compress=True)
     return trace
 
 
 def example_trace():
-    """The small trace that ships with vramguard: a synthetic GPT-like
-    training loop recorded on a simulated device (see EXAMPLE). On a T4 its
+    """The small trace that ships with vramguard,
+    synthetic-gpt-train-batch25-3steps: a synthetic GPT-like training loop
+    recorded on a simulated device (see EXAMPLE; 1,892 ops). On a T4 its
     tensors fit (13.92 GiB at the peak); vramguard's policy fits them there
-    and PyTorch's does not."""
+    and PyTorch's does not. Not the demo's trace (`python -m vramguard
+    demo`: batch 8, 5 steps, 5.71 GiB at the peak), which is smaller."""
     from importlib import resources
 
     data = resources.files("vramguard").joinpath("data").joinpath(EXAMPLE_FILE).read_bytes()

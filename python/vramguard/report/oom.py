@@ -32,6 +32,7 @@ import html
 
 from .. import _core
 from ..render.advice import fragmentation_so_what
+from ..render import words
 from .oom_notes import (  # what the next report adds, noted by find_max_batch and the regions
     _built, _fit, _lock, _regions_at_oom, clear_batch_fit, lines_by_line, note_batch_fit, note_region_at_oom,
 )
@@ -77,7 +78,7 @@ def _budget_text(budget):
 
 
 def _blocks(n):
-    return f"{n} block" if n == 1 else f"{n} blocks"
+    return words.count(n, "block")
 
 
 def _pct(x):
@@ -175,7 +176,7 @@ class OOMReport:
             pieces = self.free_bytes - self.largest_free_block
             out.append(Advice(
                 "empty_cache", "Free dead tensors, then empty_cache()",
-                f"{format_size(self.free_bytes)} was cached free in {self.free_blocks} pieces between live tensors, "
+                f"{format_size(self.free_bytes)} was cached free in {words.count(self.free_blocks, 'piece')} between live tensors, "
                 f"the largest {format_size(self.largest_free_block)}: enough in total for "
                 f"{format_size(self.rounded)}, not in one piece. empty_cache() alone does not help (vramguard "
                 "releases wholly free segments before an OOM); it does once the tensors between the pieces are "
@@ -246,7 +247,7 @@ class OOMReport:
 
     def _sections(self):
         """[(title, [lines])], shared by the text and the HTML."""
-        limit = (f"{_budget_text(self.budget)} on a {format_size(self.device_total)} device" if self.budget
+        limit = (f"{_budget_text(self.budget)} on {words.a(format_size(self.device_total) + ' device')}" if self.budget
                  else f"no budget: the {format_size(self.device_total)} device")
         facts = [
             f"Short by: {format_size(self.short_by)} (the most one request could have had: "
@@ -271,8 +272,8 @@ class OOMReport:
             live.append(f"  at the last step boundary (step {steps}): {format_size(boundary)}")
         cached = [
             f"Cached (reserved but not allocated): {format_size(self.cached)} of {format_size(self.reserved)} "
-            f"reserved in {self.segments} segments",
-            f"Cached free: {format_size(self.free_bytes)} in {self.free_blocks} blocks, largest free block "
+            f"reserved in {words.count(self.segments, 'segment')}",
+            f"Cached free: {format_size(self.free_bytes)} in {_blocks(self.free_blocks)}, largest free block "
             f"{format_size(self.largest_free_block)}",
             f"Cached free in pieces (1 - largest free block / cached free): {_pct(self.stats['fragmentation.external'])}",
             f"Reserved but not allocated (1 - allocated / reserved): {_pct(self.stats['fragmentation.unused'])}",

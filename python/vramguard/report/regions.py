@@ -36,6 +36,7 @@ from collections import deque
 from .. import _core
 from . import oom_notes as _oom_notes
 from .._units import format_size
+from ..render import words
 
 #: Step boundaries the leak rule looks at (7 increments).
 LEAK_WINDOW = 8
@@ -508,7 +509,7 @@ class Leak:
 
     def _line_texts(self):
         if self.lines:
-            return [f"{label}: +{format_size(nbytes)} in {blocks} blocks" for label, nbytes, blocks in self.lines]
+            return [f"{label}: +{format_size(nbytes)} in {words.count(blocks, 'block')}" for label, nbytes, blocks in self.lines]
         return [self.lines_note or "vramguard.record(stacks=True) shows which lines allocate it."]
 
     def __str__(self):

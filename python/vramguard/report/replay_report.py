@@ -8,6 +8,7 @@ from .._presets import PRESETS
 from ..trace.replay import UNLIMITED, check_policy_name, min_budget, replay
 from ..trace.format import Trace
 from .._units import format_size_column
+from ..render.words import a, count
 
 #: The policies a report sets side by side, in the order shown.
 COMPARED = ("arena", "segments", "torch", "torch-expandable")
@@ -179,7 +180,7 @@ def _recorded_policy(trace):
 
 
 def _allocations(n):
-    return "1 allocation" if n == 1 else f"{n:,} allocations"
+    return count(n, "allocation")
 
 
 def _over(value, live):
@@ -187,9 +188,9 @@ def _over(value, live):
 
 
 def _header(r):
-    ops = f"{r['events']:,} ops"
+    ops = count(r["events"], "op")
     if r["source_events"]:
-        ops += f" from {r['source_events']:,} {r['event_label']}s"
+        ops += f" from {count(r['source_events'], r['event_label'])}"
     return f"Trace {r['trace']}: {ops}, replayed at {r['events_per_second']:,.0f} ops/s"
 
 
@@ -197,7 +198,7 @@ def _verdict(r):
     if not r["budget_bytes"]:
         return []
     verdict = "FITS" if r["fits"] else "DOES NOT FIT"
-    lines = [f"Under a {r['budget_label']} budget with the {r['policy']} policy: {verdict}"]
+    lines = [f"Under {a(r['budget_label'] + ' budget')} with the {r['policy']} policy: {verdict}"]
     if not r["fits"]:
         lines.append(
             f"  first OOM at {r['first_oom_where']}{', ' + r['first_oom_site'] if r['first_oom_site'] else ''}: "

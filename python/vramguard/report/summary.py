@@ -4,7 +4,7 @@ line saying which allocator runs, and who holds the memory (the stacks a
 recording kept: trace/stacks.py, trace/record.py, trace/replay.py).
 """
 from ..render.html import Report, summary_html
-from ..render.summary import _line as summary_line, format_summary
+from ..render.summary import _line as summary_line, format_summary, is_empty
 from ..torch.install import _device_heap, _device_index, _require_installed, stats
 from ..trace.record import last_with_stacks
 from ..trace.replay import live_at_peak
@@ -14,20 +14,26 @@ from .._units import format_size
 __all__ = ["summary", "holders_line"]
 
 
-def summary(device=None):
-    """The memory summary table of a device, ready to print or to show."""
+def summary(device=None, verbose=False):
+    """The memory summary table of a device, ready to print or to show; one
+    line for a device that holds nothing. verbose=True adds every policy
+    counter (as stats() has them) and the full table even when empty."""
     _require_installed()
     index = _device_index(device)
     figures = stats(index)
     title = f"vramguard memory summary, device {index}"
     holders = holders_line(_device_heap(index), ("device", index))
-    text = _with_allocator_line(format_summary(figures, title=title), figures["allocator"])
+    one_line = not verbose and is_empty(figures)
+    text = _with_allocator_line(format_summary(figures, title=title, verbose=verbose), figures["allocator"])
     text += f"\n{holders}" if holders else ""
-    return Report(text, html=summary_html(figures, title, text))
+    return Report(text, html=None if one_line else summary_html(figures, title, text))
 
 
 def _with_allocator_line(text, allocator):
-    """The summary's last line inside the table: which allocator runs."""
+    """The summary's last line inside the table: which allocator runs (at
+    the end of the line when the summary is one line)."""
+    if "\n" not in text:
+        return f"{text}; allocator: {allocator}"
     lines = text.splitlines()
     return "\n".join(lines[:-1] + [summary_line(f"allocator: {allocator}"), lines[-1]])
 

@@ -32,6 +32,7 @@ import functools
 from .. import _core
 from . import stats as _torch_stats
 from .state import _state
+from ..render import words
 from ..render.summary import format_summary
 
 
@@ -50,7 +51,7 @@ def _check_index(torch, index):
     """What the native allocator refuses with 'Invalid device argument'."""
     count = torch.cuda.device_count()
     if not 0 <= index < count:
-        raise RuntimeError(f"Invalid device argument {index}: this process sees {count} CUDA device(s)")
+        raise RuntimeError(f"Invalid device argument {index}: this process sees {words.count(count, 'CUDA device')}")
     return index
 
 
@@ -102,7 +103,8 @@ class CudaStats:
         stats = {} if index is None else _heap_stats(index)
         if index is None:
             index = self.named_index(device)
-        return format_summary(stats, title=f"vramguard memory summary, device {index}")
+        # PyTorch's full table unless abbreviated: every counter, zeros too.
+        return format_summary(stats, title=f"vramguard memory summary, device {index}", verbose=not abbreviated)
 
     def named_index(self, device):
         """The index a device argument names, without asking CUDA which

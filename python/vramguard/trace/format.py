@@ -17,6 +17,7 @@ from array import array
 
 from .. import _core
 from .stacks import MAX_STACK_DEPTH, StackTable
+from ..render.words import a, count
 
 ALLOC, FREE, EMPTY_CACHE, SYNCHRONIZE = 1, 2, 3, 4
 KIND_NAMES = {ALLOC: "alloc", FREE: "free", EMPTY_CACHE: "empty_cache", SYNCHRONIZE: "synchronize"}
@@ -73,9 +74,9 @@ def _le_bytes(col):
 def _short(value):
     """A metadata value as a summary shows it: long lists counted, not listed."""
     if isinstance(value, (list, tuple)) and len(value) > 4:
-        return f"<{len(value):,} entries>"
+        return f"<{count(len(value), 'entry', 'entries')}>"
     if isinstance(value, dict) and len(repr(value)) > 60:
-        return f"{{<{len(value)} entries>}}"
+        return f"{{<{count(len(value), 'entry', 'entries')}>}}"
     return repr(value)
 
 
@@ -186,7 +187,7 @@ class Trace:
         return len(self.kinds)
 
     def __repr__(self):
-        return f"<Trace {self.name!r}: {len(self):,} ops, {self.nids:,} allocations>"
+        return f"<Trace {self.name!r}: {count(len(self), 'op')}, {count(self.nids, 'allocation')}>"
 
     def event_of(self, op):
         """The source's own index of the event behind op `op`, or None."""
@@ -391,7 +392,7 @@ def _check_meta(meta):
         value = meta.get(key)
         if key in meta and (type(value) not in types or (type(value) is int and not 0 <= value <= MAX_STREAM)):
             want = "a str" if str in types else "an int from 0 to 2**64-1 or null"
-            got = value if type(value) is int else f"a {type(value).__name__}"
+            got = value if type(value) is int else a(type(value).__name__)
             raise ValueError(f"'{key}' must be {want}, not {got}")
 
 
@@ -411,12 +412,13 @@ def parse_vgtrace(data, path):
     # Counts are checked against what the file can hold before anything is
     # sized from them: every id needs an op, every op OP_BYTES.
     if nids > n:
-        raise TraceFormatError(path, 24, f"header claims {nids} allocation ids for {n} ops (each id needs an op)")
+        raise TraceFormatError(path, 24, f"header claims {count(nids, 'allocation id')} for {count(n, 'op')} "
+                                         "(each id needs an op)")
     need = _HEADER.size + meta_len + n * op_bytes
     if len(data) < need:
-        raise TraceFormatError(path, len(data), f"truncated: {len(data)} bytes of {need} for {n} ops")
+        raise TraceFormatError(path, len(data), f"truncated: {len(data)} bytes of {need} for {count(n, 'op')}")
     if len(data) > need:
-        raise TraceFormatError(path, need, f"{len(data) - need} unexpected bytes after the last column")
+        raise TraceFormatError(path, need, f"{count(len(data) - need, 'unexpected byte')} after the last column")
     body = memoryview(data)[_HEADER.size:]
     if zlib.crc32(body) != crc:
         raise TraceFormatError(path, _HEADER.size, "checksum mismatch: the file is corrupt")
@@ -443,7 +445,7 @@ def parse_vgtrace(data, path):
         if bad is not None:
             raise TraceFormatError(path, offset - 4 * n + 4 * bad,
                                    f"op {bad}: stack {trace.op_stacks[bad]} is not in the stack table "
-                                   f"({len(table)} stacks), or the op is not an allocation")
+                                   f"({count(len(table), 'stack')}), or the op is not an allocation")
     try:
         trace.peak_live()  # validates ids, kinds and pairing in C
     except ValueError as exc:

@@ -14,6 +14,7 @@ import zlib
 from array import array
 
 from .. import _core
+from ..render.words import a
 from .stacks import MAX_STACK_DEPTH
 from .format import MAGIC, MAX_LINE, OP_BYTES, Trace, TraceAssembler, TraceFormatError, parse_vgtrace
 
@@ -169,7 +170,7 @@ def _describe(value):
     crafted one can be deep or huge)."""
     if type(value) is int:
         return str(value) if value.bit_length() <= 64 else f"an int of {value.bit_length()} bits"
-    return f"a {type(value).__name__}"
+    return a(type(value).__name__)
 
 
 class _Fields:

@@ -23,6 +23,7 @@ import sys
 import warnings
 
 from .. import _core
+from ..render.words import count
 from .stacks import DEFAULT_STACK_DEPTH, capture_table, skip_rules
 from .format import MAX_NAME_CHARS, TraceAssembler
 
@@ -177,7 +178,7 @@ class record:
             # attached to a later recording's allocations
             _core.stacks_void_set_aside()
         if dropped:
-            warnings.warn(f"recording {self.name!r} dropped its {dropped:,} oldest events: its ring holds "
+            warnings.warn(f"recording {self.name!r} dropped its {count(dropped, 'oldest event')}: its ring holds "
                           f"capacity={self.capacity:,}; record again with a larger capacity= (the trace's "
                           f"peak and pairs are wrong without them)", RuntimeWarning, stacklevel=2)
         captured = capture_table()[0] if self.stacks else None

@@ -10,6 +10,7 @@ from .._presets import find_preset
 from .stacks import group_by_line
 from .format import ALLOC, FREE, Trace
 from .._units import format_size, parse_budget
+from ..render.words import count
 
 __all__ = ["FirstOOM", "LiveSet", "ReplayResult", "replay", "min_budget", "live_at", "live_at_peak"]
 
@@ -63,7 +64,7 @@ class LiveSet:
         return f"{self.where}, {self.site}" if self.site else self.where
 
     def __str__(self):
-        text = f"{self.place}: {format_size(self.live_bytes)} live in {self.live_allocations:,} allocations"
+        text = f"{self.place}: {format_size(self.live_bytes)} live in {count(self.live_allocations, 'allocation')}"
         if self.by_line:
             text += "; by line: " + ", ".join(f"{format_size(b)} from {site}" for b, _, site in self.by_line)
         elif self.largest_live:
@@ -80,7 +81,7 @@ class FirstOOM(LiveSet):
 
     def __str__(self):
         text = (f"{self.place}: an allocation of {format_size(self.request_bytes)}, with "
-                f"{format_size(self.live_bytes)} live in {self.live_allocations:,} allocations")
+                f"{format_size(self.live_bytes)} live in {count(self.live_allocations, 'allocation')}")
         if self.largest_live:
             text += "; largest live: " + _sizes(self.largest_live)
         return text
@@ -228,7 +229,7 @@ class ReplayResult:
                          f"{format_size(oom.live_bytes)} live)")
                 if self.holders:
                     text += f"; {self.holders}"
-        return text + f", {self.events:,} ops)"
+        return text + f", {count(self.events, 'op')})"
 
 
 def _holders_line(live, when):

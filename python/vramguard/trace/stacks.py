@@ -13,6 +13,7 @@ import sys
 import sysconfig
 
 from .. import _core
+from ..render.words import count
 
 __all__ = ["StackTable", "format_frame", "live_by_line", "DEFAULT_STACK_DEPTH", "MAX_STACK_DEPTH"]
 
@@ -72,7 +73,7 @@ class StackTable:
         return len(self.stacks)
 
     def __repr__(self):
-        return f"<StackTable: {len(self.stacks):,} stacks of {len(self.frames):,} frames>"
+        return f"<StackTable: {count(len(self.stacks), 'stack')} of {count(len(self.frames), 'frame')}>"
 
     def frame(self, filename, line, name):
         """The index of a frame, added on first sight."""
