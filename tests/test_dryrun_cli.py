@@ -253,3 +253,137 @@ def test_writefile_a_appends(tmp_path, monkeypatch):
                     "%%writefile --append out.txt\nthird", "text = open('out.txt').read()")
     run_notebook(str(path))
     assert (tmp_path / "out.txt").read_text() == "first\nsecond\nthird\n"
+
+
+# ------------------------------------------------------------------ safe to run: refused before anything runs
+
+
+def _read_only(folder, cmd):
+    """`cmd` run where `folder` cannot be written: its mode 0555, or, for
+    root (whom modes do not stop), a read-only bind mount of it in a mount
+    namespace of its own (unshare); None where neither can be had."""
+    import os
+    import shutil
+
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return cmd
+    if shutil.which("unshare") is None:
+        return None
+    probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
+    if probe.returncode != 0:
+        return None
+    quoted = " ".join(f"'{a}'" for a in cmd)
+    return ["unshare", "-rm", "sh", "-c",
+            f"mount --bind '{folder}' '{folder}' && mount -o remount,ro,bind '{folder}' && exec {quoted}"]
+
+
+def test_a_read_only_out_is_one_line_before_any_run(script):
+    """The documented one-line form, said before the phantom is built or
+    any run starts (not a raw errno once the first run has started)."""
+    ro = script / "ro"
+    ro.mkdir()
+    cmd = _read_only(ro, [sys.executable, "-m", "vramguard", "dryrun", "--out", "ro", "train.py"])
+    if cmd is None:
+        pytest.skip("no way to make a read-only folder here (root, without unshare)")
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=script, timeout=60)
+    check_refused(proc, "vramguard: --out ro: cannot write there: the dry run makes a folder of its own in it "
+                        "for its logs, figures and snapshots\n")
+    assert list(ro.iterdir()) == []
+    # a folder to be made under a read-only one: the one that is there is named
+    cmd = _read_only(ro, [sys.executable, "-m", "vramguard", "dryrun", "--out", "ro/new/deeper", "train.py"])
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=script, timeout=60)
+    check_refused(proc, f"vramguard: --out ro/new/deeper: cannot write there ({ro}, where it would be made)")
+
+
+def test_runs_at_once_in_one_folder_are_refused(script):
+    """--jobs 2 with the runs sharing the folder the script runs in (its
+    file I/O is real): refused in one line; the Python API names its own
+    arguments."""
+    from vramguard.phantom.dryrun import dryrun as api_dryrun
+
+    said = ("vramguard: --jobs 2 runs allocators at once, and a script's file I/O is real: give each run a folder "
+            "of its own (--cwd runs/{allocator}, made when missing), or leave --jobs out to run one at a time\n")
+    check_refused(dryrun("--jobs", "2", "train.py", cwd=script), said)
+    check_refused(dryrun("--jobs", "2", "--cwd", ".", "train.py", cwd=script), said)
+    with pytest.raises(DryRunInputError) as refused:
+        api_dryrun(script / "train.py", jobs=3, allocators="native,vramguard")
+    assert str(refused.value) == (
+        "jobs=3 runs allocators at once, and a script's file I/O is real: give each run a folder of its own "
+        "(cwd='runs/{allocator}', made when missing), or leave jobs= out to run one at a time")
+    # one allocator: nothing runs at once, nothing to refuse (it goes on to want PyTorch, absent here)
+    proc = dryrun("--jobs", "2", "--allocator", "native", "train.py", cwd=script)
+    assert "--jobs" not in proc.stderr, proc.stderr
+
+
+def test_a_per_allocator_cwd_needs_its_parent(script):
+    check_refused(dryrun("--jobs", "2", "--cwd", "nothere/{allocator}", "train.py", cwd=script),
+                  f"vramguard: --cwd nothere/{{allocator}}: No such directory ({script / 'nothere'})\n")
+
+
+def test_one_run_at_a_time_by_default(monkeypatch):
+    from vramguard.phantom.dryrun import ALLOCATORS, default_jobs
+
+    monkeypatch.setattr("os.cpu_count", lambda: 64)
+    assert default_jobs(ALLOCATORS) == 1
+
+
+@pytest.mark.parametrize("value, said", [("0", "expected a number of seconds above 0, got '0'"),
+                                          ("-1", "expected a number of seconds above 0, got '-1'"),
+                                          ("soon", "expected a number of seconds, got 'soon'"),
+                                          ("inf", "expected a number of seconds above 0, got 'inf'")])
+def test_a_bad_timeout(script, value, said):
+    check_refused(dryrun(f"--timeout={value}", "train.py", cwd=script),
+                  f"vramguard: argument --timeout: {said} (see: python -m vramguard dryrun --help)\n")
+
+
+def test_usage_errors_point_at_the_help_that_lists_the_options(script):
+    """The dry run's usage errors point at `dryrun --help`, which lists its
+    options; the top level's at the top level's help."""
+    check_refused(dryrun("--jobs", "x", "train.py", cwd=script),
+                  "vramguard: argument --jobs: expected a positive integer, got 'x' "
+                  "(see: python -m vramguard dryrun --help)\n")
+    proc = subprocess.run([sys.executable, "-m", "vramguard", "nosuch"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.endswith("(see: python -m vramguard --help)\n"), proc.stderr
+    helped = subprocess.run([sys.executable, "-m", "vramguard", "dryrun", "--help"], capture_output=True,
+                            text=True, timeout=60, env=dict(__import__("os").environ, COLUMNS="200"))
+    assert helped.returncode == 0
+    text = " ".join(helped.stdout.split())
+    for option in ("--timeout SECONDS", "--jobs JOBS", "--out OUT", "--cwd CWD", "--nproc NPROC"):
+        assert option in text, option
+    assert "a run's stdin is /dev/null (input piped to the dry run is not passed on)" in text
+    assert "143 SIGTERM" in text and "(124 for a run past --timeout)" in text
+
+
+@pytest.mark.parametrize("kwargs, cli, api", [
+    ({"nproc": 0}, ["--nproc", "17"], "nproc= must be a whole number from 1 to 16, got 0"),
+    ({"steps": 0}, None, "steps= must be a whole number above 0, got 0"),
+    ({"timeout": -1}, None, "timeout= must be a number of seconds above 0, got -1"),
+    ({"memory": "lots"}, ["--memory", "lots"], "memory='lots': "),
+    ({"sweep": "BATCH"}, ["--sweep", "BATCH"], "sweep='BATCH': expected NAME=V1,V2,..."),
+    ({"min_memory": True, "sweep": "B=1,2"}, ["--min-memory", "--sweep", "B=1,2"],
+     "min_memory= and sweep= cannot be combined: run min_memory= on one value"),
+    ({"cwd": "nothere"}, ["--cwd", "nothere"], "cwd='nothere': No such directory"),
+])
+def test_the_python_api_names_its_arguments_and_the_cli_its_flags(script, kwargs, cli, api):
+    from vramguard.phantom.dryrun import dryrun as api_dryrun
+
+    with pytest.raises(DryRunInputError) as refused:
+        api_dryrun(script / "train.py", **kwargs)
+    assert str(refused.value).startswith(api), str(refused.value)
+    assert "--" not in str(refused.value)
+    if cli is not None:
+        proc = dryrun(*cli, "train.py", cwd=script)
+        assert proc.returncode == 2 and " --" + cli[0].lstrip("-") in " " + proc.stderr, proc.stderr
+        assert "=" not in proc.stderr.split(":")[1], proc.stderr  # the flag, not the keyword
+
+
+def test_a_platform_without_the_phantom_says_so_in_one_line(script, monkeypatch):
+    from vramguard.phantom.dryrun import dryrun as api_dryrun
+
+    monkeypatch.setattr(sys, "platform", "darwin")
+    with pytest.raises(DryRunInputError) as refused:
+        api_dryrun(script / "train.py")
+    assert str(refused.value) == (
+        "a dry run needs Linux and PyTorch's CUDA build (pip's Linux wheels), and this is darwin: run it in a "
+        "Linux container or a Colab CPU runtime (docs/would-it-fit.md, 'Where it runs')")

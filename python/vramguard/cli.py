@@ -13,16 +13,20 @@ Sizes are bytes, a number with a unit ("15GiB", "12.5GB") or a GPU preset
 
 Exit status: 0 done (the trace fits), 1 the trace does not fit the budget,
 2 bad input (one line on stderr says what), 130 interrupted (Ctrl-C),
+143 terminated (SIGTERM: what `timeout`, `kill` and a cancelled CI job send),
 for dryrun the script's own status when it failed for a reason other
 than memory,
 141 stdout was closed before the output was written (`... | head`), said
 on no line, as a program killed by SIGPIPE is.
 """
 import argparse
+import contextlib
 import json
 import os
+import signal
 import stat
 import sys
+import threading
 
 from ._presets import preset_names
 from .report.replay_report import POLICIES
@@ -31,11 +35,22 @@ from ._units import parse_budget, parse_size
 EXIT_DOES_NOT_FIT = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+EXIT_TERMINATED = 143  # 128 + SIGTERM, what a shell reports for a program `kill` ended
 EXIT_STDOUT_CLOSED = 141  # 128 + SIGPIPE, what `yes | head -1` reports for yes
 
 
 class BadInput(Exception):
     """Input the command cannot use; its message is the line printed."""
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, taken as Ctrl-C is (a KeyboardInterrupt, so that a dry run
+    ends every run's process group on its way out), but said as itself."""
+
+
+def _on_sigterm(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the cleanup short
+    raise _Terminated()
 
 
 def _first_line(exc):
@@ -91,27 +106,23 @@ def _check_trace_file(path):
 
 def _dryrun(args):
     from .phantom.dryrun import dryrun, exit_status
-    from .phantom.fake_world import check_world
+    from .phantom.argnames import as_flags
     from .phantom.gpu import PhantomUnavailable
 
     if args.script is None:
         raise BadInput("dryrun: no script given (python -m vramguard dryrun --gpu T4 train.py ARGS...)")
     script_args = args.args[1:] if args.args[:1] == ["--"] else args.args
-    try:
-        check_world(args.world_size, args.rank, args.gpus_per_node, args.nproc,
-                    arg=lambda name: "--" + name.replace("_", "-"))
-    except ValueError as exc:
-        raise BadInput(f"dryrun: {exc}") from None
     # With --json, stdout is the one JSON object: the script's own output goes to stderr.
     echo_to = sys.stderr if args.json else sys.stdout
     try:
-        result = dryrun(args.script, *script_args, gpu=args.gpu, allocators=args.allocator,
-                        memory=args.memory, min_memory=args.min_memory, sweep=args.sweep, out=args.out,
-                        steps=args.steps, context=args.context, snapshot=not args.no_snapshot,
-                        echo=not args.quiet, stdout=echo_to, stderr=sys.stderr, jobs=args.jobs,
-                        no_compile=args.no_compile, cwd=args.cwd, nproc=args.nproc,
-                        weights=not args.no_weights, world_size=args.world_size, rank=args.rank,
-                        gpus_per_node=args.gpus_per_node)
+        with as_flags():  # a bad value is said with its flag (--nproc), not its keyword (nproc=)
+            result = dryrun(args.script, *script_args, gpu=args.gpu, allocators=args.allocator,
+                            memory=args.memory, min_memory=args.min_memory, sweep=args.sweep, out=args.out,
+                            steps=args.steps, context=args.context, snapshot=not args.no_snapshot,
+                            echo=not args.quiet, stdout=echo_to, stderr=sys.stderr, jobs=args.jobs,
+                            no_compile=args.no_compile, cwd=args.cwd, nproc=args.nproc, timeout=args.timeout,
+                            weights=not args.no_weights, world_size=args.world_size, rank=args.rank,
+                            gpus_per_node=args.gpus_per_node)
     except PhantomUnavailable as exc:
         raise BadInput(str(exc)) from None
     if args.json:
@@ -122,6 +133,7 @@ def _dryrun(args):
 
 
 def _install_kernel(args):
+    from .phantom.argnames import as_flags
     from .phantom.gpu import PhantomUnavailable
     from .phantom.kernel import install_kernel, remove_kernel
 
@@ -137,7 +149,8 @@ def _install_kernel(args):
         raise BadInput("install-kernel: --gpu is required (e.g. --gpu T4)")
     try:
         # --memory is checked as dryrun checks it (one line: nothing beside the context), before the phantom
-        name, where = install_kernel(args.gpu, prefix=prefix, memory=args.memory, allocator=args.allocator)
+        with as_flags():
+            name, where = install_kernel(args.gpu, prefix=prefix, memory=args.memory, allocator=args.allocator)
     except PhantomUnavailable as exc:
         raise BadInput(str(exc)) from None
     print(f"installed kernel {name} in {where}")
@@ -154,11 +167,23 @@ def _positive_int(text):
     return value
 
 
+def _seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
+    return value
+
+
 class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line, like every other bad input."""
+    """Usage errors as one line, like every other bad input, pointing at
+    the help that lists the options of the command given (a subcommand's
+    prog is "vramguard dryrun")."""
 
     def error(self, message):
-        self.exit(EXIT_BAD_INPUT, f"vramguard: {message} (see: python -m vramguard --help)\n")
+        self.exit(EXIT_BAD_INPUT, f"vramguard: {message} (see: python -m {self.prog} --help)\n")
 
 
 def main(argv=None):
@@ -181,8 +206,11 @@ def main(argv=None):
         description="Runs SCRIPT (a .py file or a .ipynb notebook) unchanged with ARGS on a phantom GPU "
                     "(kernels compute nothing, device memory costs no host memory), once per allocator, "
                     "and reports each one's peak allocated and reserved memory, whether it fits, and its "
-                    "first out-of-memory line. Exit status 0 when it fits with vramguard (or with every "
-                    "allocator asked), 1 when not, 2 bad input, 130 Ctrl-C, else the script's own.")
+                    "first out-of-memory line. The runs go one at a time; a run's stdin is /dev/null (input "
+                    "piped to the dry run is not passed on), and its file I/O is real (files it writes are "
+                    "real files). Exit status 0 when it fits with vramguard (or with every allocator asked), "
+                    "1 when not, 2 bad input, 130 Ctrl-C, 143 SIGTERM (every run's processes ended either "
+                    "way), else the script's own (124 for a run past --timeout).")
     dry.add_argument("--gpu", default="T4", help=f"the card: {preset_names()} (default T4)")
     dry.add_argument("--allocator", default="native,expandable,vramguard",
                      help="comma-separated, of native (PyTorch's), expandable (PyTorch's with "
@@ -196,12 +224,17 @@ def main(argv=None):
     dry.add_argument("--steps", type=_positive_int, help="stop each run after this many optimizer steps")
     dry.add_argument("--context", help="device memory the CUDA context holds (default: the card's, "
                                        "400MiB unless measured)")
+    dry.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+                     help="end each run after this many seconds (for a loop with no optimizer step for "
+                          "--steps to count); the run is reported as timed out, with its figures so far")
     dry.add_argument("--jobs", type=_positive_int,
-                     help="allocators run at once (default: one per two cores, at most three)")
-    dry.add_argument("--out", help="directory for the memory snapshots, logs and results "
-                                   "(default: a new temporary one, named in the report)")
+                     help="allocators run at once (default 1); more needs a folder per run: --cwd DIR/{allocator}")
+    dry.add_argument("--out", help="where the dry run makes a new folder of its own, dryrun-TIME-XXXX, for the "
+                                   "memory snapshots, logs and results (default: a new temporary folder); "
+                                   "named in the report")
     dry.add_argument("--cwd", help="the directory the script runs in (default: this one; the script's "
-                                   "files are real: a checkpoint it saves, zeros, replaces a real one)")
+                                   "files are real: a checkpoint it saves, zeros, replaces a real one); "
+                                   "{allocator} in it: a folder per allocator, made when missing")
     dry.add_argument("--no-compile", action="store_true",
                      help="turn torch.compile off (TORCH_COMPILE_DISABLE=1): a phantom cannot build Triton "
                           "kernels, so a script that compiles measures eager mode instead")
@@ -242,6 +275,27 @@ def main(argv=None):
     ker.add_argument("--remove", action="store_true", help="uninstall the phantom kernel(s)")
     ker.set_defaults(run=_install_kernel)
     args = parser.parse_args(argv)
+    with _sigterm_as_interrupt():
+        return _run(args)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM raises _Terminated while the command runs (where it has the
+    default action, in the main thread), so that what the command started
+    is ended before it exits."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _run(args):
     try:
         status = args.run(args)
         sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
@@ -249,6 +303,9 @@ def main(argv=None):
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_STDOUT_CLOSED
+    except _Terminated:
+        print("vramguard: terminated (SIGTERM)", file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         print("vramguard: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

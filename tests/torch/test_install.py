@@ -213,6 +213,8 @@ def test_which_calls_initialise_cuda():
     assert out["parent_started"] is False
     assert out["calls"] == {**{call: ["True", "refused"] for call in INITIALISE},
                             **{call: ["False", "installed"] for call in DO_NOT_INITIALISE}}
+
+
 def test_summary_of_an_empty_device_is_one_line_and_verbose_has_the_counters():
     out = run("""
         vramguard.install()

@@ -127,10 +127,11 @@ def test_dryrun_nproc_gives_each_rank_its_figures(tmp_path):
         assert [r["rank"] for r in run["ranks"]] == [0, 1]
         assert all(r["fits"] and r["peak_allocated_bytes"] > 0 for r in run["ranks"])
         assert run["peak_allocated_bytes"] == max(r["peak_allocated_bytes"] for r in run["ranks"])
-        assert sorted(p.name for p in (tmp_path / "out").glob(f"{allocator}.rank*.json")) == [
+        assert sorted(p.name for p in Path(result["out_dir"]).glob(f"{allocator}.rank*.json")) == [
             f"{allocator}.rank0.json", f"{allocator}.rank1.json"]
         assert f"{allocator}, per rank (peak allocated / reserved): rank 0 " in format_report(result)
-    assert list((tmp_path / "out" / "torchrun").iterdir())  # torchrun's logs with the run's, not in /tmp
+    assert Path(result["out_dir"]).parent == tmp_path / "out"  # the dry run's own folder in --out
+    assert list((Path(result["out_dir"]) / "torchrun").iterdir())  # torchrun's logs with the run's, not in /tmp
     # the same program allocates the same under both; the arena reserves less
     assert result["vramguard"]["peak_allocated_bytes"] == result["native"]["peak_allocated_bytes"]
     assert result["vramguard"]["peak_reserved_bytes"] <= result["native"]["peak_reserved_bytes"]

@@ -43,6 +43,11 @@ class _StopRun(BaseException):
     """--steps reached: the run ends there, as if the script had."""
 
 
+class _Terminated(BaseException):
+    """SIGTERM while the script ran (the dry run's --timeout): the run ends
+    there, and its figures so far are written."""
+
+
 def _say(text):
     print(f"{LOG} {text}", file=sys.stderr, flush=True)
 
@@ -258,9 +263,18 @@ def _display(*objs, **kwargs):
 
 
 def run_notebook(path):
+    """The notebook's code cells, in order: in an IPython shell where
+    IPython is installed (notebook_shell), else as plain Python, without
+    get_ipython() and with the magics and shell lines left out (said)."""
+    from . import notebook_shell
+
+    if notebook_shell.available():
+        notebook_shell.run_cells(path)
+        return
     cells, notes = notebook_cells(path)
-    if notes:
-        _say("IPython magics and shell lines are not run: " + "; ".join(notes))
+    _say("IPython is not installed in this Python: the notebook's cells run as plain Python, "
+         "where get_ipython() is not defined" + (", and its magics and shell lines are not run: "
+                                                  + "; ".join(notes) if notes else ""))
     namespace = {"__name__": "__main__", "__builtins__": __builtins__, "display": _display}
     for name, source, action in cells:
         if action is not None:
@@ -289,6 +303,7 @@ class Run:
         self.ddp_adjusted = 0
         self.weightless = None  # --no-weights: the stand-ins from_pretrained loaded
         self.world = None  # --world-size: the fake process group's counts
+        self.terminated = False
 
     # --------------------------------------------------------- before
 
@@ -407,6 +422,10 @@ class Run:
                 runpy.run_path(script, run_name="__main__")
         except _StopRun:
             self.stopped_at_steps = True
+        except _Terminated:
+            self.terminated = True
+            self.error = "ended by SIGTERM"
+            self.exit_status = 128 + signal.SIGTERM
         except SystemExit as exc:
             self.exit_status = _exit_code(exc.code)
             if exc.code not in (None, 0) and not isinstance(exc.code, int):
@@ -554,7 +573,7 @@ class Run:
             "ddp_adjusted": self.ddp_adjusted,
             "device_peak_bytes": device_peak,
             "context_bytes": _context_bytes(),
-            "host_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "host_peak_rss_bytes": None,  # below, once the snapshot is written
             "snapshot": None,
             "compiled": _compiled(),
             # what the script changed itself: its own vramguard.install(), its own allocator settings
@@ -568,7 +587,24 @@ class Run:
             "elapsed_s": round(time.monotonic() - started, 3),
         }
         out["snapshot"] = self.dump_snapshot()
+        out["terminated"] = self.terminated
+        # The whole run's peak: writing the snapshot (pickling every event
+        # and its stack) is often the costliest step of all.
+        out["host_peak_rss_bytes"] = _peak_rss_bytes()
         return out
+
+
+def _peak_rss_bytes():
+    """This process's peak resident set so far: VmHWM (Linux), else
+    getrusage's ru_maxrss (KiB on Linux)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _compiled():
@@ -619,6 +655,14 @@ def _print_user_traceback(exc):
 _SIGINT_RECEIVED = False
 
 
+def _on_sigterm(signum, frame):
+    """The dry run's --timeout: the script stops where it is, as at
+    --steps, and the figures so far are written. Once, then ignored: the
+    figures are being written."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise _Terminated()
+
+
 def _on_sigint(signum, frame):
     """Python's own SIGINT handler (KeyboardInterrupt), and a note that a
     SIGINT came: the dry run cancelling this run, not the script raising
@@ -640,10 +684,21 @@ def _die_with_parent():
 
 
 def _write_json(path, data):
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, default=repr)
-    os.replace(tmp, path)
+    """Whole or not at all, through a new file (mkstemp: O_EXCL, no link
+    followed) renamed over `path` (a link there is replaced, not followed)."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", dir=os.path.dirname(path) or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, default=repr)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def parse(argv):
@@ -674,10 +729,16 @@ def main(argv=None):
         signal.signal(signal.SIGINT, _on_sigint)
     started = time.monotonic()
     opts = parse(sys.argv[1:] if argv is None else argv)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
     run = Run(opts)
-    run.setup()
+    try:
+        run.setup()
+    except _Terminated:  # ended before the script started: nothing to write
+        os._exit(128 + signal.SIGTERM)
     try:
         run.run_script()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the script is done: its figures are written whole
         result = run.result(started)
     except KeyboardInterrupt:
         os._exit(130)

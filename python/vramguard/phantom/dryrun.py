@@ -29,7 +29,7 @@ import time
 
 from .._core import format_size
 from .._presets import PRESETS, find_preset, preset_names
-from . import managed
+from . import argnames, managed
 from .fake_world import WORLD_ENV, check_world, world_env, world_notes
 from .weightless import NO_WEIGHTS_ENV, weightless_notes
 
@@ -40,6 +40,11 @@ ALLOCATORS = ("native", "expandable", "vramguard")
 GRANULE = 16 << 20
 #: How long a child interrupted by Ctrl-C has to end before it is killed.
 KILL_GRACE_S = 2.0
+#: How long a run past --timeout has, once told to end, to write its figures
+#: so far (its memory snapshot included) before it is killed.
+TIMEOUT_GRACE_S = 60.0
+#: --cwd's placeholder for a folder per allocator (runs at once need one each).
+CWD_PER_RUN = "{allocator}"
 READS_NOTE = ("values read back from a phantom device are zeros; data-dependent shapes and control "
               "flow may differ from a real run")
 #: Errors that say the phantom lacks a library, not that the script is wrong.
@@ -82,19 +87,19 @@ def parse_sweep(text):
         text = f"{name}={','.join(str(v) for v in values)}"
     match = _SWEEP.match(str(text).strip())
     if not match:
-        raise DryRunInputError(f"--sweep {text!r}: expected NAME=V1,V2,... (e.g. BATCH=1,2,4,8)")
+        raise DryRunInputError(f"{argnames.given('sweep', text)}: expected NAME=V1,V2,... (e.g. BATCH=1,2,4,8)")
     name, raw = match.groups()
     if name in _RESERVED_ENV or name.startswith(_RESERVED_PREFIXES):
-        raise DryRunInputError(f"--sweep {text!r}: {name} is a variable the dry run sets or needs: "
+        raise DryRunInputError(f"{argnames.given('sweep', text)}: {name} is a variable the dry run sets or needs: "
                                "sweep another name (e.g. BATCH)")
     values = []
     for part in raw.split(","):
         part = part.strip()
         if not re.fullmatch(r"[0-9]+", part) or int(part) < 1:
-            raise DryRunInputError(f"--sweep {text!r}: {part!r} is not a whole number above 0")
+            raise DryRunInputError(f"{argnames.given('sweep', text)}: {part!r} is not a whole number above 0")
         values.append(int(part))
     if any(b <= a for a, b in zip(values, values[1:])):
-        raise DryRunInputError(f"--sweep {text!r}: the values must increase")
+        raise DryRunInputError(f"{argnames.given('sweep', text)}: the values must increase")
     return name, values
 
 
@@ -139,7 +144,7 @@ def _check_size(value, what):
             if said.startswith(lead):
                 said = said[len(lead):]
                 break
-        raise DryRunInputError(f"--{what} {value!r}: {said}") from None
+        raise DryRunInputError(f"{argnames.given(what, value)}: {said}") from None
     return nbytes
 
 
@@ -151,31 +156,88 @@ def check_device(memory, preset, context=None):
     device = _check_size(memory, "memory") if memory is not None else preset.total_bytes
     context = _check_size(context, "context") if context is not None else preset.context_bytes
     if device <= context:
-        raise DryRunInputError(f"--memory {format_size(device)} leaves nothing beside the CUDA context's "
+        raise DryRunInputError(f"{argnames.given('memory', format_size(device), quote=False)} leaves nothing beside "
+                               f"the CUDA context's "
                                f"{format_size(context)}")
     return device, context
 
 
 def _check_out(out):
-    """--out: a directory, or a path where one can be made."""
+    """--out: a directory, or a path where one can be made, that this user
+    can write (the dry run makes a folder of its own in it): said before
+    anything runs. access(2) answers for a read-only file system even to
+    root."""
     if out is None:
         return None
     path = os.path.abspath(os.fspath(out))
+    said = argnames.given("out", os.fspath(out), quote=False)
     if os.path.exists(path) and not os.path.isdir(path):
-        raise DryRunInputError(f"--out {os.fspath(out)}: is a file, not a directory")
+        raise DryRunInputError(f"{said}: is a file, not a directory")
+    existing = path
+    while not os.path.exists(existing):  # the folder nearest to it that is there, where it would be made
+        existing = os.path.dirname(existing)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        where = "" if existing == path else f" ({existing}, where it would be made)"
+        raise DryRunInputError(f"{said}: cannot write there{where}: the dry run makes a folder of its own "
+                               "in it for its logs, figures and snapshots")
     return path
 
 
-def _check_cwd(cwd):
-    """--cwd: an existing directory, where the script runs."""
+def _check_cwd(cwd, allocators):
+    """--cwd: an existing directory, where the script runs; with
+    {allocator} in it, a folder per allocator (made when missing, once the
+    dry run starts, see _make_cwds), whose parent must exist."""
     if cwd is None:
         return None
     path = os.path.abspath(os.fspath(cwd))
-    if not os.path.exists(path):
-        raise DryRunInputError(f"--cwd {os.fspath(cwd)}: No such directory")
-    if not os.path.isdir(path):
-        raise DryRunInputError(f"--cwd {os.fspath(cwd)}: is a file, not a directory")
+    said = argnames.given("cwd", os.fspath(cwd), quote=False)
+    for folder in sorted({path.replace(CWD_PER_RUN, a) for a in allocators}):
+        if os.path.exists(folder) and not os.path.isdir(folder):
+            raise DryRunInputError(f"{said}: {folder} is a file, not a directory")
+        if not os.path.isdir(folder if CWD_PER_RUN not in path else os.path.dirname(folder)):
+            raise DryRunInputError(f"{said}: No such directory" + (
+                f" ({os.path.dirname(folder)})" if CWD_PER_RUN in path else ""))
     return path
+
+
+def _make_cwds(cwd, allocators):
+    """The folders of a per-allocator --cwd, made where missing."""
+    if cwd is None or CWD_PER_RUN not in cwd:
+        return
+    for allocator in allocators:
+        folder = cwd.replace(CWD_PER_RUN, allocator)
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as exc:
+            raise DryRunInputError(f"{argnames.given('cwd', cwd, quote=False)}: {folder}: "
+                                   f"{exc.strerror or exc}") from None
+
+
+def _check_jobs(jobs, allocators, cwd):
+    """Runs at once share nothing but the folder they run in, where their
+    file I/O is real (a checkpoint one saves, another loads): so runs at
+    once are refused in one folder. One run at a time is the default."""
+    if jobs is None:
+        return default_jobs(allocators)
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise DryRunInputError(f"{argnames.name('jobs')} must be a whole number above 0, got {jobs!r}")
+    if min(jobs, len(allocators)) > 1 and (cwd is None or CWD_PER_RUN not in cwd):
+        example = argnames.given("cwd", "runs/" + CWD_PER_RUN, quote=False)
+        raise DryRunInputError(
+            f"{argnames.given('jobs', jobs)} runs allocators at once, and a script's file I/O is real: "
+            f"give each run a folder of its own ({example}, made when missing), or leave "
+            f"{argnames.name('jobs')} out to run one at a time")
+    return jobs
+
+
+def _check_timeout(timeout):
+    """--timeout: seconds, above 0, or None (no limit)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+        raise DryRunInputError(f"{argnames.name('timeout')} must be a number of seconds above 0, "
+                               f"got {timeout!r}")
+    return timeout
 
 
 def alloc_conf(allocator, user=None):
@@ -321,6 +383,22 @@ class _Live:
         _kill_groups(procs)
 
 
+def _new_log(out_dir, stem):
+    """(the stem, its log opened for writing): a file made here and now,
+    never one that was there (O_EXCL), nor through a symbolic link
+    (O_NOFOLLOW), even in a folder others can write; a stem taken already
+    gets a number ("native-2")."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    for n in range(1, 1000):
+        name = stem if n == 1 else f"{stem}-{n}"
+        try:
+            fd = os.open(os.path.join(out_dir, f"{name}.log"), flags, 0o644)
+        except FileExistsError:
+            continue
+        return name, os.fdopen(fd, "w", encoding="utf-8")
+    raise FileExistsError(os.path.join(out_dir, f"{stem}.log"))
+
+
 def _no_figures(rc):
     """Why a run that wrote no figures ended, from its exit status (the
     status itself is said beside it, not here)."""
@@ -336,25 +414,33 @@ def _no_figures(rc):
 
 
 def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, steps=0,
-              snapshot=True, echo=True, stdout=None, stderr=None, live=None, cwd=None, nproc=1):
+              snapshot=True, echo=True, stdout=None, stderr=None, live=None, cwd=None, nproc=1,
+              timeout=None):
     """Runs the script once in a child on the phantom (in `cwd`, default
     this process's working directory); returns the child's figures (a
-    dict), with `exit_status` and `log` added. Ctrl-C here ends the child
-    and its process group (and those `live` holds) before KeyboardInterrupt
-    goes on; a run is taken for interrupted only then (`live` cancelled),
-    never for its status: a script's own exit status 130 or
-    KeyboardInterrupt is its own failure."""
+    dict), with `exit_status` and `log` added. Its files are new files in
+    `out_dir` (a folder of this dry run's own), named after `label`. Ctrl-C
+    here ends the child and its process group (and those `live` holds)
+    before KeyboardInterrupt goes on; a run is taken for interrupted only
+    then (`live` cancelled), never for its status: a script's own exit
+    status 130 or KeyboardInterrupt is its own failure. A run still going
+    after `timeout` seconds is told to end (SIGTERM: the child writes its
+    figures so far), then killed with its process group; its result has
+    `timed_out` set."""
     live = _Live() if live is None else live
     if live.cancelled:
         raise KeyboardInterrupt
-    stem = re.sub(r"[^A-Za-z0-9_.=-]+", "_", label)
+    stem, log = _new_log(out_dir, re.sub(r"[^A-Za-z0-9_.=-]+", "_", label))
     # nproc > 1: torchrun starts the ranks, each writes its own figures ({rank})
     ranked = f"{stem}.rank{{rank}}" if nproc > 1 else stem
     result_path = os.path.join(out_dir, f"{ranked}.json")
     log_path = os.path.join(out_dir, f"{stem}.log")
-    for path in [result_path.replace("{rank}", str(r)) for r in range(nproc)]:
-        if os.path.exists(path):
-            os.unlink(path)
+    # A folder of the run's own for files the script would rather not write
+    # into the user's (the quickstart notebook's memory snapshot): made here,
+    # removed again when the run left nothing in it.
+    files_dir = os.path.join(out_dir, f"{stem}.files")
+    os.mkdir(files_dir)
+    env = dict(env, VRAMGUARD_DRYRUN_DIR=files_dir)
     # torchrun's own logs with the run's (left to itself it makes a folder in /tmp and leaves it there)
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
                  "--log-dir", os.path.join(out_dir, "torchrun")]
@@ -371,7 +457,8 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, s
     stdout = sys.stdout if stdout is None else stdout
     stderr = sys.stderr if stderr is None else stderr
     started = time.monotonic()
-    with open(log_path, "w", encoding="utf-8") as log:
+    timed_out = False
+    with log:
         proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True, cwd=cwd)
         live.add(proc)
@@ -381,7 +468,7 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, s
         for t in threads:
             t.start()
         try:
-            rc = proc.wait()
+            rc, timed_out = _wait(proc, timeout, group=nproc > 1)
         except BaseException:
             live.cancel()
             for t in threads:
@@ -389,11 +476,17 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, s
             raise
         finally:
             live.discard(proc)
+        # The script's leftovers (a worker, a subprocess that outlived it) go
+        # with it, before its pipes are read to their end: they hold them open.
+        _signal_group(proc, signal.SIGKILL)
         for t in threads:
             t.join()
         proc.stdout.close()
         proc.stderr.close()
-        _signal_group(proc, signal.SIGKILL)  # the script's leftovers (a worker that outlived it) go with it
+    try:
+        os.rmdir(files_dir)  # only when empty
+    except OSError:
+        pass
     if live.cancelled:  # Ctrl-C, or another run's: the dry run ends, whatever this one's status
         raise KeyboardInterrupt
     status = rc if rc >= 0 else 128 - rc  # killed by signal N: what a shell says, 128 + N
@@ -411,9 +504,51 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, s
             "error": _no_figures(rc),
         }
     result.setdefault("exit_status", status)  # the script's own, which the child wrote
+    if timed_out and result.get("terminated", True):  # not one that ended in time and was writing its figures
+        _timed_out(result, timeout)
     result["log"] = log_path
     result.setdefault("elapsed_s", round(time.monotonic() - started, 3))
     return result
+
+
+def _wait(proc, timeout, group=False):
+    """(the child's exit status, whether it ran past `timeout` seconds).
+    Past it, SIGTERM to the child (to every process of its group when
+    torchrun leads it: each rank writes its figures so far), then, after
+    TIMEOUT_GRACE_S, SIGKILL to the group."""
+    if timeout is None:
+        return proc.wait(), False
+    try:
+        return proc.wait(timeout=timeout), False
+    except subprocess.TimeoutExpired:
+        pass
+    if group:
+        _signal_group(proc, signal.SIGTERM)
+    else:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    try:
+        return proc.wait(timeout=TIMEOUT_GRACE_S), True
+    except subprocess.TimeoutExpired:
+        _signal_group(proc, signal.SIGKILL)
+        return proc.wait(), True
+
+
+def _timed_out(result, timeout):
+    """A run ended at --timeout: its figures are those up to then, and
+    whether it fits is not known unless it ran out of memory by then.
+    Exit status 124, as timeout(1) gives."""
+    seconds = f"{timeout:g} s"
+    result["timed_out"] = True
+    result["exit_status"] = 124
+    if result.get("fits") is not False:
+        result["fits"] = None
+    if result.get("peak_allocated_bytes") is None:
+        result["error"] = f"timed out after {seconds} (--timeout), before its figures were written"
+    else:
+        result["error"] = f"timed out after {seconds} (--timeout): its figures are those up to then"
 
 
 RANK_KEYS = ("peak_allocated_bytes", "peak_reserved_bytes", "device_peak_bytes", "fits", "first_oom",
@@ -649,7 +784,8 @@ def _notes(result):
     notes += weightless_notes(result.get("weights", True), runs)
     notes += world_notes(result, runs)
     if result.get("cwd"):
-        notes.append(f"The script ran in {result['cwd']}{' (--cwd)' if result.get('cwd_given') else ''} "
+        per_run = " (--cwd: a folder per allocator)" if CWD_PER_RUN in result["cwd"] else " (--cwd)"
+        notes.append(f"The script ran in {result['cwd']}{per_run if result.get('cwd_given') else ''} "
                      "with real file I/O: files it writes (a torch.save checkpoint holds zeros on a phantom) "
                      "overwrite real ones" + ("." if result.get("cwd_given") else "; --cwd DIR runs it elsewhere."))
     return notes
@@ -716,14 +852,14 @@ class _SearchFailed(Exception):
 
 class _Runner:
     def __init__(self, script, args, gpu, memory, context, steps, snapshot, echo, notebook,
-                 stdout, stderr, cwd=None, nproc=1):
+                 stdout, stderr, cwd=None, nproc=1, timeout=None):
         from .gpu import environ
 
         self.script, self.args = script, list(args)
         self.gpu = gpu
         self.memory = memory
         self.context, self.steps, self.snapshot, self.echo = context, steps, snapshot, echo
-        self.notebook, self.cwd, self.nproc = notebook, cwd, nproc
+        self.notebook, self.cwd, self.nproc, self.timeout = notebook, cwd, nproc, timeout
         self.stdout, self.stderr = stdout, stderr
         # the phantom's libraries (built the first time), or why not, before any run
         # and before the output directory: a phantom that cannot be had leaves nothing behind
@@ -761,9 +897,11 @@ class _Runner:
                            self.out_dir, label, notebook=self.notebook,
                            steps=self.steps, snapshot=self.snapshot if snapshot is None else snapshot,
                            echo=self.echo, stdout=self.stdout, stderr=self.stderr, live=self.live,
-                           cwd=self.cwd, nproc=self.nproc)
+                           cwd=self.cwd and self.cwd.replace(CWD_PER_RUN, allocator), nproc=self.nproc,
+                           timeout=self.timeout)
         result["alloc_conf_set"] = conf  # what the run was given; alloc_conf: what it had at its end
-        verdict = {True: "fits", False: "out of memory", None: "failed"}[result.get("fits")]
+        verdict = ("timed out" if result.get("timed_out")
+                   else {True: "fits", False: "out of memory", None: "failed"}[result.get("fits")])
         self.say(f"{label}: {verdict}, peak allocated {_size(result.get('peak_allocated_bytes'))}, "
                  f"reserved {_size(result.get('peak_reserved_bytes'))} ({result.get('elapsed_s', 0):.1f}s)")
         return result
@@ -848,8 +986,8 @@ class _Runner:
 
 def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memory=False, sweep=None,
            out=None, steps=None, context=None, snapshot=True, echo=True, stdout=None,
-           stderr=None, jobs=None, no_compile=False, cwd=None, nproc=1, weights=True, world_size=None,
-           rank=None, gpus_per_node=8):
+           stderr=None, jobs=None, no_compile=False, cwd=None, nproc=1, timeout=None, weights=True,
+           world_size=None, rank=None, gpus_per_node=8):
     """Run `script` with `args` on a phantom `gpu` once per allocator and
     return a DryRunResult: per allocator its peak allocated and reserved
     bytes, whether it fits, its first out-of-memory (line and request).
@@ -868,13 +1006,19 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     error and exit status, `failed_at`). out: the directory for snapshots,
     logs and results (default: a new temporary one, removed again when the
     dry run fails before any run). steps: stop each run after that many
-    optimizer steps. context: the bytes the CUDA context holds on the
-    device (default: the preset's, 400 MiB unless measured on the card).
-    cwd: the directory the script runs in (default this one: its files are
-    real files, so a checkpoint it saves, zeros on a phantom, overwrites a
-    real one).
+    optimizer steps. timeout: end each run after that many seconds (its
+    figures so far are kept; it is reported as timed out). context: the
+    bytes the CUDA context holds on the device (default: the preset's, 400
+    MiB unless measured on the card). out: the folder in which the dry run
+    makes a new folder of its own (dryrun-<time>-<random>) for its files:
+    a dry run never writes into another's files nor reads them. cwd: the
+    directory the script runs in (default this one: its files are real
+    files, so a checkpoint it saves, zeros on a phantom, overwrites a real
+    one); "{allocator}" in it makes it a folder per allocator. A run's
+    stdin is /dev/null.
     echo: pass the script's output through (prefixed by its run). jobs:
-    allocators run at once (default: one per two cores, at most three).
+    allocators run at once (default 1: one at a time; more only with a
+    cwd that has "{allocator}" in it, since their file I/O is real).
     no_compile: torch.compile off (TORCH_COMPILE_DISABLE=1): eager mode's
     figures, for a script whose compilation fails on the phantom.
     nproc: ranks (torchrun --standalone --nproc_per_node N), each on a
@@ -896,23 +1040,23 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     preset = _check_gpu(gpu)
     sweep_spec = parse_sweep(sweep) if sweep is not None else None
     if sweep_spec and min_memory:
-        raise DryRunInputError("--min-memory and --sweep cannot be combined: run --min-memory on one value")
+        raise DryRunInputError(f"{argnames.name('min_memory')} and {argnames.name('sweep')} cannot be combined: "
+                               f"run {argnames.name('min_memory')} on one value")
     script = _check_script(script)
     device, context = check_device(memory, preset, context)
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
-        raise DryRunInputError(f"--steps must be a whole number above 0, got {steps!r}")
-    if jobs is None:
-        jobs = default_jobs(allocators)
-    elif isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise DryRunInputError(f"--jobs must be a whole number above 0, got {jobs!r}")
+        raise DryRunInputError(f"{argnames.name('steps')} must be a whole number above 0, got {steps!r}")
     if isinstance(nproc, bool) or not isinstance(nproc, int) or not 1 <= nproc <= 16:
-        raise DryRunInputError(f"--nproc must be a whole number from 1 to 16, got {nproc!r}")
+        raise DryRunInputError(f"{argnames.name('nproc')} must be a whole number from 1 to 16, got {nproc!r}")
     try:
-        check_world(world_size, rank, gpus_per_node, nproc, arg=lambda name: f"{name}=")
+        check_world(world_size, rank, gpus_per_node, nproc, arg=argnames.name)
     except ValueError as exc:
         raise DryRunInputError(str(exc)) from None
+    timeout = _check_timeout(timeout)
     out_path = _check_out(out)
-    cwd = _check_cwd(cwd)
+    cwd = _check_cwd(cwd, allocators)
+    jobs = _check_jobs(jobs, allocators, cwd)
+    _check_platform()
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
@@ -922,33 +1066,48 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     stderr = sys.stderr if stderr is None else stderr
     # The phantom's environment first: where it cannot be had, no directory is made.
     runner = _Runner(script, args, preset, device, context, steps, snapshot, echo,
-                     script.endswith(".ipynb"), stdout, stderr, cwd=cwd, nproc=nproc)
+                     script.endswith(".ipynb"), stdout, stderr, cwd=cwd, nproc=nproc, timeout=timeout)
     if no_compile:
         runner.extra_env["TORCH_COMPILE_DISABLE"] = "1"
     if world_size is not None:
         runner.extra_env.update(world_env(world_size, rank or 0, gpus_per_node))
-    temporary = out_path is None
-    if temporary:
-        out_dir = tempfile.mkdtemp(prefix="vramguard-dryrun-")
-    else:
-        out_dir = out_path
-        try:
-            os.makedirs(out_dir, exist_ok=True)
-        except OSError as exc:
-            raise DryRunInputError(f"--out {os.fspath(out)}: {exc.strerror or exc}") from None
+    out_dir = _make_out_dir(out_path, out)
     runner.out_dir = out_dir
     if not weights:
         runner.extra_env[NO_WEIGHTS_ENV] = os.path.join(out_dir, "weightless")
     try:
+        _make_cwds(cwd, allocators)
         return _dryrun(runner, script, args, preset, device, context, allocators, min_memory, sweep_spec,
                        steps, no_compile, jobs, cwd)
     except BaseException:
-        if temporary:
-            if runner.started:
-                runner.say(f"the logs so far are in {out_dir}")
-            else:
-                shutil.rmtree(out_dir, ignore_errors=True)  # nothing in it, and nobody told where it is
+        if runner.started:
+            runner.say(f"the logs so far are in {out_dir}")
+        else:
+            shutil.rmtree(out_dir, ignore_errors=True)  # nothing in it, and nobody told where it is
         raise
+
+
+def _make_out_dir(out_path, out):
+    """A new folder of this dry run's own (mkdtemp: made by this call, so
+    nothing in it was planted, and no other dry run writes in it): in
+    --out, named by the time it started, else a temporary one."""
+    if out_path is None:
+        return tempfile.mkdtemp(prefix="vramguard-dryrun-")
+    try:
+        os.makedirs(out_path, exist_ok=True)
+        return tempfile.mkdtemp(prefix=time.strftime("dryrun-%Y%m%d-%H%M%S-"), dir=out_path)
+    except OSError as exc:
+        raise DryRunInputError(f"{argnames.given('out', os.fspath(out), quote=False)}: "
+                               f"{exc.strerror or exc}") from None
+
+
+def _check_platform():
+    """A dry run needs Linux: the phantom stands in for the CUDA libraries
+    of PyTorch's Linux wheels (LD_PRELOAD), which macOS and Windows lack."""
+    if not sys.platform.startswith("linux"):
+        raise DryRunInputError(
+            f"a dry run needs Linux and PyTorch's CUDA build (pip's Linux wheels), and this is {sys.platform}: "
+            "run it in a Linux container or a Colab CPU runtime (docs/would-it-fit.md, 'Where it runs')")
 
 
 def _dryrun(runner, script, args, preset, device, context, allocators, min_memory, sweep_spec, steps,
@@ -1023,10 +1182,11 @@ def _world_rank(runner):
 
 
 def default_jobs(allocators):
-    """Allocators run at once: one per two cores, no more than there are
-    allocators (a run keeps a core busy, and its PyTorch takes ~0.6 GiB of
-    host memory)."""
-    return max(1, min(len(allocators), (os.cpu_count() or 1) // 2))
+    """Allocators run at once unless asked: one. Runs at once would share
+    the folder the script runs in, whose file I/O is real (one run loading
+    the checkpoint another is writing); --jobs N with a --cwd per
+    allocator asks for more."""
+    return 1
 
 
 def _each(fn, items, jobs, live):

@@ -1,0 +1,86 @@
+"""A notebook's code cells run in an IPython shell, as a kernel would run
+them (a dry run of a .ipynb): get_ipython() is the shell, its magics and
+`!` lines run as IPython runs them without a kernel (shell commands are
+real, like the script's file I/O), display() prints, and hooks that fire
+after each cell (vramguard.meter()) fire. Each cell is compiled under the
+name the report gives its lines ("nb.ipynb[cell 3]"). A cell that fails
+ends the run with its exception, as "Run all" stops there.
+
+Needs IPython; without it the child runs the cells as plain Python
+(child.run_notebook).
+"""
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+
+__all__ = ["available", "code_cells", "run_cells"]
+
+
+def available():
+    """Whether IPython can be imported here."""
+    return importlib.util.find_spec("IPython") is not None
+
+
+def code_cells(path):
+    """[(name, source)] of the notebook's code cells, in order, numbered
+    from 1 as child.notebook_cells numbers them."""
+    with open(path, encoding="utf-8") as f:
+        nb = json.load(f)
+    cells = []
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else str(source)
+        cells.append((f"{os.path.basename(path)}[cell {len(cells) + 1}]", source))
+    return cells
+
+
+def _shell(ipython_dir):
+    """An InteractiveShell whose cells compile under the names given to
+    it, with no history database and its profile in `ipython_dir` (not the
+    user's ~/.ipython)."""
+    from IPython.core.compilerop import CachingCompiler
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    class NamedCells(CachingCompiler):
+        cell_name = None
+
+        def get_code_name(self, raw_code, transformed_code, number):
+            return self.cell_name or super().get_code_name(raw_code, transformed_code, number)
+
+    config = Config()
+    config.HistoryManager.enabled = False
+    shell = InteractiveShell.instance(config=config, ipython_dir=ipython_dir, compiler_class=NamedCells)
+    # The run reports a failed cell itself (the traceback from the cell's
+    # frames, or the out-of-memory line): IPython's copy would be a second.
+    shell.showtraceback = lambda *args, **kwargs: None
+    # A cell's lines keep their numbers (IPython drops a cell's leading empty
+    # lines, which would shift every line the report names).
+    manager = shell.input_transformer_manager
+    manager.cleanup_transforms = [t for t in manager.cleanup_transforms
+                                  if getattr(t, "__name__", "") != "leading_empty_lines"]
+    return shell
+
+
+def run_cells(path, namespace=None):
+    """Runs the notebook's code cells in order in an IPython shell; the
+    first that fails raises its exception (SystemExit, KeyboardInterrupt
+    and the run's own stops included)."""
+    where = os.environ.get("VRAMGUARD_DRYRUN_DIR")
+    ipython_dir = tempfile.mkdtemp(prefix="ipython-", dir=where if where and os.path.isdir(where) else None)
+    try:
+        shell = _shell(ipython_dir)
+        if namespace:
+            shell.user_ns.update(namespace)
+        for name, source in code_cells(path):
+            shell.compile.cell_name = name
+            result = shell.run_cell(source, store_history=True)
+            error = result.error_before_exec or result.error_in_exec
+            if error is not None:
+                raise error
+    finally:
+        shutil.rmtree(ipython_dir, ignore_errors=True)
