@@ -180,3 +180,17 @@ def test_a_budget_larger_than_the_device_is_said():
     assert out["warned"] == [f"find_max_batch: {sentence}"]
     assert out["within"] == "find_max_batch: largest batch 124 under a budget of 512.00 MiB"
     assert out["nothing"] == "find_max_batch: not even batch 1000 fits: pass a smaller start (start=1000 now)"
+
+
+def test_another_error_stops_the_search_and_leaves_no_probe_open():
+    out = run(STEP, """
+        vramguard.install()
+        from vramguard.report import regions
+        def broken(batch):
+            if batch > 2:
+                raise KeyError("not memory")
+        out["error"] = error(vramguard.find_max_batch, broken, progress=False)
+        out["open"] = len(regions._target(0).open)
+    """, devices=1, mem="1GiB")
+    assert out["error"] == ["KeyError", "'not memory'"]
+    assert out["open"] == 0

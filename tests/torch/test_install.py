@@ -103,7 +103,9 @@ def test_install_after_another_pluggable_allocator():
             out["cause"] = str(e.__cause__).splitlines()[0]
         out["installed"] = vramguard.is_installed()
     """)
-    assert out["error"].startswith("PyTorch's CUDA allocator is already in use")
+    assert out["error"] == ("PyTorch refused to make vramguard its CUDA allocator (\"Can't swap an already "
+                            "initialized allocator\"): another allocator was set in this process first "
+                            "(torch.cuda.memory.change_current_allocator()). " + RESTART)
     assert out["cause"] == "Can't swap an already initialized allocator"
     assert out["installed"] is False
 

@@ -257,6 +257,7 @@ def _attempt(step_fn, batch, oom_test, probe):
         step_fn(batch)
     except Exception as exc:
         if not oom_test(exc):
+            probe.peak()  # closes the try's probe: it would stay open for good
             raise
         lines = str(exc).splitlines()
         result = Try(batch, False, probe.peak(), lines[0] if lines else type(exc).__name__)

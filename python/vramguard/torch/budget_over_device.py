@@ -42,6 +42,19 @@ def _callers_stacklevel():
     return level
 
 
+def _over_each_device(torch, budget_bytes):
+    """The sentence for each device the budget is larger than."""
+    count = torch.cuda.device_count()
+    texts = []
+    for index in range(count):
+        properties = torch.cuda.get_device_properties(index)
+        text = over_device(budget_bytes, properties.total_memory, getattr(properties, "name", None),
+                           index if count > 1 else None)
+        if text is not None:
+            texts.append(text)
+    return texts
+
+
 def warn_if_over(torch, budget_bytes):
     """One warning per device the budget is larger than. Reading a device's
     total initialises CUDA, which install() must not do: before that, the
@@ -51,14 +64,12 @@ def warn_if_over(torch, budget_bytes):
         return
 
     def check():
-        several = torch.cuda.device_count() > 1
-        for index in range(torch.cuda.device_count()):
-            properties = torch.cuda.get_device_properties(index)
-            text = over_device(budget_bytes, properties.total_memory, getattr(properties, "name", None),
-                               index if several else None)
-            if text is not None:
-                warnings.warn(f"vramguard.install(): {text}.", BudgetOverDeviceWarning,
-                              stacklevel=_callers_stacklevel())
+        try:
+            texts = _over_each_device(torch, budget_bytes)
+        except Exception:  # inside PyTorch's lazy init, a failure would fail the user's first CUDA call
+            return
+        for text in texts:
+            warnings.warn(f"vramguard.install(): {text}.", BudgetOverDeviceWarning, stacklevel=_callers_stacklevel())
 
     if torch.cuda.is_initialized():
         check()

@@ -59,3 +59,12 @@ def too_late_message(torch):
     """The refusal of an install() after CUDA was initialised: what did it
     (a tensor, or a call that only looked at the device) and what to do."""
     return f"{_cause(_allocations_made(torch))} {_RESTART}, {_BEFORE}."
+
+
+def swap_refused_message(refusal):
+    """PyTorch refused the swap though CUDA was not initialised: another
+    allocator was set first (change_current_allocator), which a tensor
+    never does."""
+    said = str(refusal).splitlines()[0] if str(refusal) else type(refusal).__name__
+    return (f"PyTorch refused to make vramguard its CUDA allocator ({said!r}): another allocator was set in "
+            f"this process first (torch.cuda.memory.change_current_allocator()). {_RESTART}, {_BEFORE}.")

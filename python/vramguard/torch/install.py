@@ -49,12 +49,6 @@ ENV_GC_THRESHOLD = "VRAMGUARD_GC_THRESHOLD"
 ENV_PATCH_TORCH = "VRAMGUARD_PATCH_TORCH"
 ENV_ARENA = "VRAMGUARD_ARENA"
 
-RESTART_ADVICE = (
-    "PyTorch's CUDA allocator is already in use in this process, and PyTorch cannot swap an "
-    "allocator once it has been used. Restart the runtime (in Colab: Runtime > Restart session), "
-    "then call vramguard.install() first, before any tensor is put on the GPU."
-)
-
 
 class VramguardError(RuntimeError):
     """vramguard cannot do what was asked; the message says what to do."""
@@ -318,7 +312,7 @@ def _plug_in(torch, oom_error="auto"):
     try:
         torch.cuda.memory.change_current_allocator(allocator)
     except RuntimeError as exc:
-        raise VramguardError(RESTART_ADVICE) from exc
+        raise VramguardError(_cuda_started.swap_refused_message(exc)) from exc
     _hooks.guard_checkpoint_state(torch, VramguardError)
     _state["allocator"] = allocator  # PyTorch keeps its own reference too
     _state["installed"] = True
