@@ -287,6 +287,7 @@ class Run:
         self.fake = ctypes.CDLL(None)
         self.history = False
         self.ddp_adjusted = 0
+        self.accelerate = None  # adjust_accelerate's record
 
     # --------------------------------------------------------- before
 
@@ -312,6 +313,9 @@ class Run:
             else:
                 self.start_history()
         self.hook_steps()
+        from . import adjust_accelerate
+
+        self.accelerate = adjust_accelerate.install()
         if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
             self.adjust_ddp()
 
@@ -538,6 +542,9 @@ class Run:
             "managed_prefetched_bytes": self.counter("vg_fakecuda_prefetched_peak_bytes", ctypes.c_longlong,
                                                      self.opts.rank or 0),
             "ddp_adjusted": self.ddp_adjusted,
+            "accelerate_unpadded": self.accelerate.unpadded if self.accelerate else 0,
+            "auto_batch_sizes": self.accelerate.batch_sizes if self.accelerate else [],
+            "auto_batch_size": self.accelerate.batch_size if self.accelerate else None,
             "device_peak_bytes": device_peak,
             "context_bytes": _context_bytes(),
             "host_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
