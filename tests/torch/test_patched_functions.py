@@ -5,6 +5,7 @@ argument errors, record_stream and empty_cache."""
 import pytest
 
 from fakegpu import GiB, MiB, run
+from torchfeature import need
 
 pytestmark = pytest.mark.torch
 
@@ -23,6 +24,7 @@ DEVICES = {"None": None, "0": 0, "'cuda'": "cuda", "device('cuda')": torch.devic
 
 
 def test_statistics_before_cuda_starts_return_zeros_and_start_nothing():
+    need("torch.accelerator.memory_stats", "torch.accelerator.empty_cache")
     out = run(DEVICES, """
         warnings.simplefilter("ignore", FutureWarning)   # memory_cached & co. are deprecated
         vramguard.install()
@@ -61,6 +63,7 @@ def test_statistics_before_cuda_starts_return_zeros_and_start_nothing():
 
 
 def test_every_device_argument_reads_its_own_device():
+    need("torch.accelerator.memory_stats", "torch.accelerator.get_memory_info")
     out = run(DEVICES, """
         warnings.simplefilter("ignore", FutureWarning)
         vramguard.install()
@@ -199,12 +202,15 @@ calls = {
     "reset_accumulated('cpu')": lambda: torch.cuda.reset_accumulated_memory_stats("cpu"),
     "summary('cpu')": lambda: torch.cuda.memory_summary("cpu"),
     "mem_get_info('cpu')": lambda: torch.cuda.mem_get_info("cpu"),
-    "accelerator.memory_stats('cpu')": lambda: torch.accelerator.memory_stats("cpu"),
-    "accelerator.memory_allocated('cpu')": lambda: torch.accelerator.memory_allocated("cpu"),
-    "accelerator.get_memory_info('cpu')": lambda: torch.accelerator.get_memory_info("cpu"),
     "cudnn benchmark = 1": lambda: setattr(torch.backends.cudnn, "benchmark", 1),
     "cudnn _set_cudnn_benchmark(1)": lambda: torch._C._set_cudnn_benchmark(1),
 }
+if hasattr(torch.accelerator, "get_memory_info"):   # PyTorch 2.9 on
+    calls.update({
+        "accelerator.memory_stats('cpu')": lambda: torch.accelerator.memory_stats("cpu"),
+        "accelerator.memory_allocated('cpu')": lambda: torch.accelerator.memory_allocated("cpu"),
+        "accelerator.get_memory_info('cpu')": lambda: torch.accelerator.get_memory_info("cpu"),
+    })
 out["errors"] = {name: error(call) for name, call in calls.items()}
 # A device that does not exist: the same type (the native text prints the
 # index as a character).
@@ -276,6 +282,7 @@ POLICIES = {"arena=False": ([6 * MiB, 2 * MiB], "num_device_free"),
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_empty_cache_from_python_and_from_torch_accelerator(policy):
+    need("torch.accelerator.empty_cache")
     cached, released = POLICIES[policy]
     out = run(f"vramguard.install({policy})", f"RELEASED = {released!r}", """
         x = torch.empty(3 * MiB, dtype=torch.uint8, device="cuda")

@@ -304,6 +304,7 @@ class Run:
         self.weightless = None  # --no-weights: the stand-ins from_pretrained loaded
         self.world = None  # --world-size: the fake process group's counts
         self.terminated = False
+        self.accelerate = None  # adjust_accelerate's record
 
     # --------------------------------------------------------- before
 
@@ -329,6 +330,9 @@ class Run:
             else:
                 self.start_history()
         self.hook_steps()
+        from . import adjust_accelerate
+
+        self.accelerate = adjust_accelerate.install()
         if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
             self.adjust_ddp()
         from .fake_world import WORLD_ENV, FakeWorld
@@ -571,6 +575,9 @@ class Run:
             "managed_prefetched_bytes": self.counter("vg_fakecuda_prefetched_peak_bytes", ctypes.c_longlong,
                                                      self.opts.rank or 0),
             "ddp_adjusted": self.ddp_adjusted,
+            "accelerate_unpadded": self.accelerate.unpadded if self.accelerate else 0,
+            "auto_batch_sizes": self.accelerate.batch_sizes if self.accelerate else [],
+            "auto_batch_size": self.accelerate.batch_size if self.accelerate else None,
             "device_peak_bytes": device_peak,
             "context_bytes": _context_bytes(),
             "host_peak_rss_bytes": None,  # below, once the snapshot is written
