@@ -114,7 +114,8 @@ def test_an_oom_recovers_in_the_same_notebook(tmp_path):
     assert oom["errors"] == ["OutOfMemoryError"]                       # the traceback, as IPython shows it
     report = "".join(oom["displays"]) + "".join(oom["out"].splitlines()[:-1])  # vramguard.last_oom(), shown
     assert "400.00 MiB" in report                                      # names the request
-    assert oom["out"].rstrip().splitlines()[-1] == "vramguard recovered 464.00 MiB; 16.00 MiB still live"
+    assert oom["out"].rstrip().splitlines()[-1] == ("vramguard recovered 464.00 MiB; 16.00 MiB still live, "
+                                                    "held by x (16.00 MiB)")
     assert after["errors"] == []
     v = values(after["out"])
     assert int(v["live"]) == 16 * MiB and int(v["reserved"]) == 16 * MiB
@@ -260,6 +261,39 @@ def test_recover_in_a_script_drops_the_last_exception():
         out["reserved"] = torch.cuda.memory_reserved()
     """, devices=1, mem="1GiB")
     assert out["before"] == 100 * MiB
-    assert out["figures"] == {"freed": 100 * MiB, "released": 100 * MiB, "live": 0, "cached": 0}
+    assert out["figures"] == {"freed": 100 * MiB, "released": 100 * MiB, "live": 0, "cached": 0, "workspaces": 0,
+                              "devices": [{"device": 0, "live": 0, "cached": 0, "holders": [], "unnamed": 0}]}
     assert out["text"] == "vramguard recovered 100.00 MiB; 0 bytes still live"
     assert out["last_value"] == "None" and out["reserved"] == 0
+
+
+def test_the_recovery_line_names_what_holds_the_memory_per_device():
+    """What is still live: the variables holding the most, per device (the
+    meter shows one device at a time), and PyTorch's own cuBLAS workspaces
+    said apart, released as PyTorch's own leak check releases them."""
+    out = run("""
+        vramguard.install()
+        a = torch.ones(64, 64, device="cuda")
+        b = a @ a                                             # cuBLAS makes its workspace
+        out["with_workspace"] = torch.cuda.memory_allocated()
+        del a, b
+        out["after_del"] = torch.cuda.memory_allocated()
+        r = vramguard.recover()
+        out["workspaces"] = [r.workspaces, r.live]
+        out["alone"] = str(r)
+        import __main__
+        __main__.weights = {"w": torch.empty(64 * MiB, dtype=torch.uint8, device="cuda:0")}
+        __main__.x = torch.empty(16 * MiB, dtype=torch.uint8, device="cuda:0")
+        __main__.y = torch.empty(48 * MiB, dtype=torch.uint8, device="cuda:1")
+        out["two"] = str(vramguard.recover())
+        del __main__.weights, __main__.y
+        out["one"] = str(vramguard.recover())
+    """, devices=2, mem="1GiB,1GiB", TORCH_CUBLAS_WORKSPACE_CACHE="1")  # kept, as PyTorch 2.8 keeps it
+    assert out["after_del"] > 0                               # the workspace outlives the tensors
+    assert out["workspaces"] == [out["after_del"], 0]
+    assert out["alone"] == (f"vramguard recovered {out['after_del'] / MiB:.2f} MiB ({out['after_del'] / MiB:.2f} MiB "
+                            "of it PyTorch's own cuBLAS workspaces, which it makes again at the next matrix multiply); "
+                            "0 bytes still live")
+    assert out["two"] == ("vramguard recovered 0 bytes; 80.00 MiB still live on GPU 0, held by weights (64.00 MiB), "
+                          "x (16.00 MiB); 48.00 MiB still live on GPU 1, held by y (48.00 MiB)")
+    assert out["one"] == "vramguard recovered 0 bytes; 16.00 MiB still live on GPU 0, held by x (16.00 MiB)"
