@@ -303,3 +303,35 @@ def test_lines_from_recorded_stacks():
     assert "train.py:82 step: +32.00 MiB in 4 blocks" in out["leak_text"]
     assert "by line, train.py:82 step: 96.00 MiB in 12 blocks" in out["text"]
     assert "record(stacks=True) shows which lines" not in out["text"]
+
+
+def test_a_leak_first_seen_as_stacks_begin_lists_no_line():
+    """Stacks recorded only from the step the leak is first seen: no earlier
+    boundary to compare with, so no line is called accumulating (the
+    largest holder now may be the batch, replaced each step)."""
+    out = run("""
+        import sys, types
+        fake = types.ModuleType("vramguard.trace.stacks")
+        held = {"n": 0}
+        def live_by_line(device=None, top=5):
+            if held["n"] < 8:
+                raise RuntimeError("not recording")
+            return [("train.py:5 batch", 64 * MiB, 1), ("train.py:6 loss", held["n"] * MiB, held["n"])][:top]
+        fake.live_by_line = live_by_line
+        sys.modules["vramguard.trace.stacks"] = fake
+        vramguard.trace.stacks = fake
+        kept = []
+        for i in range(8):
+            kept.append(h.malloc(MiB))
+            held["n"] += 1
+            vramguard.step(0)
+        out["first"] = str(vramguard.leak_check())
+        kept.append(h.malloc(MiB))
+        held["n"] += 1
+        vramguard.step(0)
+        out["next"] = str(vramguard.leak_check())
+    """)
+    assert ("What accumulates, by line:\n  which lines accumulate shows after another step with stacks recorded "
+            "(vramguard compares each line's live memory between step boundaries)\n") in out["first"]
+    assert "batch" not in out["first"]
+    assert "What accumulates, by line:\n  train.py:6 loss: +1.00 MiB in 1 block\nUsual" in out["next"]

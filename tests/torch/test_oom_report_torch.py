@@ -195,3 +195,31 @@ def test_precision_advice_gives_a_figure_only_for_wide_floats():
     assert "if it holds 32-bit floats, torch.autocast would keep it in 16 bits, half the size." in too_big
     assert "300.00 MiB" not in too_big and "enough alone" not in too_big
     assert "Lower the batch size" not in too_big and "Gradient accumulation" not in too_big
+
+
+def test_what_accumulates_is_ranked_by_growth_not_size():
+    """losses.append(loss) with stacks recorded: the line that makes the kept
+    tensor comes first; the batch, larger but replaced each step, is not
+    listed, also when the leak is looked at the very step it is first seen."""
+    out = run("""
+        import sys
+        vramguard.install()
+        losses = []
+        with vramguard.record(stacks=True):
+            for i in range(8):
+                x = torch.empty(64 * MiB, dtype=torch.uint8, device="cuda")    # BATCH: replaced each step
+                loss = torch.empty(MiB, dtype=torch.uint8, device="cuda"); at = sys._getframe().f_lineno
+                losses.append(loss)
+                vramguard.step()
+            leak = vramguard.leak_check()
+        out["loss_line"] = f"<string>:{at}"
+        out["steps"] = [leak.since_step, leak.steps]
+        out["lines"] = [list(row) for row in leak.lines]
+        out["text"] = str(leak)
+    """, devices=1, mem="1GiB")
+    assert out["steps"] == [1, 8]
+    (label, grown, blocks), = out["lines"]
+    assert label == out["loss_line"]                # the kept loss's line, not the batch's
+    assert (grown, blocks) == (7 * MiB, 7)          # since the first boundary kept, step 1
+    accumulates = out["text"].split("What accumulates, by line:\n")[1].split("Usual causes")[0]
+    assert accumulates.count("\n") == 1 and "+7.00 MiB in 7 blocks" in accumulates
