@@ -165,7 +165,7 @@ def test_an_earlier_handler_is_still_called_and_installing_twice_registers_once(
     assert value_error["errors"] == ["ValueError"] and "recovered" not in value_error["out"]
     v = values(check["out"])
     assert v["calls"] == "['OutOfMemoryError', 'ValueError']"
-    assert v["types"] == "['OutOfMemoryError', 'RuntimeError', 'ValueError']"
+    assert v["types"] == "['KeyboardInterrupt', 'OutOfMemoryError', 'RuntimeError', 'ValueError']"
 
 
 def test_an_earlier_handler_that_raises_does_not_break_the_shell(tmp_path):
@@ -189,7 +189,7 @@ def test_an_earlier_handler_that_raises_does_not_break_the_shell(tmp_path):
     assert oom_again["out"].rstrip().endswith("vramguard recovered 400.00 MiB; 0 bytes still live")
     v = values(check["out"])
     assert v["calls"] == "['OutOfMemoryError']"
-    assert v["types"] == "['OutOfMemoryError']"
+    assert v["types"] == "['OutOfMemoryError', 'KeyboardInterrupt']"
     assert v["live"] == "0"
 
 
@@ -210,7 +210,7 @@ def test_a_failing_report_falls_back_to_the_traceback(tmp_path):
     assert ("vramguard: could not recover after the out-of-memory error (ZeroDivisionError('division by zero')); "
             "call vramguard.recover() to try again") in oom["err"]
     v = values(again["out"])
-    assert v["types"] == "['OutOfMemoryError']"
+    assert v["types"] == "['OutOfMemoryError', 'KeyboardInterrupt']"
     assert v["freed"] == str(400 * MiB) and v["live"] == "0"
 
 
@@ -297,3 +297,43 @@ def test_the_recovery_line_names_what_holds_the_memory_per_device():
     assert out["two"] == ("vramguard recovered 0 bytes; 80.00 MiB still live on GPU 0, held by weights (64.00 MiB), "
                           "x (16.00 MiB); 48.00 MiB still live on GPU 1, held by y (48.00 MiB)")
     assert out["one"] == "vramguard recovered 0 bytes; 16.00 MiB still live on GPU 0, held by x (16.00 MiB)"
+
+
+def test_an_interrupted_cell_gives_back_what_its_frames_held(tmp_path):
+    """Ctrl-C (SIGINT, as the notebook's stop button sends it) in the middle
+    of a step: IPython would keep the traceback, and `a` with it; the handler
+    drops the interrupted frames and says so, Out and _ stay as they were."""
+    setup, kept, interrupted, after = run_cells(
+        tmp_path, SETUP + "import os, signal, time",
+        'x = torch.zeros(16 * MiB, dtype=torch.uint8, device="cuda")',
+        """
+        def long_step():
+            a = torch.empty(400 * MiB, dtype=torch.uint8, device="cuda")
+            os.kill(os.getpid(), signal.SIGINT)   # what an interrupt sends the kernel
+            time.sleep(30)
+        long_step()
+        """,
+        """
+        print("live=%d" % torch.cuda.memory_allocated())
+        print("reserved=%d" % torch.cuda.memory_reserved())
+        a = torch.empty(600 * MiB, dtype=torch.uint8, device="cuda")   # fits only if `a` was freed
+        print("allocated=%d" % torch.cuda.memory_allocated())
+        """)
+    assert setup["errors"] == [] and kept["errors"] == []
+    assert interrupted["errors"] == ["KeyboardInterrupt"]              # the traceback, as IPython shows it
+    assert interrupted["out"].rstrip().splitlines()[-1] == (
+        "After the interrupt, vramguard recovered 400.00 MiB; 16.00 MiB still live, held by x (16.00 MiB)")
+    assert after["errors"] == []
+    v = values(after["out"])
+    assert int(v["live"]) == 16 * MiB and int(v["reserved"]) == 16 * MiB
+    assert int(v["allocated"]) == 616 * MiB
+
+
+def test_an_interrupt_that_held_no_memory_prints_nothing(tmp_path):
+    _, interrupted, check = run_cells(
+        tmp_path, SETUP + "import os, signal, time",
+        "os.kill(os.getpid(), signal.SIGINT); time.sleep(30)",
+        'print("types=%r" % sorted(t.__name__ for t in get_ipython().custom_exceptions))')
+    assert interrupted["errors"] == ["KeyboardInterrupt"]
+    assert "vramguard" not in interrupted["out"] and "vramguard" not in interrupted["err"]
+    assert values(check["out"])["types"] == "['KeyboardInterrupt', 'OutOfMemoryError']"

@@ -249,12 +249,14 @@ def _left_on(devices, stats, namespace):
     return out
 
 
-def recover(exc=None, shell=None):
+def recover(exc=None, shell=None, outputs=True):
     """Drop what the last exception and IPython's outputs hold, collect
     garbage, empty vramguard's cache; returns a Recovered with the figures.
 
     exc: an exception being handled now (its frames are cleared too);
-    shell: the IPython shell (default: the running one, if any)."""
+    shell: the IPython shell (default: the running one, if any);
+    outputs: False keeps IPython's Out and _ (after an interrupt, which
+    asked for no memory back, only the interrupted frames are dropped)."""
     from ..torch import install as _torch
 
     _torch._require_installed()
@@ -264,7 +266,8 @@ def recover(exc=None, shell=None):
         clear_exception_frames(exc)
     drop_last_exception()
     shell = shell if shell is not None else _current_shell()
-    drop_ipython_outputs(shell)
+    if outputs:
+        drop_ipython_outputs(shell)
     gc.collect()
     live_before_workspaces, _ = _totals(_torch._core.existing_devices(), _torch.stats)
     workspaces = 0
