@@ -50,6 +50,7 @@ def test_the_oom_message_says_what_fits_not_the_address_space():
         except torch.OutOfMemoryError as e:
             out["head"] = str(e).split("\\n")[0]
             out["range"] = vramguard._core.device_heap(0).stats()["fragmentation.largest_free_range"]
+        out["summary"] = str(vramguard.summary())
         free, total = torch.cuda.mem_get_info()
         out["free"], out["total"] = free, total
         granule = 2 << 20
@@ -63,6 +64,8 @@ def test_the_oom_message_says_what_fits_not_the_address_space():
         "could be allocated now is 13.74 GiB.")
     assert "58.9" not in out["head"] and "free range" not in out["head"]
     assert out["range"] > 50 * GiB  # the key is kept, as address space
+    assert "| Largest block that could be allocated now: 13.74 GiB " in out["summary"]
+    assert "address space" not in out["summary"] and "58.9" not in out["summary"]
     assert out["fits"] is None and out["more"][0] == "OutOfMemoryError"
 
 

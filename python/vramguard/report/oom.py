@@ -433,6 +433,8 @@ def last_oom(exc=None):
         if _built["seq"] == record["seq"] and _built["report"] is not None:
             return _built["report"]
     failing = failing_exception(exc)
+    if failing is not None and f"Tried to allocate {format_size(record['requested'])}" not in str(failing):
+        failing = None  # another out-of-memory's exception: its frames say nothing of this one
     fit, failed = _fit_for(failing)
     report = OOMReport(record, _regions_for(record), lines_by_line(record["device"]),
                        _regions.step_figures(record["device"]), fit, _arena_on(), frame_dtypes(failing), failed)
