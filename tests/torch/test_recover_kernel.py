@@ -337,3 +337,23 @@ def test_an_interrupt_that_held_no_memory_prints_nothing(tmp_path):
     assert interrupted["errors"] == ["KeyboardInterrupt"]
     assert "vramguard" not in interrupted["out"] and "vramguard" not in interrupted["err"]
     assert values(check["out"])["types"] == "['KeyboardInterrupt', 'OutOfMemoryError']"
+
+
+def test_holders_are_modules_optimizers_and_containers_and_the_rest_is_said():
+    out = run("""
+        import __main__
+        vramguard.install()
+        __main__.model = torch.nn.Linear(1024, 1024, bias=False).cuda()           # 4 MiB of weights
+        __main__.opt = torch.optim.SGD(__main__.model.parameters(), lr=0.1, momentum=0.9)
+        __main__.model.weight.grad = torch.zeros_like(__main__.model.weight)     # 4 MiB, the model's too
+        __main__.opt.step()                                                        # momentum: 4 MiB
+        __main__.batches = [torch.empty(2 * MiB, dtype=torch.uint8, device="cuda") for _ in range(3)]
+        class Box:
+            pass
+        __main__.box = Box()
+        __main__.box.t = torch.empty(8 * MiB, dtype=torch.uint8, device="cuda")   # in an object: not named
+        __main__.numbers = list(range(10 ** 6))                                     # no tensor, looked at briefly
+        out["text"] = str(vramguard.recover())
+    """, devices=1, mem="1GiB")
+    assert out["text"] == ("vramguard recovered 0 bytes; 26.00 MiB still live, held by model (8.00 MiB), "
+                           "batches (6.00 MiB), opt (4.00 MiB), and 8.00 MiB by objects vramguard cannot name")

@@ -5,13 +5,18 @@ itself keeps (its cuBLAS workspaces), measured by releasing them as
 PyTorch's own leak check does (torch.testing's CudaMemoryLeakCheck calls
 torch._C._cuda_clearCublasWorkspaces() so as not to count them).
 """
+import itertools
 import sys
 
-__all__ = ["holders", "release_torch_workspaces", "bytes_by_device"]
+__all__ = ["holders", "release_torch_workspaces", "bytes_by_device", "union_by_device"]
 
 # How far into containers a variable is searched (a dict of tensors, a list
-# of batches); a module's parameters and buffers, an optimizer's state.
+# of batches); a module's parameters, their gradients and its buffers, an
+# optimizer's state.
 DEPTH = 3
+# Items looked at per container: a list of a million numbers is no holder,
+# and walking it would stall the line after every error.
+MAX_ITEMS = 10_000
 # IPython's own names: its history and outputs, not the user's variables.
 _IPYTHON_NAMES = {"In", "Out", "exit", "quit", "get_ipython"}
 
@@ -26,8 +31,10 @@ def _storages(value, torch, depth, seen):
                 seen.add(key)
                 yield value.device.index, storage.nbytes()
         return
-    if isinstance(value, torch.nn.Module):
-        for tensor in list(value.parameters()) + list(value.buffers()):
+    if isinstance(value, torch.nn.Module):  # its weights, their gradients, its buffers
+        params = list(value.parameters())
+        grads = [p.grad for p in params if p.grad is not None]
+        for tensor in params + grads + list(value.buffers()):
             yield from _storages(tensor, torch, 0, seen)
         return
     if isinstance(value, torch.optim.Optimizer):
@@ -35,23 +42,30 @@ def _storages(value, torch, depth, seen):
     if depth <= 0:
         return
     if isinstance(value, dict):
-        items = list(value.values())
+        items = value.values()
     elif isinstance(value, (list, tuple, set, frozenset)):
-        items = list(value)
+        items = value
     else:
         return
-    for item in items:
+    for item in list(itertools.islice(items, MAX_ITEMS)):
         yield from _storages(item, torch, depth - 1, seen)
 
 
 def bytes_by_device(value, depth=DEPTH):
     """{device index: bytes} of the distinct CUDA storages `value` holds."""
+    return union_by_device([value], depth)
+
+
+def union_by_device(values, depth=DEPTH):
+    """{device index: bytes} of the distinct CUDA storages the values hold
+    together (a tensor two of them hold counts once)."""
     torch = sys.modules.get("torch")
-    out = {}
+    out, seen = {}, set()
     if torch is None:
         return out
-    for device, nbytes in _storages(value, torch, depth, set()):
-        out[device] = out.get(device, 0) + nbytes
+    for value in values:
+        for device, nbytes in _storages(value, torch, depth, seen):
+            out[device] = out.get(device, 0) + nbytes
     return out
 
 

@@ -19,7 +19,7 @@ import inspect
 import sys
 
 from .._core import format_size
-from .holders import bytes_by_device, holders, release_torch_workspaces
+from .holders import holders, release_torch_workspaces, union_by_device
 
 # sys attributes that keep the last uncaught exception (last_exc: 3.12+).
 LAST_EXCEPTION_ATTRS = ("last_traceback", "last_value", "last_exc", "last_type")
@@ -236,7 +236,7 @@ def _left_on(devices, stats, namespace):
     """A DeviceLeft per device: its figures and who holds its live memory:
     the largest variables, else (stacks recorded) the lines."""
     found = holders(namespace)
-    named = bytes_by_device([namespace[name] for name, _ in found]) if found else {}
+    named = union_by_device([namespace[name] for name, _ in found]) if found else {}
     out = []
     for device in devices:
         s = stats(device)
