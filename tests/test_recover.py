@@ -125,3 +125,22 @@ def test_recovered_names_the_holders_per_device():
                                    workspaces=(16 << 20) + (256 << 10), devices=[Left(0, 0, 0)])
     assert str(torch_own) == ("vramguard recovered 16.25 MiB (16.25 MiB of it PyTorch's own cuBLAS workspaces, "
                               "which it makes again at the next matrix multiply); 0 bytes still live")
+
+
+def test_with_no_variable_found_the_lines_hold_it(monkeypatch):
+    """Nothing in the namespace holds CUDA memory (it sits in objects, or in
+    a script's functions): with stacks recorded, the lines that made it."""
+    from vramguard.report import oom_notes
+    MiB = 1 << 20
+    monkeypatch.setattr(oom_notes, "lines_by_line", lambda device, top=5: [
+        ("train.py:82 step", 96 * MiB, 12), ("model.py:10 forward", 40 * MiB, 1)][:top])
+    stats = {0: {"allocated_bytes.all.current": 136 * MiB, "reserved_bytes.all.current": 140 * MiB},
+             1: {"allocated_bytes.all.current": 0, "reserved_bytes.all.current": 0}}
+    left = _recover._left_on([0, 1], stats.__getitem__, {"n": 3, "_": None})
+    r = _recover.Recovered(freed=0, released=0, live=136 * MiB, cached=4 * MiB, devices=left)
+    assert str(r) == ("vramguard recovered 0 bytes; 136.00 MiB still live on GPU 0, held by line train.py:82 step "
+                      "(96.00 MiB), line model.py:10 forward (40.00 MiB), 4.00 MiB cached in segments that live "
+                      "blocks share")
+    monkeypatch.setattr(oom_notes, "lines_by_line", lambda device, top=5: None)
+    (alone,) = _recover._left_on([0], stats.__getitem__, {})
+    assert alone.text() == "136.00 MiB still live, 4.00 MiB cached in segments that live blocks share"
