@@ -83,7 +83,11 @@ def test_one_tensor_bigger_than_the_budget():
     assert text.splitlines()[0] == ("Out of memory on device 0: asked for 300.00 MiB (300.00 MiB as a block); "
                                     "the budget said no.")
     assert "1. One tensor is larger than the budget (no estimate)" in text
-    assert "in 16 bits (torch.autocast) it would be 150.00 MiB, which fits" in text
+    # the allocator sees no dtype: no 16-bit figure, and no batch-halving estimate that
+    # would call itself "enough alone" for a tensor larger than the whole budget
+    assert ("if it holds 32-bit floats, torch.autocast would keep it in 16 bits, half the size." in text)
+    assert "150.00 MiB" not in text and "enough alone" not in text
+    assert keys(out) == ["too_big"]
     assert "Short by: 44.00 MiB" in text
     assert "by line: vramguard.record(stacks=True) shows which lines" in text
     assert "<ol>" in out["html"] and "One tensor is larger than the budget" in out["html"]
@@ -106,8 +110,9 @@ def test_free_memory_in_pieces():
     assert out["advice"][0][1] == 120 * MiB - (512 << 10) and out["advice"][0][2] is True
     # the activations: what the region added (8 MiB) and the request
     assert out["activations"] == 108 * MiB
-    assert keys(out)[2:] == ["batch_size", "autocast", "accumulation", "checkpointing", "no_grad"]
-    assert [s for _, s, _ in out["advice"][2:5]] == [54 * MiB] * 3
+    # no tensor seen, no dtype known: mixed precision with no figure, after those with one
+    assert keys(out)[2:] == ["batch_size", "accumulation", "autocast", "checkpointing", "no_grad"]
+    assert [s for _, s, _ in out["advice"][2:5]] == [54 * MiB, 54 * MiB, None]
     assert out["live_by_class"][0] == [512 << 10, MiB, 240, 120 * MiB]
     assert out["live_by_region"] == [["forward", 8 * MiB, 128 * MiB]]
     text = out["text"]
@@ -118,6 +123,10 @@ def test_free_memory_in_pieces():
     assert "1. Free dead tensors, then empty_cache() (saves up to 119.50 MiB)" in text
     assert "2. Use the arena: install(arena=True) (saves about 119.50 MiB, enough alone)" in text
     assert "by region, forward: +8.00 MiB since it began" in text
+    assert ("5. Mixed precision: torch.autocast, if the activations are 32-bit floats (no estimate)\n"
+            "     If the model computes in 32-bit floats, with torch.autocast('cuda', dtype=torch.bfloat16) (or "
+            "float16) activations are kept in 16 bits, about half; tensors already in 16 bits or integers gain "
+            "nothing. vramguard sees no dtypes here, so it gives no figure.") in text
 
 
 def test_a_leak_comes_first():
@@ -164,6 +173,59 @@ def test_a_batch_fit_names_the_largest_batch():
     assert keys(out)[0] == "batch_size"
     assert out["advice"][0][1] == 30 * MiB * (10 - 8)   # (256 - 16) // 30 = 8
     assert "Lower the batch size to 8 at most" in out["text"]
+
+
+def test_only_what_the_failing_step_added_is_activations():
+    # a step boundary, then an old tensor, then a region that fails: the old
+    # 100 MiB is the step's but not the region's, and the region holds the failure
+    out = run("""
+        vramguard.step(0)
+        old = h.malloc(100 * MiB)
+        with vramguard.track("train"):
+            x = h.malloc(20 * MiB)
+            oom(200 * MiB)
+        report()
+    """)
+    assert out["activations"] == 220 * MiB            # 20 MiB added in 'train', and the request
+    assert "region 'train' had added 220.00 MiB (with the request)" in out["text"]
+    assert "the step under way had added" not in out["text"]
+
+
+def test_a_batch_measured_to_fail_is_never_advised():
+    out = run("""
+        from vramguard.report import oom as _oom_report
+        _oom_report.note_batch_fit(16 * MiB, 30 * MiB, batch=10, failed=[7, 9])
+        a = h.malloc(200 * MiB)
+        oom(100 * MiB)
+        report()
+    """)
+    assert keys(out)[0] == "batch_size"
+    assert out["advice"][0][1] == 30 * MiB * (10 - 6)   # the fit says 8; 7 was measured to fail
+    assert "Lower the batch size to 6 at most" in out["text"]
+    assert "batch 7 was measured to run out of memory" in out["text"]
+
+
+def test_a_fit_of_another_step_gives_no_batch_figure():
+    out = run("""
+        from vramguard.report import oom as _oom_report
+        def train_step(batch):
+            pass
+        _oom_report.note_batch_fit(16 * MiB, 30 * MiB, step=train_step)
+        a = h.malloc(200 * MiB)
+        oom(100 * MiB)                                    # not inside train_step
+        report()
+        out["other"] = out["text"]
+        def train_step_fails():
+            h.malloc(100 * MiB)
+        _oom_report.note_batch_fit(16 * MiB, 30 * MiB, step=train_step_fails)
+        try:
+            train_step_fails()
+        except MemoryError:
+            out["own"] = str(vramguard.last_oom())
+    """)
+    assert "Lower the batch size to" not in out["other"]
+    assert "Lower the batch size (no estimate)" in out["other"]
+    assert "Lower the batch size to 8 at most" in out["own"]
 
 
 def test_the_report_follows_the_last_oom():
@@ -241,3 +303,35 @@ def test_lines_from_recorded_stacks():
     assert "train.py:82 step: +32.00 MiB in 4 blocks" in out["leak_text"]
     assert "by line, train.py:82 step: 96.00 MiB in 12 blocks" in out["text"]
     assert "record(stacks=True) shows which lines" not in out["text"]
+
+
+def test_a_leak_first_seen_as_stacks_begin_lists_no_line():
+    """Stacks recorded only from the step the leak is first seen: no earlier
+    boundary to compare with, so no line is called accumulating (the
+    largest holder now may be the batch, replaced each step)."""
+    out = run("""
+        import sys, types
+        fake = types.ModuleType("vramguard.trace.stacks")
+        held = {"n": 0}
+        def live_by_line(device=None, top=5):
+            if held["n"] < 8:
+                raise RuntimeError("not recording")
+            return [("train.py:5 batch", 64 * MiB, 1), ("train.py:6 loss", held["n"] * MiB, held["n"])][:top]
+        fake.live_by_line = live_by_line
+        sys.modules["vramguard.trace.stacks"] = fake
+        vramguard.trace.stacks = fake
+        kept = []
+        for i in range(8):
+            kept.append(h.malloc(MiB))
+            held["n"] += 1
+            vramguard.step(0)
+        out["first"] = str(vramguard.leak_check())
+        kept.append(h.malloc(MiB))
+        held["n"] += 1
+        vramguard.step(0)
+        out["next"] = str(vramguard.leak_check())
+    """)
+    assert ("What accumulates, by line:\n  which lines accumulate shows after another step with stacks recorded "
+            "(vramguard compares each line's live memory between step boundaries)\n") in out["first"]
+    assert "batch" not in out["first"]
+    assert "What accumulates, by line:\n  train.py:6 loss: +1.00 MiB in 1 block\nUsual" in out["next"]

@@ -101,3 +101,46 @@ def test_recovered_figures_read_as_text():
     assert str(r) == ("vramguard recovered 3.00 GiB; 2.00 GiB still live, 4.00 MiB cached in segments "
                       "that live blocks share")
     assert repr(r) == "Recovered(freed=3.00 GiB, released=0 bytes, live=2.00 GiB, cached=4.00 MiB)"
+
+
+def test_recovered_names_the_holders_per_device():
+    Left, MiB, GiB = _recover.DeviceLeft, 1 << 20, 1 << 30
+    one = _recover.Recovered(freed=0, released=0, live=6 * GiB, cached=0,
+                             devices=[Left(0, 6 * GiB, 0, [("x", 6 * GiB)])])
+    assert str(one) == "vramguard recovered 0 bytes; 6.00 GiB still live, held by x (6.00 GiB)"
+    many = _recover.Recovered(freed=MiB, released=0, live=7 * GiB, cached=0, devices=[
+        Left(0, 7 * GiB, 0, [("x", 4 * GiB), ("model", 2 * GiB), ("opt", GiB - 10 * MiB)], 10 * MiB)])
+    assert str(many) == ("vramguard recovered 1.00 MiB; 7.00 GiB still live, held by x (4.00 GiB), model "
+                         "(2.00 GiB), opt (1014.00 MiB), and 10.00 MiB by objects vramguard cannot name")
+    small = _recover.Recovered(freed=0, released=0, live=MiB, cached=0,
+                               devices=[Left(0, MiB, 0, [("x", MiB - 512)], 512)])
+    assert str(small) == "vramguard recovered 0 bytes; 1.00 MiB still live, held by x (1023.50 KiB)"
+    two = _recover.Recovered(freed=0, released=0, live=4 * GiB, cached=0, devices=[
+        Left(0, GiB, 0, [("a", GiB)]), Left(1, 3 * GiB, 0, [("b", 3 * GiB)])])
+    assert str(two) == ("vramguard recovered 0 bytes; 1.00 GiB still live on GPU 0, held by a (1.00 GiB); "
+                        "3.00 GiB still live on GPU 1, held by b (3.00 GiB)")
+    none = _recover.Recovered(freed=0, released=0, live=0, cached=0, devices=[Left(0, 0, 0), Left(1, 0, 0)])
+    assert str(none) == "vramguard recovered 0 bytes; 0 bytes still live"
+    torch_own = _recover.Recovered(freed=(16 << 20) + (256 << 10), released=0, live=0, cached=0,
+                                   workspaces=(16 << 20) + (256 << 10), devices=[Left(0, 0, 0)])
+    assert str(torch_own) == ("vramguard recovered 16.25 MiB (16.25 MiB of it PyTorch's own cuBLAS workspaces, "
+                              "which it makes again at the next matrix multiply); 0 bytes still live")
+
+
+def test_with_no_variable_found_the_lines_hold_it(monkeypatch):
+    """Nothing in the namespace holds CUDA memory (it sits in objects, or in
+    a script's functions): with stacks recorded, the lines that made it."""
+    from vramguard.report import oom_notes
+    MiB = 1 << 20
+    monkeypatch.setattr(oom_notes, "lines_by_line", lambda device, top=5: [
+        ("train.py:82 step", 96 * MiB, 12), ("model.py:10 forward", 40 * MiB, 1)][:top])
+    stats = {0: {"allocated_bytes.all.current": 136 * MiB, "reserved_bytes.all.current": 140 * MiB},
+             1: {"allocated_bytes.all.current": 0, "reserved_bytes.all.current": 0}}
+    left = _recover._left_on([0, 1], stats.__getitem__, {"n": 3, "_": None})
+    r = _recover.Recovered(freed=0, released=0, live=136 * MiB, cached=4 * MiB, devices=left)
+    assert str(r) == ("vramguard recovered 0 bytes; 136.00 MiB still live on GPU 0, held by line train.py:82 step "
+                      "(96.00 MiB), line model.py:10 forward (40.00 MiB), 4.00 MiB cached in segments that live "
+                      "blocks share")
+    monkeypatch.setattr(oom_notes, "lines_by_line", lambda device, top=5: None)
+    (alone,) = _recover._left_on([0], stats.__getitem__, {})
+    assert alone.text() == "136.00 MiB still live, 4.00 MiB cached in segments that live blocks share"

@@ -50,6 +50,7 @@ def test_the_oom_message_says_what_fits_not_the_address_space():
         except torch.OutOfMemoryError as e:
             out["head"] = str(e).split("\\n")[0]
             out["range"] = vramguard._core.device_heap(0).stats()["fragmentation.largest_free_range"]
+        out["summary"] = str(vramguard.summary())
         free, total = torch.cuda.mem_get_info()
         out["free"], out["total"] = free, total
         granule = 2 << 20
@@ -63,6 +64,8 @@ def test_the_oom_message_says_what_fits_not_the_address_space():
         "could be allocated now is 13.74 GiB.")
     assert "58.9" not in out["head"] and "free range" not in out["head"]
     assert out["range"] > 50 * GiB  # the key is kept, as address space
+    assert "| Largest block that could be allocated now: 13.74 GiB " in out["summary"]
+    assert "address space" not in out["summary"] and "58.9" not in out["summary"]
     assert out["fits"] is None and out["more"][0] == "OutOfMemoryError"
 
 
@@ -132,3 +135,94 @@ def test_region_peaks_match_max_memory_allocated():
     assert out["max"] == 45 * MiB
     assert out["rows"] == [["inner", 1, 45 * MiB, 40 * MiB, 5 * MiB],
                            ["step", 1, 45 * MiB, 12 * MiB, 37 * MiB]]
+
+
+STEP = """
+def step(batch):  # 16 MiB, 4 MiB a sample, and 8 MiB more past batch 57: not a line
+    workspace = torch.empty(16 * MiB, dtype=torch.uint8, device="cuda")
+    extra = torch.empty(8 * MiB if batch > 57 else 0, dtype=torch.uint8, device="cuda")
+    activations = torch.empty(4 * MiB * batch, dtype=torch.uint8, device="cuda")
+"""
+
+
+def test_batch_advice_comes_only_from_the_step_that_failed():
+    """find_max_batch measured `step`: an OOM inside it gets a batch figure,
+    never one measured to fail; an unrelated tensor's OOM gets none."""
+    out = run(REPORT, STEP, """
+        vramguard.install(budget="256MiB")
+        r = vramguard.find_max_batch(step, progress=False)
+        out["largest"] = r.largest
+        out["failed"] = sorted(t.batch for t in r.tries if not t.fits)
+        fixed, per_sample = r.fit.fixed, r.fit.per_sample
+        out["fit_says"] = int((256 * MiB - fixed) // per_sample)
+        try:
+            step(64)
+        except torch.OutOfMemoryError:
+            out["in_step"] = report()["text"]
+        keep = torch.empty(100 * MiB, dtype=torch.uint8, device="cuda")
+        try:
+            torch.empty(200 * MiB, dtype=torch.uint8, device="cuda")
+        except torch.OutOfMemoryError:
+            out["unrelated"] = report()["text"]
+    """, devices=1, mem="1GiB")
+    assert out["largest"] == 58 and out["failed"] == [59, 60, 64]
+    assert out["fit_says"] == 59                     # the line alone would advise a batch that failed
+    assert "Lower the batch size to 58 at most" in out["in_step"]
+    assert "batch 59 was measured to run out of memory" in out["in_step"]
+    assert "Lower the batch size to" not in out["unrelated"]
+    assert "Lower the batch size (no estimate)" in out["unrelated"]
+
+
+def test_precision_advice_gives_a_figure_only_for_wide_floats():
+    out = run(REPORT, """
+        vramguard.install(budget="256MiB")
+        def forward(dtype):
+            with vramguard.track("forward"):
+                x = torch.empty(100 * MiB // torch.empty(0, dtype=dtype).element_size(), dtype=dtype, device="cuda")
+                y = torch.empty(200 * MiB, dtype=torch.uint8, device="cuda")
+        for dtype in (torch.float32, torch.uint8):
+            try:
+                forward(dtype)
+            except torch.OutOfMemoryError:
+                out[str(dtype)] = report()["text"]
+        try:
+            torch.empty(600 * MiB, dtype=torch.uint8, device="cuda")    # one uint8 tensor over the budget
+        except torch.OutOfMemoryError:
+            out["too_big"] = report()["text"]
+    """, devices=1, mem="1GiB")
+    wide, narrow, too_big = out["torch.float32"], out["torch.uint8"], out["too_big"]
+    assert "Mixed precision: torch.autocast (saves about 150.00 MiB, enough alone)" in wide
+    assert "The failing frames hold float32 tensors" in wide
+    assert "Mixed precision: torch.autocast, if the activations are 32-bit floats (no estimate)" in narrow
+    assert "saves about 150.00 MiB" not in narrow.split("Mixed precision")[1].split("\n")[0]
+    assert "if it holds 32-bit floats, torch.autocast would keep it in 16 bits, half the size." in too_big
+    assert "300.00 MiB" not in too_big and "enough alone" not in too_big
+    assert "Lower the batch size" not in too_big and "Gradient accumulation" not in too_big
+
+
+def test_what_accumulates_is_ranked_by_growth_not_size():
+    """losses.append(loss) with stacks recorded: the line that makes the kept
+    tensor comes first; the batch, larger but replaced each step, is not
+    listed, also when the leak is looked at the very step it is first seen."""
+    out = run("""
+        import sys
+        vramguard.install()
+        losses = []
+        with vramguard.record(stacks=True):
+            for i in range(8):
+                x = torch.empty(64 * MiB, dtype=torch.uint8, device="cuda")    # BATCH: replaced each step
+                loss = torch.empty(MiB, dtype=torch.uint8, device="cuda"); at = sys._getframe().f_lineno
+                losses.append(loss)
+                vramguard.step()
+            leak = vramguard.leak_check()
+        out["loss_line"] = f"<string>:{at}"
+        out["steps"] = [leak.since_step, leak.steps]
+        out["lines"] = [list(row) for row in leak.lines]
+        out["text"] = str(leak)
+    """, devices=1, mem="1GiB")
+    assert out["steps"] == [1, 8]
+    (label, grown, blocks), = out["lines"]
+    assert label == out["loss_line"]                # the kept loss's line, not the batch's
+    assert (grown, blocks) == (7 * MiB, 7)          # since the first boundary kept, step 1
+    accumulates = out["text"].split("What accumulates, by line:\n")[1].split("Usual causes")[0]
+    assert accumulates.count("\n") == 1 and "+7.00 MiB in 7 blocks" in accumulates

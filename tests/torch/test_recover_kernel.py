@@ -116,7 +116,8 @@ def test_an_oom_recovers_in_the_same_notebook(tmp_path):
     assert oom["errors"] == ["OutOfMemoryError"]                       # the traceback, as IPython shows it
     report = "".join(oom["displays"]) + "".join(oom["out"].splitlines()[:-1])  # vramguard.last_oom(), shown
     assert "400.00 MiB" in report                                      # names the request
-    assert oom["out"].rstrip().splitlines()[-1] == "vramguard recovered 464.00 MiB; 16.00 MiB still live"
+    assert oom["out"].rstrip().splitlines()[-1] == ("vramguard recovered 464.00 MiB; 16.00 MiB still live, "
+                                                    "held by x (16.00 MiB)")
     assert after["errors"] == []
     v = values(after["out"])
     assert int(v["live"]) == 16 * MiB and int(v["reserved"]) == 16 * MiB
@@ -166,7 +167,7 @@ def test_an_earlier_handler_is_still_called_and_installing_twice_registers_once(
     assert value_error["errors"] == ["ValueError"] and "recovered" not in value_error["out"]
     v = values(check["out"])
     assert v["calls"] == "['OutOfMemoryError', 'ValueError']"
-    assert v["types"] == "['OutOfMemoryError', 'RuntimeError', 'ValueError']"
+    assert v["types"] == "['KeyboardInterrupt', 'OutOfMemoryError', 'RuntimeError', 'ValueError']"
 
 
 def test_an_earlier_handler_that_raises_does_not_break_the_shell(tmp_path):
@@ -190,7 +191,7 @@ def test_an_earlier_handler_that_raises_does_not_break_the_shell(tmp_path):
     assert oom_again["out"].rstrip().endswith("vramguard recovered 400.00 MiB; 0 bytes still live")
     v = values(check["out"])
     assert v["calls"] == "['OutOfMemoryError']"
-    assert v["types"] == "['OutOfMemoryError']"
+    assert v["types"] == "['OutOfMemoryError', 'KeyboardInterrupt']"
     assert v["live"] == "0"
 
 
@@ -211,7 +212,7 @@ def test_a_failing_report_falls_back_to_the_traceback(tmp_path):
     assert ("vramguard: could not recover after the out-of-memory error (ZeroDivisionError('division by zero')); "
             "call vramguard.recover() to try again") in oom["err"]
     v = values(again["out"])
-    assert v["types"] == "['OutOfMemoryError']"
+    assert v["types"] == "['OutOfMemoryError', 'KeyboardInterrupt']"
     assert v["freed"] == str(400 * MiB) and v["live"] == "0"
 
 
@@ -262,6 +263,99 @@ def test_recover_in_a_script_drops_the_last_exception():
         out["reserved"] = torch.cuda.memory_reserved()
     """, devices=1, mem="1GiB")
     assert out["before"] == 100 * MiB
-    assert out["figures"] == {"freed": 100 * MiB, "released": 100 * MiB, "live": 0, "cached": 0}
+    assert out["figures"] == {"freed": 100 * MiB, "released": 100 * MiB, "live": 0, "cached": 0, "workspaces": 0,
+                              "devices": [{"device": 0, "live": 0, "cached": 0, "holders": [], "unnamed": 0}]}
     assert out["text"] == "vramguard recovered 100.00 MiB; 0 bytes still live"
     assert out["last_value"] == "None" and out["reserved"] == 0
+
+
+def test_the_recovery_line_names_what_holds_the_memory_per_device():
+    """What is still live: the variables holding the most, per device (the
+    meter shows one device at a time), and PyTorch's own cuBLAS workspaces
+    said apart, released as PyTorch's own leak check releases them."""
+    out = run("""
+        vramguard.install()
+        a = torch.ones(64, 64, device="cuda")
+        b = a @ a                                             # cuBLAS makes its workspace
+        out["with_workspace"] = torch.cuda.memory_allocated()
+        del a, b
+        out["after_del"] = torch.cuda.memory_allocated()
+        r = vramguard.recover()
+        out["workspaces"] = [r.workspaces, r.live]
+        out["alone"] = str(r)
+        import __main__
+        __main__.weights = {"w": torch.empty(64 * MiB, dtype=torch.uint8, device="cuda:0")}
+        __main__.x = torch.empty(16 * MiB, dtype=torch.uint8, device="cuda:0")
+        __main__.y = torch.empty(48 * MiB, dtype=torch.uint8, device="cuda:1")
+        out["two"] = str(vramguard.recover())
+        del __main__.weights, __main__.y
+        out["one"] = str(vramguard.recover())
+    """, devices=2, mem="1GiB,1GiB", TORCH_CUBLAS_WORKSPACE_CACHE="1")  # kept, as PyTorch 2.8 keeps it
+    assert out["after_del"] > 0                               # the workspace outlives the tensors
+    assert out["workspaces"] == [out["after_del"], 0]
+    assert out["alone"] == (f"vramguard recovered {out['after_del'] / MiB:.2f} MiB ({out['after_del'] / MiB:.2f} MiB "
+                            "of it PyTorch's own cuBLAS workspaces, which it makes again at the next matrix multiply); "
+                            "0 bytes still live")
+    assert out["two"] == ("vramguard recovered 0 bytes; 80.00 MiB still live on GPU 0, held by weights (64.00 MiB), "
+                          "x (16.00 MiB); 48.00 MiB still live on GPU 1, held by y (48.00 MiB)")
+    assert out["one"] == "vramguard recovered 0 bytes; 16.00 MiB still live on GPU 0, held by x (16.00 MiB)"
+
+
+def test_an_interrupted_cell_gives_back_what_its_frames_held(tmp_path):
+    """Ctrl-C (SIGINT, as the notebook's stop button sends it) in the middle
+    of a step: IPython would keep the traceback, and `a` with it; the handler
+    drops the interrupted frames and says so, Out and _ stay as they were."""
+    setup, kept, interrupted, after = run_cells(
+        tmp_path, SETUP + "import os, signal, time",
+        'x = torch.zeros(16 * MiB, dtype=torch.uint8, device="cuda")',
+        """
+        def long_step():
+            a = torch.empty(400 * MiB, dtype=torch.uint8, device="cuda")
+            os.kill(os.getpid(), signal.SIGINT)   # what an interrupt sends the kernel
+            time.sleep(30)
+        long_step()
+        """,
+        """
+        print("live=%d" % torch.cuda.memory_allocated())
+        print("reserved=%d" % torch.cuda.memory_reserved())
+        a = torch.empty(600 * MiB, dtype=torch.uint8, device="cuda")   # fits only if `a` was freed
+        print("allocated=%d" % torch.cuda.memory_allocated())
+        """)
+    assert setup["errors"] == [] and kept["errors"] == []
+    assert interrupted["errors"] == ["KeyboardInterrupt"]              # the traceback, as IPython shows it
+    assert interrupted["out"].rstrip().splitlines()[-1] == (
+        "After the interrupt, vramguard recovered 400.00 MiB; 16.00 MiB still live, held by x (16.00 MiB)")
+    assert after["errors"] == []
+    v = values(after["out"])
+    assert int(v["live"]) == 16 * MiB and int(v["reserved"]) == 16 * MiB
+    assert int(v["allocated"]) == 616 * MiB
+
+
+def test_an_interrupt_that_held_no_memory_prints_nothing(tmp_path):
+    _, interrupted, check = run_cells(
+        tmp_path, SETUP + "import os, signal, time",
+        "os.kill(os.getpid(), signal.SIGINT); time.sleep(30)",
+        'print("types=%r" % sorted(t.__name__ for t in get_ipython().custom_exceptions))')
+    assert interrupted["errors"] == ["KeyboardInterrupt"]
+    assert "vramguard" not in interrupted["out"] and "vramguard" not in interrupted["err"]
+    assert values(check["out"])["types"] == "['KeyboardInterrupt', 'OutOfMemoryError']"
+
+
+def test_holders_are_modules_optimizers_and_containers_and_the_rest_is_said():
+    out = run("""
+        import __main__
+        vramguard.install()
+        __main__.model = torch.nn.Linear(1024, 1024, bias=False).cuda()           # 4 MiB of weights
+        __main__.opt = torch.optim.SGD(__main__.model.parameters(), lr=0.1, momentum=0.9)
+        __main__.model.weight.grad = torch.zeros_like(__main__.model.weight)     # 4 MiB, the model's too
+        __main__.opt.step()                                                        # momentum: 4 MiB
+        __main__.batches = [torch.empty(2 * MiB, dtype=torch.uint8, device="cuda") for _ in range(3)]
+        class Box:
+            pass
+        __main__.box = Box()
+        __main__.box.t = torch.empty(8 * MiB, dtype=torch.uint8, device="cuda")   # in an object: not named
+        __main__.numbers = list(range(10 ** 6))                                     # no tensor, looked at briefly
+        out["text"] = str(vramguard.recover())
+    """, devices=1, mem="1GiB")
+    assert out["text"] == ("vramguard recovered 0 bytes; 26.00 MiB still live, held by model (8.00 MiB), "
+                           "batches (6.00 MiB), opt (4.00 MiB), and 8.00 MiB by objects vramguard cannot name")

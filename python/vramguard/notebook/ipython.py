@@ -7,6 +7,13 @@ raises. The handler shows the traceback as IPython would, prints the OOM
 report, then recover()s (recover.py) and prints how much came back, so the
 next cell can run without a restart.
 
+The same handler takes KeyboardInterrupt (Ctrl-C, or the notebook's stop
+button): IPython keeps the interrupted cell's traceback, and with it every
+tensor its frames held; the handler shows the traceback as IPython would,
+drops those frames (not Out or _: nothing asked for memory back) and says
+what came back and what is still live, when the interrupted frames held
+any of it.
+
 A handler registered before is kept: its exceptions still go to it (an OOM
 too, when it asked for that type), ours runs after it. IPython unregisters
 a custom handler that raises; ours never raises (a failure prints one line
@@ -73,7 +80,7 @@ def register_oom_handler(shell, types=None):
     registering again while ours is in place does nothing."""
     if is_registered(shell):
         return False
-    types = tuple(types or oom_types())
+    types = tuple(types or oom_types() + (KeyboardInterrupt,))
     previous_types = tuple(getattr(shell, "custom_exceptions", ()) or ())
     previous = getattr(shell, "CustomTB", None) if previous_types else None
     handler = _make_handler(types, previous_types, previous)
@@ -95,6 +102,8 @@ def _make_handler(types, previous_types, previous):
                 shown = True
             if issubclass(etype, types) and _torch.is_oom(value):
                 _report_and_recover(shell, value)
+            elif issubclass(etype, KeyboardInterrupt) and issubclass(etype, types):
+                _recover_after_interrupt(shell, value)
         except Exception as failure:  # IPython would unregister us, and the chain with us
             print(f"vramguard: the exception handler failed ({failure!r})", file=sys.stderr)
             if not shown:
@@ -129,6 +138,20 @@ def _report_and_recover(shell, exc):
         print(_recover_now(shell, exc))
     except Exception as failure:
         print(f"vramguard: could not recover after the out-of-memory error ({failure!r}); "
+              "call vramguard.recover() to try again", file=sys.stderr)
+
+
+def _recover_after_interrupt(shell, exc):
+    """Drops the interrupted frames and prints the figures when they held
+    GPU memory. Never raises (as _report_and_recover)."""
+    try:
+        from .recover import recover
+
+        recovered = recover(exc=exc, shell=shell, outputs=False)
+        if recovered.freed > recovered.workspaces:  # the frames held some: say so, else stay quiet
+            print(f"After the interrupt, {recovered}")
+    except Exception as failure:
+        print(f"vramguard: could not free what the interrupted cell held ({failure!r}); "
               "call vramguard.recover() to try again", file=sys.stderr)
 
 

@@ -9,19 +9,50 @@ references, collects garbage (tensors in reference cycles too), empties
 vramguard's cache and says how much came back.
 
 It cannot free what the program itself still holds (globals, a model, an
-optimizer's state): that is the "still live" figure.
+optimizer's state): that is the "still live" figure, per device, with the
+variables that hold the most of it (holders.py) or, with stacks recorded,
+the lines that made it. PyTorch's own cuBLAS workspaces are released too
+and said apart, so that nobody hunts them as a leak.
 """
 import gc
 import inspect
 import sys
 
 from .._core import format_size
+from .holders import holders, release_torch_workspaces, union_by_device
 
 # sys attributes that keep the last uncaught exception (last_exc: 3.12+).
 LAST_EXCEPTION_ATTRS = ("last_traceback", "last_value", "last_exc", "last_type")
 # How far into containers a displayed value is searched for CUDA tensors:
 # Out holds what a cell returned, often a tuple or a dict of tensors.
 CONTAINER_DEPTH = 2
+# How many holders the line names per device.
+TOP_HOLDERS = 3
+# What is live but held by nothing named is said only above this: a
+# tensor's block is its storage rounded up, which no variable explains.
+UNNAMED_MIN = 1 << 20
+
+
+class DeviceLeft:
+    """What one device still holds after recover(): live and cached bytes,
+    the largest holders [(label, bytes)] and what none of them holds."""
+
+    __slots__ = ("device", "live", "cached", "holders", "unnamed")
+
+    def __init__(self, device, live, cached, holders=(), unnamed=0):
+        self.device, self.live, self.cached = device, live, cached
+        self.holders, self.unnamed = list(holders), unnamed
+
+    def text(self, where=""):
+        """The sentence: "16.00 MiB still live[ on GPU n], held by x (16.00 MiB)"."""
+        out = f"{format_size(self.live)} still live{where}"
+        if self.holders:
+            out += ", held by " + ", ".join(f"{label} ({format_size(n)})" for label, n in self.holders)
+            if self.unnamed >= UNNAMED_MIN:
+                out += f", and {format_size(self.unnamed)} by objects vramguard cannot name"
+        if self.cached:
+            out += f", {format_size(self.cached)} cached in segments that live blocks share"
+        return out
 
 
 class Recovered:
@@ -30,25 +61,40 @@ class Recovered:
     freed: live bytes freed (tensors only the traceback or Out held);
     released: cached bytes given back to the device;
     live: bytes still allocated; cached: bytes still reserved but free (in
-    segments that also hold live blocks, which cannot be released)."""
+    segments that also hold live blocks, which cannot be released);
+    workspaces: of `freed`, PyTorch's own cuBLAS workspaces; devices: a
+    DeviceLeft per device, with who holds what is still live."""
 
-    __slots__ = ("freed", "released", "live", "cached")
+    __slots__ = ("freed", "released", "live", "cached", "workspaces", "devices")
 
-    def __init__(self, freed, released, live, cached):
+    def __init__(self, freed, released, live, cached, workspaces=0, devices=None):
         self.freed, self.released, self.live, self.cached = freed, released, live, cached
+        self.workspaces = workspaces
+        self.devices = list(devices) if devices is not None else [DeviceLeft(None, live, cached)]
 
     def __str__(self):
-        text = f"vramguard recovered {format_size(self.freed)}; {format_size(self.live)} still live"
-        if self.cached:
-            text += f", {format_size(self.cached)} cached in segments that live blocks share"
-        return text
+        text = f"vramguard recovered {format_size(self.freed)}"
+        if self.workspaces:
+            text += (f" ({format_size(self.workspaces)} of it PyTorch's own cuBLAS workspaces, which it makes "
+                     "again at the next matrix multiply)")
+        if len(self.devices) == 1:
+            return f"{text}; {self.devices[0].text()}"
+        # Several devices: each apart, as the meter shows one device at a time.
+        held = [d for d in self.devices if d.live or d.cached]
+        if not held:
+            return f"{text}; 0 bytes still live"
+        return f"{text}; " + "; ".join(d.text(f" on GPU {d.device}") for d in held)
 
     def __repr__(self):
         return (f"Recovered(freed={format_size(self.freed)}, released={format_size(self.released)}, "
                 f"live={format_size(self.live)}, cached={format_size(self.cached)})")
 
     def as_dict(self):
-        return {name: getattr(self, name) for name in self.__slots__}
+        """The figures, in bytes (devices: per device, with its holders)."""
+        out = {name: getattr(self, name) for name in ("freed", "released", "live", "cached", "workspaces")}
+        out["devices"] = [{"device": d.device, "live": d.live, "cached": d.cached,
+                           "holders": [list(h) for h in d.holders], "unnamed": d.unnamed} for d in self.devices]
+        return out
 
 
 def _torch_if_imported():
@@ -171,12 +217,46 @@ def _totals(devices, stats):
     return live, reserved
 
 
-def recover(exc=None, shell=None):
+def _user_namespace(shell):
+    if shell is not None:
+        return shell.user_ns
+    main = sys.modules.get("__main__")
+    return vars(main) if main is not None else {}
+
+
+def _lines_of(device):
+    """[(label, bytes)] of the lines holding the device's memory, when
+    stacks are recorded; [] otherwise."""
+    from ..report.oom_notes import lines_by_line
+
+    return [(f"line {label}", nbytes) for label, nbytes, _ in (lines_by_line(device, top=TOP_HOLDERS) or [])]
+
+
+def _left_on(devices, stats, namespace):
+    """A DeviceLeft per device: its figures and who holds its live memory:
+    the largest variables, else (stacks recorded) the lines."""
+    found = holders(namespace)
+    named = union_by_device([namespace[name] for name, _ in found]) if found else {}
+    out = []
+    for device in devices:
+        s = stats(device)
+        live, reserved = s["allocated_bytes.all.current"], s["reserved_bytes.all.current"]
+        top = [(name, held[device]) for name, held in found if held.get(device)][:TOP_HOLDERS]
+        unnamed = max(live - named.get(device, 0), 0) if top else 0
+        if live and not top:
+            top = _lines_of(device)
+        out.append(DeviceLeft(device, live, reserved - live, top, unnamed))
+    return out
+
+
+def recover(exc=None, shell=None, outputs=True):
     """Drop what the last exception and IPython's outputs hold, collect
     garbage, empty vramguard's cache; returns a Recovered with the figures.
 
     exc: an exception being handled now (its frames are cleared too);
-    shell: the IPython shell (default: the running one, if any)."""
+    shell: the IPython shell (default: the running one, if any);
+    outputs: False keeps IPython's Out and _ (after an interrupt, which
+    asked for no memory back, only the interrupted frames are dropped)."""
     from ..torch import install as _torch
 
     _torch._require_installed()
@@ -185,10 +265,17 @@ def recover(exc=None, shell=None):
     if exc is not None:
         clear_exception_frames(exc)
     drop_last_exception()
-    drop_ipython_outputs(shell if shell is not None else _current_shell())
+    shell = shell if shell is not None else _current_shell()
+    if outputs:
+        drop_ipython_outputs(shell)
     gc.collect()
+    live_before_workspaces, _ = _totals(_torch._core.existing_devices(), _torch.stats)
+    workspaces = 0
+    if release_torch_workspaces():
+        workspaces = max(live_before_workspaces - _totals(_torch._core.existing_devices(), _torch.stats)[0], 0)
     _torch.empty_cache()
     devices = _torch._core.existing_devices()
     live, reserved = _totals(devices, _torch.stats)
     return Recovered(freed=max(live_before - live, 0), released=max(reserved_before - reserved, 0),
-                     live=live, cached=reserved - live)
+                     live=live, cached=reserved - live, workspaces=workspaces,
+                     devices=_left_on(devices, _torch.stats, _user_namespace(shell)))

@@ -19,9 +19,12 @@ Figures, one definition each (the summary's names):
     device) minus reserved, no more than the device said was free.
   Short by: the request minus the most one request could have had (the
     largest free block, or the room).
-  Activations: what the step (or the outermost region) under way had added
-    since its start, plus the request: what batch size, autocast,
-    checkpointing and accumulation act on.
+  Activations: what the failing step added: the least that a scope open at
+    the failure (the step under way, each region) had added since its start,
+    plus the request: what batch size, autocast, checkpointing and
+    accumulation act on. The least, because every such scope holds the
+    failure, and a wider one holds what earlier code made too (a tensor from
+    two cells before is not this step's activations).
 
 Advice ranking: first what the numbers show to be the cause (a request
 larger than the limit; a leak; free memory in pieces), the larger estimated
@@ -33,6 +36,7 @@ import html
 from .. import _core
 from ..render.advice import fragmentation_so_what
 from ..render import words
+from .oom_frames import codes_of, failing_exception, frame_dtypes, holds_wide_floats
 from .oom_notes import (  # what the next report adds, noted by find_max_batch and the regions
     _built, _fit, _lock, _regions_at_oom, clear_batch_fit, lines_by_line, note_batch_fit, note_region_at_oom,
 )
@@ -90,7 +94,11 @@ class OOMReport:
     line), what was cached and in how many pieces, the budget, and advice.
     str() is the text; a notebook shows it as HTML."""
 
-    def __init__(self, record, regions=(), lines=None, steps=None, fit=None, arena=False):
+    def __init__(self, record, regions=(), lines=None, steps=None, fit=None, arena=False, dtypes=None,
+                 failed_batches=()):
+        """dtypes: {dtype name: bytes} of the failing frames' CUDA tensors
+        (oom_frames.frame_dtypes), None when unknown; failed_batches: batch
+        sizes measured to run out of memory (find_max_batch)."""
         r = record
         self.seq = r["seq"]
         self.device = r["device"]
@@ -120,6 +128,9 @@ class OOMReport:
         self.live_by_line = lines
         self.steps = steps
         self.fit = fit
+        self.failed_batches = tuple(failed_batches)
+        self.dtypes = dtypes
+        self.wide_floats = holds_wide_floats(dtypes)
         self.arena = arena
         room = max(self.limit - self.reserved, 0)
         if self.device_total and not self.budget_refused:
@@ -132,12 +143,20 @@ class OOMReport:
 
     # -------------------------------------------------------------- figures
 
+    def _scopes(self):
+        """[(name, bytes added since it began)] of the scopes open at the
+        failure: the step under way, then each region."""
+        scopes = [("the step under way", max(self.live - self.steps[1], 0))] if self.steps is not None else []
+        return scopes + [(f"region {name!r}", max(added, 0)) for name, added, _ in self.live_by_region]
+
+    def _failing_scope(self):
+        """The scope that added the least: the tightest around the failure."""
+        scopes = self._scopes()
+        return min(scopes, key=lambda scope: scope[1]) if scopes else None
+
     def _activations(self):
-        if self.steps is not None:
-            return max(self.live - self.steps[1], 0) + self.rounded
-        if self.live_by_region:
-            return max(self.live_by_region[0][1], 0) + self.rounded
-        return None
+        scope = self._failing_scope()
+        return scope[1] + self.rounded if scope is not None else None
 
     @property
     def leak(self):
@@ -158,13 +177,14 @@ class OOMReport:
         out = []
         act = self.activations
         if self.too_big:
-            half = self.rounded // 2
+            # No figure for 16 bits: the allocator never sees the request's
+            # dtype (a uint8 tensor gains nothing from autocast).
             out.append(Advice(
                 "too_big", f"One tensor is larger than {self.limit_name}",
                 f"The request ({format_size(self.rounded)}) alone is more than {self.limit_name} "
                 f"({format_size(self.limit)}): no cache setting fits it. Make that tensor smaller: a smaller batch or "
-                f"sequence length, or the operation in chunks; in 16 bits (torch.autocast) it would be "
-                f"{format_size(half)}, which {'fits' if half <= self.limit else 'still does not fit'}.",
+                f"sequence length, or the operation in chunks; if it holds 32-bit floats, torch.autocast would "
+                f"keep it in 16 bits, half the size.",
                 None, cause=True))
         leak = self.leak
         if leak is not None:
@@ -193,32 +213,59 @@ class OOMReport:
         out.extend(self._peak_advice(act))
         return out
 
+    def _largest_batch(self, fixed, per_sample):
+        """The largest batch the fit allows, below every batch measured to
+        fail: never advise a batch already seen to run out of memory."""
+        largest = int((self.limit - fixed) // per_sample) if self.limit > fixed else 0
+        if self.failed_batches:
+            largest = min(largest, min(self.failed_batches) - 1)
+        return largest
+
     def _peak_advice(self, act):
+        if self.too_big:
+            # One tensor over the limit: advice 1 says what shrinks it; no
+            # estimate of halving the rest can make it fit.
+            return [a for a in self._peak_advice_all(act) if a.key == "no_grad" and a.cause]
+        return self._peak_advice_all(act)
+
+    def _peak_advice_all(self, act):
         out = []
         half = act // 2 if act is not None else None
-        since = "the step under way" if self.steps is not None else f"region {self.live_by_region[0][0]!r}" \
-            if self.live_by_region else ""
-        act_text = (f"{since} had added {format_size(act)} (with the request)" if act is not None
+        scope = self._failing_scope()
+        act_text = (f"{scope[0]} had added {format_size(act)} (with the request)" if act is not None
                     else "call vramguard.step() after each training step to size the activations")
         if self.fit is not None:
             fixed, per_sample, batch = self.fit
-            largest = int((self.limit - fixed) // per_sample) if self.limit > fixed else 0
+            largest = self._largest_batch(fixed, per_sample)
             saving = per_sample * (batch - largest) if batch is not None and batch > largest else per_sample
+            failed = (f"; batch {min(self.failed_batches):,} was measured to run out of memory"
+                      if self.failed_batches else "")
             out.append(Advice(
-                "batch_size", f"Lower the batch size to {largest} at most",
-                f"The fit memory = {format_size(int(fixed))} + {format_size(int(per_sample))} x batch says a batch of "
-                f"{largest} fits in {self.limit_name} ({format_size(self.limit)})"
-                + (f"; the batch in use was {batch}." if batch is not None else "; each sample less saves "
+                "batch_size", f"Lower the batch size to {largest:,} at most",
+                f"The fit memory = {format_size(int(fixed))} + {format_size(int(per_sample))} x batch, measured on "
+                f"the step that failed, says a batch of {largest:,} fits in {self.limit_name} "
+                f"({format_size(self.limit)}){failed}"
+                + (f"; the batch in use was {batch:,}." if batch is not None else "; each sample less saves "
                    f"{format_size(int(per_sample))}."), saving))
         else:
             out.append(Advice(
                 "batch_size", "Lower the batch size",
                 f"Activations grow with the batch; {act_text}: halving the batch saves about half of that. "
                 "vramguard.find_max_batch() finds the largest that fits.", half))
-        out.append(Advice(
-            "autocast", "Mixed precision: torch.autocast",
-            f"with torch.autocast('cuda', dtype=torch.bfloat16) (or float16) keeps activations in 16 bits, about "
-            f"half; {act_text}.", half))
+        if self.wide_floats:
+            out.append(Advice(
+                "autocast", "Mixed precision: torch.autocast",
+                f"The failing frames hold {self._dtype_text()} tensors: with torch.autocast('cuda', "
+                f"dtype=torch.bfloat16) (or float16) activations are kept in 16 bits, about half; {act_text}.",
+                half))
+        else:
+            # The allocator sees bytes, not dtypes: no figure unless the
+            # frames showed 32-bit floats.
+            out.append(Advice(
+                "autocast", "Mixed precision: torch.autocast, if the activations are 32-bit floats",
+                "If the model computes in 32-bit floats, with torch.autocast('cuda', dtype=torch.bfloat16) (or "
+                "float16) activations are kept in 16 bits, about half; tensors already in 16 bits or integers "
+                "gain nothing. vramguard sees no dtypes here, so it gives no figure.", None))
         out.append(Advice(
             "checkpointing", "Gradient checkpointing",
             "torch.utils.checkpoint (model.gradient_checkpointing_enable() in transformers) keeps only the inputs "
@@ -237,6 +284,10 @@ class OOMReport:
              "If this ran in evaluation: torch.no_grad() (or torch.inference_mode()) keeps no activations for "
              "backward."), act if in_eval else None, cause=in_eval))
         return out
+
+    def _dtype_text(self):
+        names = sorted(self.dtypes, key=lambda name: -self.dtypes[name])
+        return " and ".join(name.replace("torch.", "") for name in names[:2])
 
     # -------------------------------------------------------------- text
 
@@ -355,10 +406,25 @@ def _regions_for(record):
     return _regions.open_regions(record["device"])
 
 
-def last_oom():
+def _fit_for(exc):
+    """(fit, failed batches) when the noted fit was measured on the step
+    that failed (its code is in the failure's traceback), or noted with no
+    step; (None, ()) otherwise."""
+    with _lock:
+        fit, scoped, code, failed = _fit["value"], _fit["scoped"], _fit["step"], _fit["failed"]
+    if fit is None or (scoped and (code is None or code not in codes_of(exc))):
+        return None, ()
+    return fit, failed
+
+
+def last_oom(exc=None):
     """The report of the last out-of-memory the installed allocator raised
     (any device), or None when there was none. The same object until the
-    next one (what it shows by line is read the first time)."""
+    next one (what it shows by line is read the first time).
+
+    exc: the out-of-memory error, when the caller has it (default: the one
+    being handled, else the last uncaught one): its frames tell which step
+    failed and the dtypes of its tensors."""
     from . import regions as _regions
 
     record = _core.last_oom()
@@ -367,9 +433,12 @@ def last_oom():
     with _lock:
         if _built["seq"] == record["seq"] and _built["report"] is not None:
             return _built["report"]
-        fit = _fit["value"]
+    failing = failing_exception(exc)
+    if failing is not None and f"Tried to allocate {format_size(record['requested'])}" not in str(failing):
+        failing = None  # another out-of-memory's exception: its frames say nothing of this one
+    fit, failed = _fit_for(failing)
     report = OOMReport(record, _regions_for(record), lines_by_line(record["device"]),
-                       _regions.step_figures(record["device"]), fit, _arena_on())
+                       _regions.step_figures(record["device"]), fit, _arena_on(), frame_dtypes(failing), failed)
     with _lock:
         _built["seq"], _built["report"] = record["seq"], report
     return report

@@ -11,15 +11,20 @@ from .. import _core
 __all__ = ["note_batch_fit", "clear_batch_fit", "note_region_at_oom", "lines_by_line"]
 
 _lock = threading.Lock()
-_fit = {"value": None}
+_fit = {"value": None, "step": None, "scoped": False, "failed": ()}
 _regions_at_oom = {}  # seq -> [(device, name, live at entry, peak)], innermost first
 _built = {"seq": 0, "report": None}
 
 
-def note_batch_fit(fixed, per_sample, batch=None):
+def note_batch_fit(fixed, per_sample, batch=None, *, step=None, failed=()):
     """A fit of memory = fixed + per_sample x batch (bytes), as
     find_max_batch measures it; `batch`: the batch size in use, when known.
-    The next report says the largest batch that should fit."""
+    The next report says the largest batch that should fit.
+
+    step: the step function the fit was measured on: the report uses the
+    fit only for a failure inside it (a batch figure from another
+    computation would be false); None: any failure (a fit the user noted).
+    failed: batch sizes measured to run out of memory, never advised."""
     for name, value in (("fixed", fixed), ("per_sample", per_sample)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
             raise ValueError(f"{name} must be a number of bytes >= 0, got {value!r}")
@@ -27,14 +32,24 @@ def note_batch_fit(fixed, per_sample, batch=None):
         raise ValueError(f"per_sample must be more than 0 bytes, got {per_sample!r}")
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
         raise ValueError(f"batch must be an int >= 1 or None, got {batch!r}")
+    failed = tuple(failed)
+    if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in failed):
+        raise ValueError(f"failed must hold batch sizes (ints >= 1), got {failed!r}")
+    code = getattr(step, "__code__", None)
+    if step is not None and code is None:  # functools.partial, a callable object
+        inner = getattr(step, "func", None) or getattr(step, "__call__", None)
+        code = getattr(inner, "__code__", None)
     with _lock:
         _fit["value"] = (float(fixed), float(per_sample), batch)
+        _fit["step"] = code if step is not None else None
+        _fit["scoped"] = step is not None
+        _fit["failed"] = failed
         _built["report"] = None
 
 
 def clear_batch_fit():
     with _lock:
-        _fit["value"] = None
+        _fit.update(value=None, step=None, scoped=False, failed=())
         _built["report"] = None
 
 

@@ -109,6 +109,10 @@ class _Target:
         self.steps = 0
         self.leaking = False
         self.baseline = None          # (steps, lines) when the leak was first seen
+        # (steps, lines) at the last boundaries, stacks recorded: what grew
+        # when the leak is first seen, rather than what is largest (the
+        # current batch, replaced each step, is large and not a leak).
+        self.line_history = deque(maxlen=LEAK_WINDOW)
 
     @property
     def heap(self):
@@ -589,7 +593,10 @@ def _leak_locked(target):
 
 
 def _with_lines(target, leak):
-    """The lines whose live bytes grew since the leak was first seen."""
+    """The lines whose live bytes grew since the leak was first seen (when
+    that is this very step, since the earliest boundary kept), the most
+    first: growth across steps, never size (the current batch is large
+    and replaced each step)."""
     if target.device is None:
         return leak
     baseline = target.baseline
@@ -597,8 +604,13 @@ def _with_lines(target, leak):
     if now is None:
         return leak
     if baseline is None or baseline[0] == target.steps:
-        leak.lines = now[:5]
-        leak.lines_note = "largest holders now (no earlier step to compare with)"
+        with target.lock:
+            earlier = [entry for entry in target.line_history if entry[0] < target.steps]
+        baseline = earlier[0] if earlier else None
+    if baseline is None:
+        leak.lines = None
+        leak.lines_note = ("which lines accumulate shows after another step with stacks recorded (vramguard "
+                           "compares each line's live memory between step boundaries)")
         return leak
     before = {label: (nbytes, blocks) for label, nbytes, blocks in baseline[1]}
     grown = []
@@ -628,9 +640,12 @@ def step(device=None):
         target.leaking = leak is not None
         if not target.leaking:
             target.baseline = None
+    lines = _lines_now(target.device, _BASELINE_LINES) if target.device is not None else None
+    if lines is not None:
+        with target.lock:
+            target.line_history.append((target.steps, lines))
     if began:
         if target.device is not None:
-            lines = _lines_now(target.device, _BASELINE_LINES)
             with target.lock:
                 target.baseline = (target.steps, lines) if lines is not None else None
         warnings.warn(leak.headline() + " See vramguard.leak_check().", LeakWarning, stacklevel=2)
