@@ -387,3 +387,26 @@ def test_a_platform_without_the_phantom_says_so_in_one_line(script, monkeypatch)
     assert str(refused.value) == (
         "a dry run needs Linux and PyTorch's CUDA build (pip's Linux wheels), and this is darwin: run it in a "
         "Linux container or a Colab CPU runtime (docs/would-it-fit.md, 'Where it runs')")
+
+
+def test_without_ipython_a_notebooks_cells_run_as_plain_python(tmp_path, monkeypatch, capsys):
+    """Where IPython is not installed the cells run as plain Python, and the
+    run says what that leaves out."""
+    from vramguard.phantom import child, notebook_shell
+
+    monkeypatch.setattr(notebook_shell, "available", lambda: False)
+    monkeypatch.chdir(tmp_path)
+    nb = {"cells": [{"cell_type": "code", "source": "x = 1\n!ls\nprint('x is', x)", "metadata": {},
+                     "outputs": [], "execution_count": None}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (tmp_path / "nb.ipynb").write_text(json.dumps(nb))
+    child.run_notebook(str(tmp_path / "nb.ipynb"))
+    out, err = capsys.readouterr()
+    assert out == "x is 1\n"
+    assert err == ("vramguard dryrun: IPython is not installed in this Python: the notebook's cells run as plain "
+                   "Python, where get_ipython() is not defined, and its magics and shell lines are not run: "
+                   "cell 1, line 2: !ls\n")
+    (tmp_path / "nb.ipynb").write_text(json.dumps(dict(nb, cells=[dict(nb["cells"][0], source="print(2)")])))
+    child.run_notebook(str(tmp_path / "nb.ipynb"))
+    out, err = capsys.readouterr()
+    assert (out, err) == ("2\n", "vramguard dryrun: IPython is not installed in this Python: the notebook's cells "
+                                  "run as plain Python, where get_ipython() is not defined\n")
