@@ -343,3 +343,13 @@ def test_unsupported_calls_the_script_got_past_are_not_the_cause():
     result = _result(_run("native", fits=None, error="ValueError: bad", exit_status=1, phantom_unsupported=gap))
     assert exit_status(result) == 3
     assert "phantom" not in format_report(result).split("\n", 1)[1]
+
+
+def test_min_memory_of_a_program_that_never_used_the_gpu_is_not_a_failure():
+    from vramguard.phantom.dryrun import format_report
+
+    result = _result(_run("native", fits=None, used_gpu=False, min_memory_bytes=None))
+    result["min_memory"] = True
+    text = format_report(result)
+    assert "Smallest device: not known: the program never used the GPU." in text
+    assert "failed" not in text and "none found" not in text

@@ -682,7 +682,9 @@ def _verdict(result):
             out.append(f"Smallest device: {format_size(least)} with {best}{card}, "
                        f"exact to {GRANULE >> 20} MiB, the CUDA context's "
                        f"{format_size(result.get('context_bytes', 0))} included.")
-        elif any(r.get("fits") is None for r in runs.values()):
+        elif unused and len(unused) == len(runs):
+            out.append("Smallest device: not known: the program never used the GPU.")
+        elif any(r.get("fits") is None and n not in unused for n, r in runs.items()):
             out.append("Smallest device: not known: the search stopped where the script failed (below).")
         else:
             out.append("Smallest device: none found (it does not fit the full device).")
