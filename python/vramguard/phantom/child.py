@@ -49,6 +49,10 @@ GPU_WORK_CALLS = ("cudaMalloc", "cudaMallocAsync", "cuMemAlloc", "cuMemCreate", 
 _STUB_ERRORS = ("not supported", "not_supported", "not implemented", "invalid usage")
 #: At most this often (seconds) the figures are written as the run goes (after an optimizer step).
 PROGRESS_EVERY_S = 0.5
+#: Steps after which exit()'s handler is registered again (ending.py): the
+#: first ones make what a run's later steps reuse; each registration stays
+#: for the process's life, so not at every step.
+REARM_STEPS = 3
 
 
 class _StopRun(BaseException):
@@ -532,8 +536,8 @@ class Run:
         if self.last_progress is not None and now - self.last_progress < PROGRESS_EVERY_S:
             return
         self.last_progress = now
-        if self.endings is not None:
-            self.endings.rearm()  # after what the steps made (ending.py)
+        if self.endings is not None and self.steps <= REARM_STEPS:
+            self.endings.rearm()  # after what the first steps made (ending.py)
         try:
             _write_json(self.opts.result, dict(self.result(self.started, snapshot=False), partial=True))
         except Exception as exc:
