@@ -410,3 +410,101 @@ def test_without_ipython_a_notebooks_cells_run_as_plain_python(tmp_path, monkeyp
     out, err = capsys.readouterr()
     assert (out, err) == ("2\n", "vramguard dryrun: IPython is not installed in this Python: the notebook's cells "
                                   "run as plain Python, where get_ipython() is not defined\n")
+# ------------------------------------------------------------------ verdicts and exit codes
+
+
+def test_help_lists_every_exit_code_of_the_dry_run():
+    from vramguard.phantom import dryrun as d
+
+    proc = subprocess.run([sys.executable, "-m", "vramguard", "dryrun", "--help"], capture_output=True,
+                          text=True, timeout=60)
+    said = " ".join(proc.stdout.split())
+    for code, meaning in [(d.EXIT_FITS, "it fits"), (d.EXIT_DOES_NOT_FIT, "it does not fit"), (2, "bad input"),
+                          (d.EXIT_SCRIPT_FAILED, "the script failed for another reason (its own exit status "
+                                                 "is in the report and the JSON)"),
+                          (d.EXIT_NEVER_USED_GPU, "the program never used the GPU"),
+                          (d.EXIT_PHANTOM_FAILED, "the phantom GPU could not run it"), (130, "Ctrl-C")]:
+        assert f"{code} {meaning}" in said, (code, said)
+
+
+def _run(name, **figures):
+    run = {"allocator": name, "peak_allocated_bytes": 1 << 20, "peak_reserved_bytes": 2 << 20, "fits": True,
+           "first_oom": None, "error": None, "exit_status": 0, "used_gpu": True}
+    run.update(figures)
+    return run
+
+
+def _result(*runs):
+    from vramguard.phantom.dryrun import DryRunResult
+
+    result = DryRunResult(gpu="T4", device_bytes=15828320256, context_bytes=400 << 20, script="s.py",
+                          allocators=[r["allocator"] for r in runs])
+    for r in runs:
+        result[r["allocator"]] = r
+    return result
+
+
+@pytest.mark.parametrize("runs, code, head", [
+    ([_run("native"), _run("vramguard")], 0, "Fits on a T4 with every allocator tried."),
+    ([_run("native", fits=False, first_oom={"line": "s.py:3", "request_bytes": 1 << 30})], 1,
+     "Does not fit on a T4 with any allocator tried."),
+    ([_run("native", fits=None, used_gpu=False)], 4,
+     "The program never used the GPU: it allocated nothing on the phantom T4 and launched no kernel, "
+     "so whether it fits is not known."),
+    ([_run("native", fits=None, error="SystemExit: 3", error_at="s.py:4", exit_status=3)], 3,
+     "The script failed before its end (exit status 3): whether it fits is not known."),
+    ([_run("native", fits=None, error="ValueError: x", exit_status=1),
+      _run("vramguard", fits=None, error="SystemExit: 3", exit_status=3)], 3,
+     "The script failed before its end (exit statuses 1 and 3): whether it fits is not known."),
+    ([_run("native", fits=None, error="RuntimeError: CUDA error: operation not supported", exit_status=1,
+           phantom_unsupported={"calls": 1, "last": "cudaMallocManaged", "caused_failure": True})], 5,
+     "The phantom GPU could not run the program (it does not model cudaMallocManaged): whether it fits is "
+     "not known."),
+    # the deciding run is vramguard's: native's failure is said, not the verdict
+    ([_run("native", fits=None, error="ValueError: x", exit_status=1), _run("vramguard")], 0,
+     "Fits on a T4 with vramguard. With native the script failed before its end (below)."),
+    ([_run("native", fits=None, used_gpu=False), _run("vramguard", fits=None, used_gpu=False)], 4,
+     "The program never used the GPU"),
+])
+def test_each_verdict_has_its_own_exit_code(runs, code, head):
+    from vramguard.phantom.dryrun import VERDICTS, exit_status, format_report
+
+    result = _result(*runs)
+    assert exit_status(result) == code and code in VERDICTS
+    text = format_report(result)
+    assert head in text, text
+    if code == 4:
+        assert "Fits" not in text and "yes" not in text
+
+
+@pytest.mark.parametrize("calls, said", [(1, "1 unsupported call in the run"), (3, "3 unsupported calls in the run")])
+def test_the_phantoms_failure_names_its_call_and_counts(calls, said):
+    from vramguard.phantom.dryrun import format_report
+
+    gap = {"calls": calls, "last": "cudaIpcGetMemHandle", "caused_failure": True}
+    text = format_report(_result(_run("native", fits=None, error="AcceleratorError: CUDA error: operation not "
+                                      "supported", error_at="s.py:8", exit_status=1, phantom_unsupported=gap)))
+    assert ("native: the run failed in the phantom: AcceleratorError: CUDA error: operation not supported, at "
+            "s.py:8 (exit status 1).") in text
+    assert ("That failure is the phantom's, not the script's: the phantom GPU does not model "
+            f"cudaIpcGetMemHandle ({said}), which returned the error.") in text
+
+
+def test_unsupported_calls_the_script_got_past_are_not_the_cause():
+    """A stub's error the script caught, then its own failure: the script's."""
+    from vramguard.phantom.dryrun import exit_status, format_report
+
+    gap = {"calls": 1, "last": "cudaIpcGetMemHandle", "caused_failure": False}
+    result = _result(_run("native", fits=None, error="ValueError: bad", exit_status=1, phantom_unsupported=gap))
+    assert exit_status(result) == 3
+    assert "phantom" not in format_report(result).split("\n", 1)[1]
+
+
+def test_min_memory_of_a_program_that_never_used_the_gpu_is_not_a_failure():
+    from vramguard.phantom.dryrun import format_report
+
+    result = _result(_run("native", fits=None, used_gpu=False, min_memory_bytes=None))
+    result["min_memory"] = True
+    text = format_report(result)
+    assert "Smallest device: not known: the program never used the GPU." in text
+    assert "failed" not in text and "none found" not in text

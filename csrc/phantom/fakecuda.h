@@ -64,6 +64,11 @@ long vg_fakecuda_free_calls(void);    /* "cudaFree" */
 long vg_fakecuda_unsupported_calls(void);
 const char *vg_fakecuda_last_unsupported(void); /* "" when none */
 
+/* fn(status) when this process calls exit() (not _exit), from this
+ * process only (not one forked from it), once; NULL disarms. The last
+ * call's fn is the one called. */
+void vg_fakecuda_call_at_exit(void (*fn)(int status));
+
 /* Clears faults, the sticky error and the counters; peaks restart at the
  * bytes in use now. Live allocations and capacities stay. */
 void vg_fakecuda_reset(void);

@@ -14,10 +14,11 @@ Sizes are bytes, a number with a unit ("15GiB", "12.5GB") or a GPU preset
 Exit status: 0 done (the trace fits), 1 the trace does not fit the budget,
 2 bad input (one line on stderr says what), 130 interrupted (Ctrl-C),
 143 terminated (SIGTERM: what `timeout`, `kill` and a cancelled CI job send),
-for dryrun the script's own status when it failed for a reason other
-than memory,
 141 stdout was closed before the output was written (`... | head`), said
-on no line, as a program killed by SIGPIPE is.
+on no line, as a program killed by SIGPIPE is; for dryrun also 3 the
+script failed for a reason other than memory (its own exit status is in
+the report), 4 the program never used the GPU (nothing to measure),
+5 the phantom GPU could not run it (a CUDA call it does not model).
 """
 import argparse
 import contextlib
@@ -208,9 +209,12 @@ def main(argv=None):
                     "and reports each one's peak allocated and reserved memory, whether it fits, and its "
                     "first out-of-memory line. The runs go one at a time; a run's stdin is /dev/null (input "
                     "piped to the dry run is not passed on), and its file I/O is real (files it writes are "
-                    "real files). Exit status 0 when it fits with vramguard (or with every allocator asked), "
-                    "1 when not, 2 bad input, 130 Ctrl-C, 143 SIGTERM (every run's processes ended either "
-                    "way), else the script's own (124 for a run past --timeout).")
+                    "real files). Exit status (of the vramguard run, or of every allocator asked without "
+                    "it): 0 it fits, 1 it does not fit, 2 bad input, 3 the script failed for another reason "
+                    "(its own exit status is in the report and the JSON), 4 the program never used the GPU "
+                    "(nothing allocated, no kernel launched: nothing to measure), 5 the phantom GPU could "
+                    "not run it (a CUDA call it does not model), 124 a run past --timeout, 130 Ctrl-C, "
+                    "143 SIGTERM (every run's processes ended either way).")
     dry.add_argument("--gpu", default="T4", help=f"the card: {preset_names()} (default T4)")
     dry.add_argument("--allocator", default="native,expandable,vramguard",
                      help="comma-separated, of native (PyTorch's), expandable (PyTorch's with "

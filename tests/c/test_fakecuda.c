@@ -1468,6 +1468,65 @@ static void test_kernel_architectures(void)
     CHECK_EQ(rerun("VG_FAKECUDA_CC=8.6", "--arch-child-ptx 2>/dev/null"), 80);
 }
 
+/* vg_fakecuda_call_at_exit: fn(status) once at exit() of the process that
+ * armed it, never in one forked from it, never after NULL disarmed it; the
+ * latest arming's handler runs (what a dry run's child relies on). */
+static int at_exit_pipe = -1;
+
+static void note_exit(int status)
+{
+    unsigned char byte = (unsigned char)status;
+    if (write(at_exit_pipe, &byte, 1) != 1)
+        _exit(99);
+}
+
+/* What exit(status) in a child that armed `arm` (and then disarmed, when
+ * `disarm`) wrote to the pipe: the bytes, -1 terminated. */
+static void exit_notes(int status, int disarm, int fork_first, int *out)
+{
+    int fds[2];
+    CHECK_EQ(pipe(fds), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        at_exit_pipe = fds[1];
+        vg_fakecuda_call_at_exit(note_exit);
+        vg_fakecuda_call_at_exit(note_exit); /* armed twice: still once */
+        if (fork_first) {                     /* a forked process's exit() calls nothing */
+            pid_t grandchild = fork();
+            if (grandchild == 0)
+                exit(42);
+            waitpid(grandchild, NULL, 0);
+        }
+        if (disarm)
+            vg_fakecuda_call_at_exit(NULL);
+        exit(status);
+    }
+    close(fds[1]);
+    int n = 0;
+    unsigned char byte;
+    while (n < 3 && read(fds[0], &byte, 1) == 1)
+        out[n++] = byte;
+    out[n] = -1;
+    close(fds[0]);
+    int wstatus = 0;
+    CHECK_EQ(waitpid(pid, &wstatus, 0), pid);
+    CHECK(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == status);
+}
+
+static void test_call_at_exit(void)
+{
+    int notes[4];
+    exit_notes(7, 0, 0, notes);
+    CHECK_EQ(notes[0], 7);
+    CHECK_EQ(notes[1], -1);
+    exit_notes(3, 0, 1, notes);
+    CHECK_EQ(notes[0], 3); /* the child's, not the grandchild's 42 */
+    CHECK_EQ(notes[1], -1);
+    exit_notes(5, 1, 0, notes);
+    CHECK_EQ(notes[0], -1);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--arch-child") == 0)
@@ -1512,6 +1571,7 @@ int main(int argc, char **argv)
         {"managed_bad_arguments", test_managed_bad_arguments},
         {"managed_prefetch", test_managed_prefetch},
         {"managed_phantom", test_managed_phantom},
+        {"call_at_exit", test_call_at_exit},
     };
     return harness_run(tests, sizeof tests / sizeof tests[0], argc > 1 ? argv[1] : NULL);
 }

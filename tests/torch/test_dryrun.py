@@ -228,13 +228,14 @@ def test_a_crashing_script_passes_its_error_and_status_through(tmp_path):
 
         step()
     """)
-    result, stderr = dryrun(tmp_path, "--allocator", "native", "--no-snapshot", "crash.py", expect=1)
+    result, stderr = dryrun(tmp_path, "--allocator", "native", "--no-snapshot", "crash.py", expect=3)
     run = result["native"]
     assert run["error"] == "ValueError: the data loader broke" and run["exit_status"] == 1
     assert run["fits"] is None and run["first_oom"] is None and run["peak_allocated_bytes"] == 4 * MiB
     assert "Traceback (most recent call last)" in stderr and 'crash.py", line 6, in step' in stderr
     assert "_dryrun_child" not in stderr and "runpy" not in stderr  # the runner's frames are left out
-    assert "the script failed: ValueError: the data loader broke (exit status 1)" in report(result)
+    assert run["error_at"] == "crash.py:6" and result["verdict"] == "script failed"
+    assert "the script failed: ValueError: the data loader broke, at crash.py:6 (exit status 1)" in report(result)
     write(tmp_path, "exits.py", """
         import sys, torch
         x = torch.empty(1 << 20, device="cuda")
@@ -298,7 +299,7 @@ def test_a_sweep_stops_where_the_script_fails_otherwise(tmp_path):
             sys.exit(3)
     """)
     result, stderr = dryrun(tmp_path, "--memory", "1GiB", "--allocator", "native", "--no-snapshot",
-                            "--sweep", "BATCH=1,2,4,8,16", "sweep.py", expect=1)
+                            "--sweep", "BATCH=1,2,4,8,16", "sweep.py", expect=3)
     run = result["native"]
     assert run["fits"] is None and result["fits"] is None
     assert run["largest_batch"] is None and run["largest_value"] is None
@@ -306,7 +307,7 @@ def test_a_sweep_stops_where_the_script_fails_otherwise(tmp_path):
     assert run["failed_at"] == {"value": 4} and [s["value"] for s in run["sweep"]] == [4]
     text = report(result)
     assert "native: not known, the script failed at BATCH=4" in text
-    assert "native: the script failed at BATCH=4: ValueError: no batch of 4 (exit status 1)." in text
+    assert "native: the script failed at BATCH=4: ValueError: no batch of 4, at sweep.py:6 (exit status 1)." in text
     # 4 fits (a larger device than it needs), then 8 exits 3: the status is that run's
     write(tmp_path, "sweep.py", (tmp_path / "sweep.py").read_text().replace("batch == 4", "batch == 5"))
     result, _ = dryrun(tmp_path, "--memory", "1GiB", "--allocator", "native", "--no-snapshot",
@@ -329,38 +330,38 @@ def test_min_memory_stops_where_the_script_fails_otherwise(tmp_path):
             sys.exit(5)
     """)
     result, stderr = dryrun(tmp_path, "--memory", "2GiB", "--allocator", "native", "--no-snapshot",
-                            "--min-memory", "picky.py", expect=5)
+                            "--min-memory", "picky.py", expect=3)
     run = result["native"]
     assert run["fits"] is None and run["min_memory_bytes"] is None
     assert run["error"] == "SystemExit: 5" and run["exit_status"] == 5
     assert run["failed_at"]["memory_bytes"] < 2 << 30
     text = report(result)
     assert "Smallest device: not known: the search stopped where the script failed" in text
-    assert "(--min-memory): SystemExit: 5 (exit status 5)." in text
+    assert "(--min-memory): SystemExit: 5, at picky.py:6 (exit status 5)." in text
 
 
-@pytest.mark.parametrize("code, status, error", [
-    ("os._exit(130)", 130, "ended before its figures were written (os._exit, or a crash: see its log)"),
-    ("raise KeyboardInterrupt", 130, "KeyboardInterrupt"),
-    ("os._exit(0)", 1, "ended by os._exit before its figures were written"),
+@pytest.mark.parametrize("code, error, at", [
+    ("os._exit(130)", "os._exit(130)", "ends.py:4"),
+    ("raise KeyboardInterrupt", "KeyboardInterrupt", "ends.py:4"),
 ])
-def test_a_script_that_ends_itself_is_not_a_ctrl_c(tmp_path, code, status, error):
+def test_a_script_that_ends_itself_is_not_a_ctrl_c(tmp_path, code, error, at):
     """Only the dry run's own cancellation is an interruption: a script's
-    status 130 or KeyboardInterrupt is its failure, reported, its status
-    the dry run's."""
+    status 130 or KeyboardInterrupt is its failure, reported with its
+    status; the dry run's is "the script failed"."""
     write(tmp_path, "ends.py", f"""
         import os, torch
         x = torch.empty(1 << 20, device="cuda")
         {code}
     """)
-    result, stderr = dryrun(tmp_path, "--allocator", "native", "--no-snapshot", "ends.py", expect=status)
+    result, stderr = dryrun(tmp_path, "--allocator", "native", "--no-snapshot", "ends.py", expect=3)
     assert "vramguard: interrupted" not in stderr
     run = result["native"]
-    assert run["fits"] is None and run["error"] == error
-    assert run["exit_status"] == (0 if "_exit(0)" in code else 130)
+    assert run["fits"] is None and run["error"] == error and run["error_at"] == at
+    assert run["exit_status"] == 130 and run["peak_allocated_bytes"] == 4 * MiB
     text = report(result)
-    assert text.count("exit status") == 1, text
-    assert f"native: the script failed: {error} (exit status {run['exit_status']})." in text
+    assert "The script failed before its end (exit status 130): whether it fits is not known." in text
+    where = f", at {at}" if at else ""
+    assert f"native: the script failed: {error}{where} (exit status 130)." in text
 
 
 def test_the_users_allocator_settings_and_preloads_are_kept(tmp_path):

@@ -28,6 +28,8 @@ import sysconfig
 import time
 import traceback
 
+from .ending import Endings
+
 ALLOCATORS = ("native", "expandable", "vramguard")
 HISTORY_ENTRIES = 200_000  # PyTorch's history ring: bounded, as vramguard's is
 #: Libraries whose own CUDA kernels (and sometimes memory) a phantom cannot model.
@@ -37,6 +39,20 @@ EXTENSIONS = ("bitsandbytes", "flash_attn", "xformers", "apex", "deepspeed", "tr
 _TRIED = re.compile(r"Tried to allocate ([0-9.]+) (B|bytes|KiB|MiB|GiB|TiB)")
 _UNIT = {"B": 1, "bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 LOG = "vramguard dryrun:"
+#: The phantom's calls that put work on the device: memory taken, a kernel
+#: launched. A run that made none never used the GPU (CUDA initialised, a
+#: device's name read, is not a use), whatever the allocator's set-up did.
+GPU_WORK_CALLS = ("cudaMalloc", "cudaMallocAsync", "cuMemAlloc", "cuMemCreate", "cudaLaunchKernel",
+                  "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cuLaunchKernel", "cuLaunchKernelEx",
+                  "cuLaunchCooperativeKernel")
+#: Words of the errors the phantom's stubs return (runtime and driver, cuBLAS, cuDNN, NCCL).
+_STUB_ERRORS = ("not supported", "not_supported", "not implemented", "invalid usage")
+#: At most this often (seconds) the figures are written as the run goes (after an optimizer step).
+PROGRESS_EVERY_S = 0.5
+#: Steps after which exit()'s handler is registered again (ending.py): the
+#: first ones make what a run's later steps reuse; each registration stays
+#: for the process's life, so not at every step.
+REARM_STEPS = 3
 
 
 class _StopRun(BaseException):
@@ -296,6 +312,7 @@ class Run:
         self.steps = 0
         self.oom = None  # (exception, frames) of the uncaught out-of-memory error
         self.error = None
+        self.error_at = None  # the user's line the error was raised at
         self.exit_status = 0
         self.stopped_at_steps = False
         self.fake = ctypes.CDLL(None)
@@ -305,6 +322,12 @@ class Run:
         self.world = None  # --world-size: the fake process group's counts
         self.terminated = False
         self.accelerate = None  # adjust_accelerate's record
+        # The phantom's counters when the script starts: what the set-up did is not the script's.
+        self.gpu_work_at_start = 0
+        self.unsupported_at_start = 0
+        self.started = time.monotonic()
+        self.last_progress = None  # when the figures were last written as the run went
+        self.endings = None  # ending.py's hooks, while the script runs
 
     # --------------------------------------------------------- before
 
@@ -347,6 +370,8 @@ class Run:
         if os.environ.get(NO_WEIGHTS_ENV):
             self.weightless = WeightlessLoads(os.environ[NO_WEIGHTS_ENV])
             self.weightless.install()
+        self.gpu_work_at_start = self.gpu_work()
+        self.unsupported_at_start = self.counter("vg_fakecuda_unsupported_calls", ctypes.c_long) or 0
 
     def adjust_ddp(self):
         """DDP reads two things back from the device, which a phantom
@@ -408,6 +433,7 @@ class Run:
                 except Exception:
                     peak = 0
                 _say(f"step {n}: peak allocated {_mib(peak)}")
+            self.write_progress()
             if self.opts.steps and n >= self.opts.steps:
                 raise _StopRun()
 
@@ -426,9 +452,10 @@ class Run:
                 runpy.run_path(script, run_name="__main__")
         except _StopRun:
             self.stopped_at_steps = True
-        except _Terminated:
+        except _Terminated as exc:
             self.terminated = True
             self.error = "ended by SIGTERM"
+            self.error_at = user_line(_traceback_frames(exc))
             self.exit_status = 128 + signal.SIGTERM
         except SystemExit as exc:
             self.exit_status = _exit_code(exc.code)
@@ -436,12 +463,14 @@ class Run:
                 print(exc.code, file=sys.stderr)  # what Python prints for sys.exit("message")
             if self.exit_status:
                 self.error = f"SystemExit: {exc.code}"
+                self.error_at = user_line(_traceback_frames(exc))
         except KeyboardInterrupt as exc:
             if _SIGINT_RECEIVED:  # the dry run's Ctrl-C (its SIGINT to the run): it ends, quietly
                 raise
             # The script's own KeyboardInterrupt: its failure, with the status
             # Python gives it.
             self.error = "KeyboardInterrupt" + (f": {_first_line(exc)}" if str(exc).strip() else "")
+            self.error_at = user_line(_traceback_frames(exc))
             self.exit_status = 130
             _print_user_traceback(exc)
         except BaseException as exc:
@@ -451,6 +480,7 @@ class Run:
                 _say(f"out of memory at {user_line(self.oom[1]) or 'an unknown line'}")
             else:
                 self.error = f"{type(exc).__name__}: {_first_line(exc)}"
+                self.error_at = user_line(_traceback_frames(exc))
                 self.exit_status = 1
                 _print_user_traceback(exc)
 
@@ -462,10 +492,11 @@ class Run:
 
     # --------------------------------------------------------- after
 
-    def first_oom(self):
+    def first_oom(self, history=True):
         """The first out-of-memory: the uncaught one's line (its traceback),
         else one the script caught (the allocator counted it), its line
-        from the memory history where that has the stack."""
+        from the memory history where that has the stack (history False:
+        not looked up, which costs a snapshot of the whole history)."""
         torch = self.torch
         ooms = 0
         if torch.cuda.is_initialized():
@@ -475,7 +506,7 @@ class Run:
                 ooms = 0
         if self.oom is None and ooms == 0:
             return None
-        entry = self.history_oom()
+        entry = self.history_oom() if history else None
         out = {"line": None, "request_bytes": None, "message": None, "caught": self.oom is None}
         if self.oom is not None:
             exc, frames = self.oom
@@ -535,6 +566,57 @@ class Run:
             return None
         return path
 
+    def write_progress(self):
+        """The figures so far, to the result file, marked partial: what a
+        kill leaves (ending.py). At most every PROGRESS_EVERY_S seconds,
+        and always after the first step."""
+        now = time.monotonic()
+        if self.last_progress is not None and now - self.last_progress < PROGRESS_EVERY_S:
+            return
+        self.last_progress = now
+        if self.endings is not None and self.steps <= REARM_STEPS:
+            self.endings.rearm()  # after what the first steps made (ending.py)
+        try:
+            _write_json(self.opts.result, dict(self.result(self.started, snapshot=False), partial=True))
+        except Exception as exc:
+            _say(f"the figures so far were not written: {exc}")
+
+    def write_ended(self, ended, status, frames):
+        """The figures when the script ends the process itself (ending.py):
+        how and where, its status, the snapshot."""
+        self.exit_status = status
+        at = user_line(frames)
+        if status or not ended.startswith("os._exit"):
+            self.error, self.error_at = ended, at
+        result = self.result(self.started)
+        result.update(ended=ended, ended_at=at)
+        _write_json(self.opts.result, result)
+
+    def gpu_work(self):
+        """Calls that put work on the device so far (GPU_WORK_CALLS)."""
+        fn = getattr(self.fake, "vg_fakecuda_calls", None)
+        if fn is None:
+            return 0
+        fn.restype, fn.argtypes = ctypes.c_long, [ctypes.c_char_p]
+        return sum(max(0, int(fn(name.encode()))) for name in GPU_WORK_CALLS)
+
+    def phantom_gap(self):
+        """The calls the phantom does not model that the script made:
+        {"calls": n, "last": name}, or None. `caused_failure`: the run's
+        error is the one such a stub returns, so the failure is the
+        phantom's, not the script's."""
+        calls = (self.counter("vg_fakecuda_unsupported_calls", ctypes.c_long) or 0) - self.unsupported_at_start
+        if calls <= 0:
+            return None
+        fn = getattr(self.fake, "vg_fakecuda_last_unsupported", None)
+        last = None
+        if fn is not None:
+            fn.restype = ctypes.c_char_p
+            last = (fn() or b"").decode("utf-8", "replace") or None
+        error = (self.error or "").lower()
+        caused = bool(error) and any(word in error for word in _STUB_ERRORS + ((last or "").lower(),) if word)
+        return {"calls": calls, "last": last, "caused_failure": caused}
+
     def counter(self, name, restype=ctypes.c_longlong, *args):
         fn = getattr(self.fake, name, None)
         if fn is None:
@@ -545,28 +627,40 @@ class Run:
         except Exception:
             return None
 
-    def result(self, started):
+    def result(self, started, snapshot=True):
+        """The run's figures; snapshot False (the figures written as the run
+        goes): neither the snapshot nor the history's lookups, which cost
+        a copy of the whole history."""
         torch = self.torch
         used = torch.cuda.is_initialized()
         peak_allocated = peak_reserved = 0
         if used:
             peak_allocated = int(torch.cuda.max_memory_allocated())
             peak_reserved = int(torch.cuda.max_memory_reserved())
-        first_oom = self.first_oom()
+        first_oom = self.first_oom(history=snapshot)
         device_peak = self.counter("vg_fakecuda_peak_bytes", ctypes.c_longlong, self.opts.rank or 0)
+        # The script's own use, not CUDA's start: vramguard's install() starts CUDA in every script.
+        used_gpu = bool(peak_reserved) or self.gpu_work() > self.gpu_work_at_start
+        ended_well = self.error is None and self.exit_status == 0
         out = {
             "allocator": self.opts.allocator,
             "peak_allocated_bytes": peak_allocated,
             "peak_reserved_bytes": peak_reserved,
-            # True: the script ended (or reached --steps) with no out-of-memory;
-            # False: it ran out of memory, caught or not; None: it failed for
-            # another reason before its end, so nobody knows.
+            # True: the script ended (or reached --steps) with no out-of-memory,
+            # having used the GPU; False: it ran out of memory, caught or not;
+            # None: it failed for another reason before its end, or never
+            # used the GPU (used_gpu False), so nobody knows.
             "fits": (False if first_oom is not None
-                     else True if self.error is None and self.exit_status == 0 else None),
+                     else True if ended_well and used_gpu else None),
             "first_oom": first_oom,
             "error": self.error,
+            "error_at": self.error_at,
             "exit_status": self.exit_status,
             "used_cuda": used,
+            "used_gpu": used_gpu,
+            "phantom_unsupported": self.phantom_gap(),
+            "ended": None,  # how, when the script ended the process itself (ending.py)
+            "ended_at": None,
             "steps": self.steps,
             "stopped_at_steps": self.stopped_at_steps,
             "d2h_reads": self.counter("vg_fakecuda_d2h_reads", ctypes.c_long),
@@ -593,7 +687,7 @@ class Run:
             "torch": torch.__version__,
             "elapsed_s": round(time.monotonic() - started, 3),
         }
-        out["snapshot"] = self.dump_snapshot()
+        out["snapshot"] = self.dump_snapshot() if snapshot else None
         out["terminated"] = self.terminated
         # The whole run's peak: writing the snapshot (pickling every event
         # and its stack) is often the costliest step of all.
@@ -739,16 +833,28 @@ def main(argv=None):
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_sigterm)
     run = Run(opts)
+    run.started = started
+    endings = run.endings = Endings(run.write_ended)
     try:
-        run.setup()
-    except _Terminated:  # ended before the script started: nothing to write
-        os._exit(128 + signal.SIGTERM)
-    try:
-        run.run_script()
+        try:
+            run.setup()
+        except _Terminated:  # ended before the script started: nothing to write
+            os._exit(128 + signal.SIGTERM)
+        endings.arm()  # its own SIGTERM handler only where neither the script nor this one set one
+        try:
+            run.run_script()
+        finally:
+            endings.disarm()
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the script is done: its figures are written whole
         result = run.result(started)
     except KeyboardInterrupt:
         os._exit(130)
+    except BaseException:
+        # The runner's own failure: its traceback, and an end without
+        # Python's finalization, as every end of this process is (ending.py).
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
     _write_json(opts.result, result)
     # The script's atexit handlers run, then the process ends without the
     # interpreter's finalization, where PyTorch's autograd threads can die

@@ -32,10 +32,22 @@ from .._presets import PRESETS, find_preset, preset_names
 from . import adjust_accelerate, argnames, managed
 from .fake_world import WORLD_ENV, check_world, world_env, world_notes
 from .weightless import NO_WEIGHTS_ENV, weightless_notes
+from ..render.words import a, count, plural
 
 __all__ = ["ALLOCATORS", "DryRunResult", "dryrun", "format_report", "parse_allocators", "parse_sweep"]
 
 ALLOCATORS = ("native", "expandable", "vramguard")
+#: The dry run's exit status, one per verdict (2, bad input, and 130,
+#: Ctrl-C, are the command line's): a CI job tells a misfit from a crash.
+EXIT_FITS = 0
+EXIT_DOES_NOT_FIT = 1
+EXIT_SCRIPT_FAILED = 3  # the script failed for another reason than memory (its own status in the report)
+EXIT_NEVER_USED_GPU = 4  # it ended without putting anything on the GPU: nothing to measure
+EXIT_PHANTOM_FAILED = 5  # the phantom could not run it (a call it does not model)
+EXIT_TIMED_OUT = 124  # a run was ended at --timeout, as timeout(1) says
+#: Calls whose absence from the phantom depends on the allocator (its memory
+#: calls): a run failing in one of them says nothing of the other allocators.
+_ALLOCATOR_CALLS = ("cuMem", "cudaMalloc", "cudaFree")
 #: --min-memory's answer is exact to this: the device sizes tried are its multiples.
 GRANULE = 16 << 20
 #: How long a child interrupted by Ctrl-C has to end before it is killed.
@@ -399,18 +411,51 @@ def _new_log(out_dir, stem):
     raise FileExistsError(os.path.join(out_dir, f"{stem}.log"))
 
 
-def _no_figures(rc):
-    """Why a run that wrote no figures ended, from its exit status (the
-    status itself is said beside it, not here)."""
+def _no_figures(rc, log_path=None):
+    """Why a run that wrote no figures ended, from its exit status and the
+    last exception its log shows (the status itself is said beside it,
+    not here)."""
     if rc < 0:
         try:
             name = signal.Signals(-rc).name
         except ValueError:
             name = f"signal {-rc}"
         return f"killed by {name} before its figures were written"
-    if rc == 0:
-        return "ended by os._exit before its figures were written"
-    return "ended before its figures were written (os._exit, or a crash: see its log)"
+    last = _last_exception(log_path)
+    if last:
+        return f"{last} (before its figures were written)"
+    return "ended before its figures were written (a crash: see its log)"
+
+
+def _ended_unwritten(result, rc, log_path):
+    """A run that left only the figures written as it went (child.py,
+    `partial`), ended by a kill or a crash: the cause from its status and
+    log, the figures up to its last optimizer step kept."""
+    cause = _no_figures(rc, log_path).replace("before its figures were written",
+                                              "after the figures of its last step were written")
+    result["error"] = cause
+    result["error_at"] = None
+    if result.get("fits") is not False:  # an out-of-memory already seen stays the verdict
+        result["fits"] = None
+
+
+def _last_exception(log_path):
+    """The last line of the last Python traceback in a run's log ("ValueError:
+    ..."), or None."""
+    if not log_path:
+        return None
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
+    if not starts:
+        return None
+    for line in lines[starts[-1] + 1:]:
+        if line and not line[0].isspace():
+            return line.strip()
+    return None
 
 
 def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, steps=0,
@@ -501,8 +546,11 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, s
             "allocator": allocator, "peak_allocated_bytes": None, "peak_reserved_bytes": None,
             "fits": None, "first_oom": None, "d2h_reads": None, "host_peak_rss_bytes": None,
             "snapshot": None, "compiled": {}, "extensions": [],
-            "error": _no_figures(rc),
+            "error": _no_figures(rc, log_path),
         }
+    if result.get("partial"):  # only the figures written as it went: killed, or crashed
+        _ended_unwritten(result, rc, log_path)
+        result["exit_status"] = status
     result.setdefault("exit_status", status)  # the script's own, which the child wrote
     if timed_out and result.get("terminated", True):  # not one that ended in time and was writing its figures
         _timed_out(result, timeout)
@@ -552,29 +600,47 @@ def _timed_out(result, timeout):
 
 
 RANK_KEYS = ("peak_allocated_bytes", "peak_reserved_bytes", "device_peak_bytes", "fits", "first_oom",
-             "error", "exit_status")
+             "error", "error_at", "exit_status", "used_gpu", "phantom_unsupported", "ended", "partial")
 
 
 def _ranks_result(paths):
-    """One run's figures from its ranks' files (dryrun --nproc): rank 0's,
-    with the peaks the largest of any rank's, fits only when every rank
-    fits (False when one ran out of memory), the first out-of-memory and
-    error of the lowest rank that had one, and `ranks`, each rank's own.
-    OSError when a rank wrote none."""
+    """One run's figures from its ranks' files (dryrun --nproc): the lowest
+    rank's that wrote some, with the peaks the largest of any rank's, fits
+    only when every rank fits (False when one ran out of memory), the
+    first out-of-memory and error of the lowest rank that had one (its
+    `rank` added), and `ranks`, each rank's own (`figures` False for a
+    rank that wrote none: torchrun ends the others when one fails).
+    OSError when no rank wrote any."""
     ranks = []
     for path in paths:
-        with open(path, encoding="utf-8") as f:
-            ranks.append(json.load(f))
-    result = dict(ranks[0])
+        try:
+            with open(path, encoding="utf-8") as f:
+                rank = json.load(f)
+        except (OSError, ValueError):
+            rank = {"fits": None, "figures": False}
+        if rank.get("partial") and rank.get("fits") is not False:
+            rank["fits"] = None  # figures up to its last step: it did not reach its end
+        ranks.append(rank)
+    written = [r for r in ranks if r.get("figures", True)]
+    if not written:
+        raise OSError("no rank wrote its figures")
+    result = dict(written[0])
+    result.pop("partial", None)
     for key in ("peak_allocated_bytes", "peak_reserved_bytes", "device_peak_bytes", "host_peak_rss_bytes"):
         values = [r.get(key) for r in ranks if r.get(key) is not None]
         result[key] = max(values) if values else None
     fits = [r.get("fits") for r in ranks]
     result["fits"] = False if False in fits else None if None in fits else True
     for key in ("first_oom", "error"):
-        result[key] = next((r.get(key) for r in ranks if r.get(key)), None)
+        first = next(((i, r) for i, r in enumerate(ranks) if r.get(key)), None)
+        result[key] = dict(first[1][key], rank=first[0]) if first and key == "first_oom" else \
+            first[1][key] if first else None
+        if key == "error":
+            result["error_at"] = first[1].get("error_at") if first else None
+    result["used_gpu"] = any(r.get("used_gpu") for r in written)
     result["exit_status"] = next((r.get("exit_status") for r in ranks if r.get("exit_status")), 0)
-    result["ranks"] = [dict({k: r.get(k) for k in RANK_KEYS}, rank=i) for i, r in enumerate(ranks)]
+    result["ranks"] = [dict({k: r.get(k) for k in RANK_KEYS}, rank=i, figures=r.get("figures", True))
+                       for i, r in enumerate(ranks)]
     return result
 
 
@@ -613,8 +679,9 @@ def _size(nbytes):
     return "-" if nbytes is None else format_size(int(nbytes))
 
 
-def _fits_word(fits):
-    return {True: "yes", False: "NO", None: "error"}[fits]
+def _fits_word(fits, unused=False):
+    """yes, NO, error; "-" for a run that never used the GPU (no verdict)."""
+    return "-" if unused else {True: "yes", False: "NO", None: "error"}[fits]
 
 
 def _oom_text(run, sweep_name=None):
@@ -640,7 +707,7 @@ def _columns(result):
     rows = []
     for name, run in DryRunResult(result).runs.items():
         row = [name, _size(run.get("peak_allocated_bytes")), _size(run.get("peak_reserved_bytes")),
-               _fits_word(run.get("fits")), _oom_text(run, sweep and sweep["name"])]
+               _fits_word(run.get("fits"), never_used_gpu(run)), _oom_text(run, sweep and sweep["name"])]
         if result.get("min_memory"):
             row.insert(4, _size(run.get("min_memory_bytes")))
         if sweep:
@@ -664,18 +731,55 @@ def _device(result):
     return f"{result['gpu']} of {format_size(result['device_bytes'])}"
 
 
+def never_used_gpu(run):
+    """A run that ended well without putting anything on the GPU (no memory
+    allocated, no kernel launched by the script itself): nothing measured."""
+    return (run.get("used_gpu") is False and run.get("fits") is None and not run.get("error")
+            and not run.get("exit_status"))
+
+
+def phantom_failed(run):
+    """A run that failed in the phantom, not in the script: its error is
+    the one a call the phantom does not model returns (the child counts
+    those calls), or a library the phantom lacks."""
+    if run.get("not_run"):
+        return True
+    if run.get("fits") is not None or not run.get("error"):
+        return False
+    gap = run.get("phantom_unsupported") or {}
+    return bool(gap.get("caused_failure")) or any(key in run["error"] for key, _ in _PHANTOM_GAPS)
+
+
+def _phantom_cause(run):
+    """What the phantom lacked, in words."""
+    gap = run.get("phantom_unsupported") or {}
+    if gap.get("caused_failure") and gap.get("last"):
+        return f"it does not model {gap['last']}"
+    missing = [lib for key, lib in _PHANTOM_GAPS if key in (run.get("error") or "")]
+    return f"it has no stand-in for {_names(missing)}" if missing else "a call it does not model"
+
+
+def _statuses(runs):
+    """"exit status 3", "exit statuses 1 and 3": the scripts' own."""
+    codes = sorted({int(r.get("exit_status") or 0) for r in runs})
+    return f"exit {plural(len(codes), 'status', 'statuses')} {_names([str(c) for c in codes])}"
+
+
 def _verdict(result):
     runs = DryRunResult(result).runs
     gpu = _device(result)
     sweep = result.get("sweep")
     fit = [n for n, r in runs.items() if r.get("fits")]
     oom = [n for n, r in runs.items() if r.get("fits") is False]
-    failed = [n for n, r in runs.items() if r.get("fits") is None]
+    unused = [n for n, r in runs.items() if never_used_gpu(r)]
+    failed = [n for n, r in runs.items() if r.get("fits") is None and n not in unused]
     if sweep:
         lines = []
         for n, r in runs.items():
             value = (r.get("failed_at") or {}).get("value")
-            if r.get("fits") is None:
+            if n in unused:
+                lines.append(f"{n}: not known, the program never used the GPU")
+            elif r.get("fits") is None:
                 lines.append(f"{n}: not known, the script failed"
                              + (f" at {sweep['name']}={value}" if value is not None else ""))
             elif r.get("largest_batch") is not None:
@@ -684,18 +788,28 @@ def _verdict(result):
                 lines.append(f"{n}: no {sweep['name']} fits")
         head = f"Largest {sweep['name']} that fits on a {gpu}: " + "; ".join(lines) + "."
     elif len(fit) == len(runs):
-        head = f"Fits on a {gpu} with {'every allocator tried' if len(runs) > 1 else fit[0]}."
+        head = f"Fits on {a(gpu)} with {'every allocator tried' if len(runs) > 1 else fit[0]}."
     elif fit:
-        head = f"Fits on a {gpu} with {_names(fit)}" + (f"; not with {_names(oom)}" if oom else "") + "."
-    elif oom and not failed:
-        head = f"Does not fit on a {gpu} with any allocator tried."
+        head = f"Fits on {a(gpu)} with {_names(fit)}" + (f"; not with {_names(oom)}" if oom else "") + "."
+    elif oom and not failed and not unused:
+        head = f"Does not fit on {a(gpu)} with any allocator tried."
     elif oom:
-        head = f"Does not fit on a {gpu} with {_names(oom)}."
+        head = f"Does not fit on {a(gpu)} with {_names(oom)}."
+    elif failed and all(phantom_failed(runs[n]) for n in failed):
+        head = (f"The phantom GPU could not run the program ({_phantom_cause(runs[failed[0]])}): "
+                "whether it fits is not known.")
+    elif failed:
+        head = (f"The script failed before its end ({_statuses(runs[n] for n in failed)}): "
+                "whether it fits is not known.")
     else:
-        head = "The script failed before its end: whether it fits is not known."
+        head = (f"The program never used the GPU: it allocated nothing on the phantom {gpu} and "
+                "launched no kernel, so whether it fits is not known.")
     if failed and (fit or oom):
         head += f" With {_names(failed)} the script failed before its end (below)."
+    if unused and (fit or oom or failed):
+        head += f" With {_names(unused)} the program never used the GPU."
     out = [head]
+    out += _rank_lines(runs)
     if result.get("min_memory"):
         sizes = {n: r.get("min_memory_bytes") for n, r in runs.items() if r.get("min_memory_bytes")}
         if sizes:
@@ -707,11 +821,46 @@ def _verdict(result):
             out.append(f"Smallest device: {format_size(least)} with {best}{card}, "
                        f"exact to {GRANULE >> 20} MiB, the CUDA context's "
                        f"{format_size(result.get('context_bytes', 0))} included.")
-        elif any(r.get("fits") is None for r in runs.values()):
+        elif unused and len(unused) == len(runs):
+            out.append("Smallest device: not known: the program never used the GPU.")
+        elif any(r.get("fits") is None and n not in unused for n, r in runs.items()):
             out.append("Smallest device: not known: the search stopped where the script failed (below).")
         else:
             out.append("Smallest device: none found (it does not fit the full device).")
     return out
+
+
+def _rank_lines(runs):
+    """Per run of several ranks (--nproc) whose ranks did not all fit: the
+    rank that ran out or failed, where, with its figures, and what the
+    others left (torchrun ends every rank when one fails)."""
+    lines = []
+    for name, run in runs.items():
+        ranks = run.get("ranks") or []
+        if all(k.get("fits") for k in ranks):
+            continue
+        said = []
+        for k in ranks:
+            figures = (f"peak allocated {_size(k.get('peak_allocated_bytes'))}, "
+                       f"reserved {_size(k.get('peak_reserved_bytes'))}")
+            if not k.get("figures", True):
+                said.append(f"rank {k['rank']} left no figures")
+            elif k.get("first_oom"):
+                oom = k["first_oom"]
+                request = f" (request {_size(oom['request_bytes'])})" if oom.get("request_bytes") else ""
+                said.append(f"rank {k['rank']} ran out of memory at {oom.get('line') or 'an unknown line'}"
+                            f"{request}, {figures}")
+            elif k.get("error"):
+                at = f" at {k['error_at']}" if k.get("error_at") else ""
+                # ended by SIGTERM where another rank ran out or failed first: torchrun's doing
+                cause = any(j is not k and (j.get("first_oom") or j.get("error") and j.get("ended") != "SIGTERM")
+                            for j in ranks)
+                why = (" (torchrun ends the other ranks when one fails)"
+                       if k.get("ended") == "SIGTERM" and cause else "")
+                said.append(f"rank {k['rank']} ended by {k['error']}{at}{why}, {figures}")
+        if said:
+            lines.append(f"{name}: " + "; ".join(said) + ".")
+    return lines
 
 
 def _notes(result):
@@ -741,8 +890,6 @@ def _notes(result):
     if exts:
         notes.append(f"Custom CUDA extensions loaded: {', '.join(exts)}: their kernels compute nothing "
                      "here, and memory they take outside PyTorch's allocator is not in the peaks above.")
-    if runs and not any(r.get("used_cuda", True) for r in runs):
-        notes.append("The script never used the GPU (torch.cuda was never initialised): nothing to measure.")
     took_over = [r["allocator"] for r in runs if r.get("script_installed_vramguard")]
     if took_over:
         notes.append(f"The script calls vramguard.install() itself: the {_names(took_over)} "
@@ -770,14 +917,26 @@ def _notes(result):
                      + (" (not in vramguard's run: its allocator replaces PyTorch's)."
                         if any(r["allocator"] == "vramguard" for r in runs) else "."))
     for r in runs:
-        if r.get("error"):
+        if r.get("not_run"):
+            notes.append(f"{r['allocator']}: {r['error']}.")
+        elif r.get("error") and not r.get("ranks"):  # a run of ranks: _rank_lines says which and where
             failed_at = r.get("failed_at") or {}
             at = (f" at {r.get('sweep_name') or (result.get('sweep') or {}).get('name')}={failed_at['value']}"
                   if "value" in failed_at
                   else f" on a device of {format_size(failed_at['memory_bytes'])} (--min-memory)"
                   if "memory_bytes" in failed_at else "")
-            notes.append(f"{r['allocator']}: the script failed{at}: {r['error']} "
+            whose = "the run failed in the phantom" if phantom_failed(r) else "the script failed"
+            where = f", at {r['error_at']}" if r.get("error_at") else ""
+            notes.append(f"{r['allocator']}: {whose}{at}: {r['error']}{where} "
                          f"(exit status {r.get('exit_status')}).")
+        elif r.get("ended") and not r.get("error"):  # os._exit(0): the script's own end, its figures up to there
+            notes.append(f"{r['allocator']}: the script ended itself with {r['ended']}"
+                         + (f" at {r['ended_at']}" if r.get("ended_at") else "") + ": the figures are up to there.")
+    gaps = sorted({(r["phantom_unsupported"]["last"], r["phantom_unsupported"]["calls"]) for r in runs
+                   if phantom_failed(r) and not r.get("not_run") and (r.get("phantom_unsupported") or {}).get("last")})
+    for call, calls in gaps:
+        notes.append(f"That failure is the phantom's, not the script's: the phantom GPU does not model "
+                     f"{call} ({count(calls, 'unsupported call')} in the run), which returned the error.")
     missing = sorted({lib for r in runs for key, lib in _PHANTOM_GAPS if key in (r.get("error") or "")})
     if missing:
         notes.append(f"That failure is the phantom's, not the script's: this build of the phantom GPU has no "
@@ -902,6 +1061,8 @@ class _Runner:
                            timeout=self.timeout)
         result["alloc_conf_set"] = conf  # what the run was given; alloc_conf: what it had at its end
         verdict = ("timed out" if result.get("timed_out")
+                   else "never used the GPU" if never_used_gpu(result)
+                   else "failed in the phantom" if phantom_failed(result)
                    else {True: "fits", False: "out of memory", None: "failed"}[result.get("fits")])
         self.say(f"{label}: {verdict}, peak allocated {_size(result.get('peak_allocated_bytes'))}, "
                  f"reserved {_size(result.get('peak_reserved_bytes'))} ({result.get('elapsed_s', 0):.1f}s)")
@@ -991,7 +1152,9 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
            world_size=None, rank=None, gpus_per_node=8):
     """Run `script` with `args` on a phantom `gpu` once per allocator and
     return a DryRunResult: per allocator its peak allocated and reserved
-    bytes, whether it fits, its first out-of-memory (line and request).
+    bytes, whether it fits, its first out-of-memory (line and request);
+    `verdict` and `exit_code` say the whole (exit_status(): fits, does not
+    fit, script failed, never used the GPU, phantom failed).
 
     gpu: a preset (vramguard.PRESETS). allocators: some of "native",
     "expandable", "vramguard" (a list, or "native,vramguard"). memory: the
@@ -1123,8 +1286,11 @@ def _dryrun(runner, script, args, preset, device, context, allocators, min_memor
     if sweep_spec:
         result["sweep"] = {"name": sweep_spec[0], "values": sweep_spec[1]}
     started = time.monotonic()
+    stopped = []  # the run that failed in the phantom, whatever the allocator: the others are not run
 
     def one(allocator):
+        if stopped:
+            return _not_run(allocator, stopped[0])
         if not sweep_spec:
             run = runner.run(allocator, allocator)
             if min_memory:
@@ -1132,6 +1298,8 @@ def _dryrun(runner, script, args, preset, device, context, allocators, min_memor
                     run["min_memory_bytes"] = runner.min_memory(allocator, run)
                 except _SearchFailed as stop:  # the failed run is the answer: its error and its status
                     run = dict(stop.run, min_memory_bytes=None)
+            if _fails_for_every_allocator(run):
+                stopped.append(run)
             return run
         name = sweep_spec[0]
         largest, runs, failed = runner.sweep(allocator, *sweep_spec)
@@ -1169,6 +1337,8 @@ def _dryrun(runner, script, args, preset, device, context, allocators, min_memor
     deciding = [result["vramguard"]] if "vramguard" in result else list(runs)
     result["fits"] = (True if all(r.get("fits") for r in deciding)
                       else False if any(r.get("fits") is False for r in deciding) else None)
+    result["exit_code"] = exit_status(result)
+    result["verdict"] = VERDICTS[result["exit_code"]]
     return result
 
 
@@ -1180,6 +1350,31 @@ def _world_size(runner):
 def _world_rank(runner):
     spec = runner.extra_env.get(WORLD_ENV)
     return int(spec.split("/")[0]) if spec else None
+
+
+def _fails_for_every_allocator(run):
+    """A run that failed in the phantom at a call no allocator makes (CUDA
+    IPC, managed memory, a library's): every allocator's run would fail
+    there the same way. One of the allocators' own memory calls would not."""
+    if not phantom_failed(run):
+        return False
+    last = (run.get("phantom_unsupported") or {}).get("last") or ""
+    return not last.startswith(_ALLOCATOR_CALLS)
+
+
+def _not_run(allocator, failed):
+    """The record of a run not made: an earlier one failed in the phantom
+    at a call every allocator's run makes alike."""
+    at = f" at {failed['error_at']}" if failed.get("error_at") else ""
+    gap = failed.get("phantom_unsupported") or {}
+    return {"allocator": allocator, "peak_allocated_bytes": None, "peak_reserved_bytes": None,
+            "fits": None, "first_oom": None, "d2h_reads": None, "host_peak_rss_bytes": None,
+            "snapshot": None, "compiled": {}, "extensions": [], "used_gpu": failed.get("used_gpu"),
+            "phantom_unsupported": failed.get("phantom_unsupported"), "exit_status": None,
+            "error": (f"not run: the {failed['allocator']} run failed in the phantom{at}"
+                      + (f" ({gap['last']} is not modelled)" if gap.get("last") else "")
+                      + ", a line no allocator's run gets past on a phantom"),
+            "not_run": True}
 
 
 def default_jobs(allocators):
@@ -1212,16 +1407,27 @@ def _each(fn, items, jobs, live):
 
 
 def exit_status(result):
-    """0: it fits (with vramguard, or with every allocator asked when
-    vramguard was not); 1: it does not; otherwise the script's own status
-    when it failed for another reason."""
+    """The dry run's status, from the deciding runs (vramguard's, or every
+    allocator's when vramguard was not asked): EXIT_FITS when all fit,
+    EXIT_DOES_NOT_FIT when one ran out of memory, EXIT_PHANTOM_FAILED when
+    the others failed in the phantom, EXIT_SCRIPT_FAILED when the script
+    failed otherwise (its own status is in the report, not here),
+    EXIT_TIMED_OUT when a run was ended at --timeout, and
+    EXIT_NEVER_USED_GPU when it ended without using the GPU."""
     deciding = [result["vramguard"]] if "vramguard" in result else list(DryRunResult(result).runs.values())
     if all(r.get("fits") for r in deciding):
-        return 0
+        return EXIT_FITS
     if any(r.get("fits") is False for r in deciding):
-        return 1
-    for r in deciding:
-        status = r.get("exit_status") or 0
-        if status:
-            return status
-    return 1
+        return EXIT_DOES_NOT_FIT
+    if any(r.get("timed_out") for r in deciding):
+        return EXIT_TIMED_OUT
+    failed = [r for r in deciding if not never_used_gpu(r)]
+    if failed:
+        return EXIT_PHANTOM_FAILED if all(phantom_failed(r) for r in failed) else EXIT_SCRIPT_FAILED
+    return EXIT_NEVER_USED_GPU
+
+
+#: The verdict's word in the JSON, by exit status.
+VERDICTS = {EXIT_FITS: "fits", EXIT_DOES_NOT_FIT: "does not fit", EXIT_SCRIPT_FAILED: "script failed",
+            EXIT_NEVER_USED_GPU: "never used the GPU", EXIT_PHANTOM_FAILED: "phantom failed",
+            EXIT_TIMED_OUT: "timed out"}
