@@ -276,18 +276,23 @@ def test_a_notebooks_cells_run_in_an_ipython_shell(tmp_path):
 
 def test_the_quickstart_runs_its_gpu_cells(tmp_path):
     """The shipped quickstart, dry-run: its GPU cells run (meter() works in
-    the shell), and its memory.pickle goes to the run's own folder, not to
-    the folder the dry run was started in."""
-    result, stderr = dryrun(tmp_path, "--allocator", "native", "--quiet", "--no-snapshot",
+    the shell; in vramguard's run, its own recording takes over from the
+    dry run's, which says so), and its memory.pickle goes to each run's own
+    folder, not to the folder the dry run was started in."""
+    result, stderr = dryrun(tmp_path, "--allocator", "native,vramguard", "--quiet",
                             str(ROOT / "notebooks" / "quickstart.ipynb"))
-    run = result["native"]
-    log = Path(run["log"]).read_text()
-    assert "No GPU here" not in log and "skipped: needs a GPU" not in log, log
-    assert "allocator: arena (virtual memory, 2 MiB pages)\n" in log, log
-    assert "this cell: " in log  # meter(): a line after each cell
-    assert "leak: " in log and "vramguard recovered" in log
-    assert run["exit_status"] == 0, run.get("error")
+    for name in ("native", "vramguard"):
+        run = result[name]
+        log = Path(run["log"]).read_text()
+        assert "No GPU here" not in log and "skipped: needs a GPU" not in log, log
+        assert "allocator: arena (virtual memory, 2 MiB pages)\n" in log, log
+        assert "this cell: " in log  # meter(): a line after each cell
+        assert "leak: " in log and "vramguard recovered" in log
+        assert run["exit_status"] == 0, run.get("error")
+        files = Path(run["log"]).with_suffix(".files")
+        assert (files / "memory.pickle").stat().st_size > 0
+        assert f"now drag {files / 'memory.pickle'} onto https://pytorch.org/memory_viz\n" in log
     assert not (tmp_path / "memory.pickle").exists()
-    files = Path(run["log"]).with_suffix(".files")
-    assert (files / "memory.pickle").stat().st_size > 0
-    assert f"now drag {files / 'memory.pickle'} onto https://pytorch.org/memory_viz\n" in log
+    assert ("vramguard dryrun: the script records the GPU's memory itself: the dry run's own recording stopped "
+            "there, so its snapshot covers the run up to that point\n") in Path(result["vramguard"]["log"]).read_text()
+    assert Path(result["vramguard"]["snapshot"]).stat().st_size > 0
