@@ -179,6 +179,40 @@ def test_sigterm_ends_the_run_and_the_scripts_own_child(tmp_path):
     assert all(_gone(p) for p in pids), pids
 
 
+def test_ctrl_c_shows_the_figures_of_the_runs_that_ended(tmp_path):
+    """Ctrl-C in the second run: the first run's row, as the table gives
+    it, then where the logs are."""
+    write(tmp_path, "second_waits.py", """
+        import os, time, torch
+        x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+        if os.environ.get("PYTORCH_CUDA_ALLOC_CONF"):   # expandable's run
+            print("waiting", flush=True)
+            time.sleep(60)
+    """)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(_cli("--no-snapshot", "--allocator", "native,expandable", "--out", str(out),
+                                 "second_waits.py"),
+                            cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        line = proc.stdout.readline()
+        assert line == "[expandable] waiting\n", line + proc.stderr.read()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    (run_dir,) = out.iterdir()
+    assert err.endswith(
+        "vramguard dryrun: stopped before expandable ended; the figures of the runs that ended:\n"
+        "allocator  peak allocated  peak reserved  fits  first OOM (request)\n"
+        "---------  --------------  -------------  ----  -------------------\n"
+        "native           1.00 GiB       1.00 GiB   yes  -\n"
+        f"vramguard dryrun: the logs so far are in {run_dir}\n"
+        "vramguard: interrupted\n"), err
+
+
 def test_a_run_past_its_timeout_is_ended_with_its_figures_so_far(tmp_path):
     """A loop with no optimizer step for --steps: --timeout ends it, its
     figures up to then kept (its 512 MiB, its snapshot), reported as timed
