@@ -173,6 +173,7 @@ def test_sigterm_ends_the_run_and_the_scripts_own_child(tmp_path):
     (run_dir,) = out.iterdir()
     assert f"vramguard dryrun: the logs so far are in {run_dir}\n" in err, err
     assert (run_dir / "native.log").read_text().startswith("pids ")
+    assert sorted(p.name for p in run_dir.iterdir()) == ["native.log"]  # its empty files folder removed
     deadline = time.monotonic() + 5
     while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -397,6 +397,13 @@ def _new_log(out_dir, stem):
     raise FileExistsError(os.path.join(out_dir, f"{stem}.log"))
 
 
+def _remove_if_empty(folder):
+    try:
+        os.rmdir(folder)  # only when empty
+    except OSError:
+        pass
+
+
 def _no_figures(rc):
     """Why a run that wrote no figures ended, from its exit status (the
     status itself is said beside it, not here)."""
@@ -471,6 +478,7 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, s
             live.cancel()
             for t in threads:
                 t.join(timeout=1.0)
+            _remove_if_empty(files_dir)
             raise
         finally:
             live.discard(proc)
@@ -481,10 +489,7 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, s
             t.join()
         proc.stdout.close()
         proc.stderr.close()
-    try:
-        os.rmdir(files_dir)  # only when empty
-    except OSError:
-        pass
+    _remove_if_empty(files_dir)
     if live.cancelled:  # Ctrl-C, or another run's: the dry run ends, whatever this one's status
         raise KeyboardInterrupt
     status = rc if rc >= 0 else 128 - rc  # killed by signal N: what a shell says, 128 + N
