@@ -173,10 +173,45 @@ def test_sigterm_ends_the_run_and_the_scripts_own_child(tmp_path):
     (run_dir,) = out.iterdir()
     assert f"vramguard dryrun: the logs so far are in {run_dir}\n" in err, err
     assert (run_dir / "native.log").read_text().startswith("pids ")
+    assert sorted(p.name for p in run_dir.iterdir()) == ["native.log"]  # its empty files folder removed
     deadline = time.monotonic() + 5
     while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert all(_gone(p) for p in pids), pids
+
+
+def test_ctrl_c_shows_the_figures_of_the_runs_that_ended(tmp_path):
+    """Ctrl-C in the second run: the first run's row, as the table gives
+    it, then where the logs are."""
+    write(tmp_path, "second_waits.py", """
+        import os, time, torch
+        x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+        if os.environ.get("PYTORCH_CUDA_ALLOC_CONF"):   # expandable's run
+            print("waiting", flush=True)
+            time.sleep(60)
+    """)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(_cli("--no-snapshot", "--allocator", "native,expandable", "--out", str(out),
+                                 "second_waits.py"),
+                            cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        line = proc.stdout.readline()
+        assert line == "[expandable] waiting\n", line + proc.stderr.read()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    (run_dir,) = out.iterdir()
+    assert err.endswith(
+        "vramguard dryrun: stopped before expandable ended; the figures of the runs that ended:\n"
+        "allocator  peak allocated  peak reserved  fits  first OOM (request)\n"
+        "---------  --------------  -------------  ----  -------------------\n"
+        "native           1.00 GiB       1.00 GiB   yes  -\n"
+        f"vramguard dryrun: the logs so far are in {run_dir}\n"
+        "vramguard: interrupted\n"), err
 
 
 def test_a_run_past_its_timeout_is_ended_with_its_figures_so_far(tmp_path):
@@ -276,18 +311,23 @@ def test_a_notebooks_cells_run_in_an_ipython_shell(tmp_path):
 
 def test_the_quickstart_runs_its_gpu_cells(tmp_path):
     """The shipped quickstart, dry-run: its GPU cells run (meter() works in
-    the shell), and its memory.pickle goes to the run's own folder, not to
-    the folder the dry run was started in."""
-    result, stderr = dryrun(tmp_path, "--allocator", "native", "--quiet", "--no-snapshot",
+    the shell; in vramguard's run, its own recording takes over from the
+    dry run's, which says so), and its memory.pickle goes to each run's own
+    folder, not to the folder the dry run was started in."""
+    result, stderr = dryrun(tmp_path, "--allocator", "native,vramguard", "--quiet",
                             str(ROOT / "notebooks" / "quickstart.ipynb"))
-    run = result["native"]
-    log = Path(run["log"]).read_text()
-    assert "No GPU here" not in log and "skipped: needs a GPU" not in log, log
-    assert "allocator: arena (virtual memory, 2 MiB pages)\n" in log, log
-    assert "this cell: " in log  # meter(): a line after each cell
-    assert "leak: " in log and "vramguard recovered" in log
-    assert run["exit_status"] == 0, run.get("error")
+    for name in ("native", "vramguard"):
+        run = result[name]
+        log = Path(run["log"]).read_text()
+        assert "No GPU here" not in log and "skipped: needs a GPU" not in log, log
+        assert "allocator: arena (virtual memory, 2 MiB pages)\n" in log, log
+        assert "this cell: " in log  # meter(): a line after each cell
+        assert "leak: " in log and "vramguard recovered" in log
+        assert run["exit_status"] == 0, run.get("error")
+        files = Path(run["log"]).with_suffix(".files")
+        assert (files / "memory.pickle").stat().st_size > 0
+        assert f"now drag {files / 'memory.pickle'} onto https://pytorch.org/memory_viz\n" in log
     assert not (tmp_path / "memory.pickle").exists()
-    files = Path(run["log"]).with_suffix(".files")
-    assert (files / "memory.pickle").stat().st_size > 0
-    assert f"now drag {files / 'memory.pickle'} onto https://pytorch.org/memory_viz\n" in log
+    assert ("vramguard dryrun: the script records the GPU's memory itself: the dry run's own recording stopped "
+            "there, so its snapshot covers the run up to that point\n") in Path(result["vramguard"]["log"]).read_text()
+    assert Path(result["vramguard"]["snapshot"]).stat().st_size > 0

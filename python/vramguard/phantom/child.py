@@ -328,6 +328,8 @@ class Run:
         self.started = time.monotonic()
         self.last_progress = None  # when the figures were last written as the run went
         self.endings = None  # ending.py's hooks, while the script runs
+        self.recording = None  # the dry run's own recording of vramguard's heap
+        self.gave_way = False  # ... stopped where the script started one of its own
 
     # --------------------------------------------------------- before
 
@@ -341,8 +343,9 @@ class Run:
 
             install()
             if self.opts.snapshot:
-                start_recording(stacks=True, name="dryrun")
+                self.recording = start_recording(stacks=True, name="dryrun")
                 self.history = True
+                self.give_way_to_the_scripts_recording()
         elif self.opts.snapshot:
             # Started when CUDA starts, not now: recording makes PyTorch's
             # allocator "used", and a script that calls vramguard.install()
@@ -404,6 +407,30 @@ class Run:
             return original(*bound.args, **bound.kwargs)
 
         ddp.__init__ = __init__
+
+    def give_way_to_the_scripts_recording(self):
+        """A heap has one recording at a time: where the script starts its
+        own (vramguard.record(), start_recording(): the quickstart does) on
+        the heap the dry run records, the dry run's stops there, instead of
+        the script failing with "recordings do not nest". Its snapshot then
+        covers the run up to that point (said)."""
+        from ..trace import record as recording
+
+        original = recording.record.start
+        run = self
+
+        @functools.wraps(original)
+        def start(rec):
+            mine = run.recording
+            if rec is not mine and mine is not None and mine._running and recording._resolve(rec.heap) is mine.heap:
+                mine.stop()
+                recording._active.pop(id(mine.heap), None)
+                run.gave_way = True
+                _say("the script records the GPU's memory itself: the dry run's own recording stopped there, "
+                     "so its snapshot covers the run up to that point")
+            return original(rec)
+
+        recording.record.start = start
 
     def start_history(self):
         torch = self.torch
@@ -558,7 +585,7 @@ class Run:
 
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # a ring that dropped its oldest events says so
-                    dump_snapshot(path)
+                    dump_snapshot(path, recording=self.recording if self.gave_way else None)
             else:
                 self.torch.cuda.memory._dump_snapshot(path)
         except Exception as exc:

@@ -411,6 +411,13 @@ def _new_log(out_dir, stem):
     raise FileExistsError(os.path.join(out_dir, f"{stem}.log"))
 
 
+def _remove_if_empty(folder):
+    try:
+        os.rmdir(folder)  # only when empty
+    except OSError:
+        pass
+
+
 def _no_figures(rc, log_path=None):
     """Why a run that wrote no figures ended, from its exit status and the
     last exception its log shows (the status itself is said beside it,
@@ -518,6 +525,7 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, s
             live.cancel()
             for t in threads:
                 t.join(timeout=1.0)
+            _remove_if_empty(files_dir)
             raise
         finally:
             live.discard(proc)
@@ -528,10 +536,7 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, s
             t.join()
         proc.stdout.close()
         proc.stderr.close()
-    try:
-        os.rmdir(files_dir)  # only when empty
-    except OSError:
-        pass
+    _remove_if_empty(files_dir)
     if live.cancelled:  # Ctrl-C, or another run's: the dry run ends, whatever this one's status
         raise KeyboardInterrupt
     status = rc if rc >= 0 else 128 - rc  # killed by signal N: what a shell says, 128 + N
@@ -1030,6 +1035,8 @@ class _Runner:
         self.live = _Live()
         self.extra_env = {}
         self.started = 0  # runs started: a dry run that fails before any leaves no temporary directory
+        self.partial = None  # the result being made, and the allocators' runs that ended
+        self.finished = {}
         # the user's own settings, kept: the allocator's (native, expandable) and their preloads
         self.user_alloc_conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or None
         self.user_preload = os.environ.get("LD_PRELOAD", "").strip() or None
@@ -1040,6 +1047,27 @@ class _Runner:
                 print(f"vramguard dryrun: {text}", file=self.stderr, flush=True)
             except (OSError, ValueError):
                 pass
+
+    def say_partial(self):
+        """The table of the allocators whose runs ended, when the dry run
+        is cut short (Ctrl-C, SIGTERM): their figures are whole; the
+        others' are not shown."""
+        if self.partial is None or not self.finished:
+            return
+        partial = DryRunResult(self.partial, **self.finished)
+        headers, rows = _columns(partial)
+        widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
+        lines = []
+        for i, row in enumerate([headers] + rows):
+            lines.append("  ".join(str(c).ljust(w) if j in (0, len(row) - 1) else str(c).rjust(w)
+                                   for j, (c, w) in enumerate(zip(row, widths))).rstrip())
+            if i == 0:
+                lines.append("  ".join("-" * w for w in widths))
+        missing = [a for a in self.partial["allocators"] if a not in self.finished]
+        if not missing:
+            return
+        self.say(f"stopped before {_names(missing)} ended; the figures of the runs that ended:\n"
+                 + "\n".join(lines))
 
     def run(self, allocator, label, memory=None, args=None, extra_env=None, snapshot=None):
         env = dict(self.base_env, VG_FAKECUDA_MEM=str(int(memory or self.memory)))
@@ -1245,6 +1273,7 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
                        steps, no_compile, jobs, cwd)
     except BaseException:
         if runner.started:
+            runner.say_partial()
             runner.say(f"the logs so far are in {out_dir}")
         else:
             shutil.rmtree(out_dir, ignore_errors=True)  # nothing in it, and nobody told where it is
@@ -1324,7 +1353,13 @@ def _dryrun(runner, script, args, preset, device, context, allocators, min_memor
                         for r in runs]
         return run
 
-    for allocator, run in zip(allocators, _each(one, allocators, jobs, runner.live)):
+    def kept(allocator):  # each allocator's figures as it ends: Ctrl-C shows those
+        run = one(allocator)
+        runner.finished[allocator] = run
+        return run
+
+    runner.partial = result
+    for allocator, run in zip(allocators, _each(kept, allocators, jobs, runner.live)):
         result[allocator] = run
     runs = result.runs.values()
     result["torch"] = next((r.get("torch") for r in runs if r.get("torch")), None)
