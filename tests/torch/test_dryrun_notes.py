@@ -111,6 +111,13 @@ def test_an_overflowed_history_means_no_need_measured(tmp_path):
     assert "Snapshots and logs (memory snapshots open at pytorch.org/memory_viz)" in text
 
 
+def test_a_program_that_never_used_the_gpu_has_no_need(tmp_path):
+    write(tmp_path, "cpu.py", "import torch\nprint(torch.ones(3).sum())\n")
+    result, _ = dryrun(tmp_path, "--memory", "1GiB", "--allocators", "native", "cpu.py")
+    assert result["native"]["need_bytes"] is None
+    assert "Need not measured for native: the program never used the GPU." in report(result)
+
+
 def test_an_out_of_memory_needs_more_than_the_device(tmp_path):
     """And --min-memory gives the figure above the card (not '-'): 1.2 GiB on a
     1 GiB device whose context holds 400 MiB needs 1,600 MiB. The OOM's

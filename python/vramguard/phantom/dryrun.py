@@ -11,9 +11,11 @@ it would make on the card. Each child (child.py) writes its figures
 to a JSON file; this module starts the children, passes their output
 through, and lays the figures side by side.
 
---min-memory finds each allocator's smallest device by running again on
-smaller phantoms (the real out-of-memory path, not a replay); --sweep
-BATCH=1,2,4,8 finds the largest value that fits by bisection.
+Each allocator's need, the smallest device it runs on, comes from a replay
+of its run's own recording under its policy (need.py); --min-memory finds
+it by running again on phantoms of other sizes (the real out-of-memory
+path, not a replay); --sweep BATCH=1,2,4,8 finds the largest value that
+fits by bisection.
 """
 import json
 import os
@@ -1005,19 +1007,24 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
            out=None, steps=None, context=None, snapshot=True, echo=True, stdout=None,
            stderr=None, jobs=None, no_compile=False, cwd=None, nproc=1):
     """Run `script` with `args` on a phantom `gpu` once per allocator and
-    return a DryRunResult: per allocator its peak allocated and reserved
-    bytes, whether it fits, its first out-of-memory (line and request).
+    return a DryRunResult: per allocator its need (need_bytes: the
+    smallest device, from a replay of its run's recording; None, with
+    need_unmeasured saying why, without a complete recording), peak
+    allocated and reserved bytes, whether it fits, its first out-of-memory
+    (line and request).
 
     gpu: a preset (vramguard.PRESETS). allocators: some of "native",
     "expandable", "vramguard" (a list, or "native,vramguard"). memory: the
     device's bytes instead of the preset's total ("8GiB"). min_memory: also
     find each allocator's smallest device (more runs: about log2 of the
     range / 16 MiB), exact to 16 MiB, or the card's size when only the
-    whole card fits. sweep: "BATCH=1,2,4,8": each value substituted for
+    whole card fits, or above the card's when it does not fit there.
+    sweep: "BATCH=1,2,4,8": each value substituted for
     "{BATCH}" in the arguments (or set as the variable BATCH when no
     argument has it); the largest that fits is found by bisection
     (`largest_value` per allocator; `largest_batch` too, whatever the
-    name). A run of either search that fails for a reason other than memory
+    name; None, with sweep_measured_nothing, when every run gave the same
+    figures). A run of either search that fails for a reason other than memory
     stops that allocator's search: its result is that run's (fits None, its
     error and exit status, `failed_at`). out: the directory for snapshots,
     logs and results (default: a new temporary one, removed again when the

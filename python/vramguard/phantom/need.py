@@ -64,6 +64,9 @@ def measure_need(run, snapshots, granule, history_entries):
     allocator = run.get("allocator")
     policy = "segments" if run.get("heap_policy") == "segments" else REPLAY_POLICY.get(allocator)
     run.update(need_bytes=None, need_policy=policy, need_above_device=False, need_unmeasured=None)
+    if run.get("used_cuda") is False:
+        run["need_unmeasured"] = "the program never used the GPU"
+        return run
     if run.get("fits") is False:
         run["need_above_device"] = True
         run["need_unmeasured"] = "it ran out of memory: it needs more than this device"
