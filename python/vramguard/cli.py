@@ -183,7 +183,8 @@ def main(argv=None):
                     "its first out-of-memory line. Exit status 0 when it fits with vramguard (or with every "
                     "allocator asked), 1 when not, 2 bad input, 130 Ctrl-C, else the script's own.")
     dry.add_argument("--gpu", default="T4", help=f"the card: {preset_names()} (default T4)")
-    dry.add_argument("--allocators", "--allocator", dest="allocator", metavar="NAMES", default="native,expandable,vramguard",
+    dry.add_argument("--allocators", "--allocator", dest="allocator", metavar="NAMES",
+                     default="native,expandable,vramguard",
                      help="comma-separated, of native (PyTorch's), expandable (PyTorch's with "
                           "expandable_segments:True), vramguard (default: all three)")
     dry.add_argument("--memory", help="the device's memory instead of the card's total (e.g. 8GiB)")

@@ -591,7 +591,8 @@ def _verdict(result):
                         if p.total_bytes >= least]
             card = ("" if not smallest
                     else f" (the {result['gpu']} asked about is the smallest preset that holds it)"
-                    if smallest[0] == result["gpu"] and _device(result) == result["gpu"] else f" (the smallest preset that holds it: {smallest[0]})")
+                    if smallest[0] == result["gpu"] and _device(result) == result["gpu"]
+                    else f" (the smallest preset that holds it: {smallest[0]})")
             out.append(f"Smallest device: {format_size(least)} with {best}{card}, "
                        f"exact to {GRANULE >> 20} MiB, the CUDA context's "
                        f"{format_size(result.get('context_bytes', 0))} included.")
