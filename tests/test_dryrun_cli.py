@@ -508,3 +508,43 @@ def test_min_memory_of_a_program_that_never_used_the_gpu_is_not_a_failure():
     text = format_report(result)
     assert "Smallest device: not known: the program never used the GPU." in text
     assert "failed" not in text and "none found" not in text
+
+
+def test_two_sweeps_are_refused_not_one_dropped(script):
+    check_refused(dryrun("--sweep", "BATCH=1,2", "--sweep", "SEQ=128,256", "train.py", cwd=script),
+                  "dryrun: --sweep given 2 times (BATCH=1,2, SEQ=128,256): one sweep at a time")
+
+
+@pytest.mark.parametrize("sweep, placeholder, said", [
+    ("batch=1,2", "{BATCH}", "--sweep batch=...: the arguments have {BATCH}, not {batch}"),
+    ("BATCH=1,2", "--bs={Batch}", "--sweep BATCH=...: the arguments have {Batch}, not {BATCH}"),
+])
+def test_a_placeholder_in_another_case_is_refused(script, sweep, placeholder, said):
+    check_refused(dryrun("--sweep", sweep, "train.py", "--bs", placeholder, cwd=script),
+                  said + ": the name and the placeholder must match, case included")
+
+
+def test_the_same_case_and_other_braces_pass_the_check():
+    from vramguard.phantom.dryrun import _check_placeholders
+
+    _check_placeholders(("BATCH", [1, 2]), ["--bs", "{BATCH}", "--cfg", "{SEQ}", "{}"])  # no error
+
+
+def test_the_help_says_what_the_options_do():
+    proc = subprocess.run([sys.executable, "-m", "vramguard", "dryrun", "--help"], capture_output=True, text=True,
+                          timeout=60)
+    text = " ".join(proc.stdout.split())
+    assert proc.returncode == 0
+    assert "cannot build Triton" not in text
+    assert ("--no-compile turn torch.compile off (TORCH_COMPILE_DISABLE=1): eager mode's figures, for a script "
+            "whose compilation fails on the phantom") in text
+    assert ("--no-snapshot record no memory history (faster): then there is no recording to replay, so each "
+            "allocator's need is not measured") in text
+    assert "--allocators NAMES, --allocator NAMES" in text  # the Python API's name, and the old one
+    assert "one --sweep at a time" in text
+
+
+def test_allocators_is_the_option_and_allocator_still_works(script):
+    for option in ("--allocators", "--allocator"):
+        check_refused(dryrun(option, "native,cudaMallocAsync", "train.py", cwd=script),
+                      "unknown allocator 'cudamallocasync'")

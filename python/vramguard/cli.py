@@ -32,6 +32,7 @@ import threading
 from ._presets import preset_names
 from .report.replay_report import POLICIES
 from ._units import parse_budget, parse_size
+from .render.words import count
 
 EXIT_DOES_NOT_FIT = 1
 EXIT_BAD_INPUT = 2
@@ -113,12 +114,17 @@ def _dryrun(args):
     if args.script is None:
         raise BadInput("dryrun: no script given (python -m vramguard dryrun --gpu T4 train.py ARGS...)")
     script_args = args.args[1:] if args.args[:1] == ["--"] else args.args
+    sweeps = args.sweep or []
+    if len(sweeps) > 1:  # argparse would keep the last and drop the others without a word
+        raise BadInput(f"dryrun: --sweep given {count(len(sweeps), 'time')} ({', '.join(sweeps)}): "
+                       "one sweep at a time")
     # With --json, stdout is the one JSON object: the script's own output goes to stderr.
     echo_to = sys.stderr if args.json else sys.stdout
     try:
         with as_flags():  # a bad value is said with its flag (--nproc), not its keyword (nproc=)
             result = dryrun(args.script, *script_args, gpu=args.gpu, allocators=args.allocator,
-                            memory=args.memory, min_memory=args.min_memory, sweep=args.sweep, out=args.out,
+                            memory=args.memory, min_memory=args.min_memory, sweep=sweeps[0] if sweeps else None,
+                            out=args.out,
                             steps=args.steps, context=args.context, snapshot=not args.no_snapshot,
                             echo=not args.quiet, stdout=echo_to, stderr=sys.stderr, jobs=args.jobs,
                             no_compile=args.no_compile, cwd=args.cwd, nproc=args.nproc, timeout=args.timeout,
@@ -206,8 +212,9 @@ def main(argv=None):
         "dryrun", help="run a script on a phantom GPU, once per allocator: will it fit?",
         description="Runs SCRIPT (a .py file or a .ipynb notebook) unchanged with ARGS on a phantom GPU "
                     "(kernels compute nothing, device memory costs no host memory), once per allocator, "
-                    "and reports each one's peak allocated and reserved memory, whether it fits, and its "
-                    "first out-of-memory line. The runs go one at a time; a run's stdin is /dev/null (input "
+                    "and reports each one's need (the smallest device it runs on, from a replay of its "
+                    "run's recorded allocations), peak allocated and reserved memory, whether it fits, and "
+                    "its first out-of-memory line. The runs go one at a time; a run's stdin is /dev/null (input "
                     "piped to the dry run is not passed on), and its file I/O is real (files it writes are "
                     "real files). Exit status (of the vramguard run, or of every allocator asked without "
                     "it): 0 it fits, 1 it does not fit, 2 bad input, 3 the script failed for another reason "
@@ -216,15 +223,18 @@ def main(argv=None):
                     "not run it (a CUDA call it does not model), 124 a run past --timeout, 130 Ctrl-C, "
                     "143 SIGTERM (every run's processes ended either way).")
     dry.add_argument("--gpu", default="T4", help=f"the card: {preset_names()} (default T4)")
-    dry.add_argument("--allocator", default="native,expandable,vramguard",
+    dry.add_argument("--allocators", "--allocator", dest="allocator", metavar="NAMES",
+                     default="native,expandable,vramguard",
                      help="comma-separated, of native (PyTorch's), expandable (PyTorch's with "
                           "expandable_segments:True), vramguard (default: all three)")
     dry.add_argument("--memory", help="the device's memory instead of the card's total (e.g. 8GiB)")
     dry.add_argument("--min-memory", action="store_true",
-                     help="also find each allocator's smallest device, to 16 MiB (more runs)")
-    dry.add_argument("--sweep", metavar="NAME=V1,V2,...",
+                     help="also find each allocator's smallest device by real runs on phantoms of "
+                          "other sizes (above the card's when it does not fit), to 16 MiB (more runs)")
+    dry.add_argument("--sweep", metavar="NAME=V1,V2,...", action="append",
                      help="e.g. BATCH=1,2,4,8: each value replaces {BATCH} in ARGS (or is the variable "
-                          "BATCH when no argument has it); the largest that fits is found by bisection")
+                          "BATCH when no argument has it); the largest that fits is found by bisection; "
+                          "one --sweep at a time")
     dry.add_argument("--steps", type=_positive_int, help="stop each run after this many optimizer steps")
     dry.add_argument("--context", help="device memory the CUDA context holds (default: the card's, "
                                        "400MiB unless measured)")
@@ -240,11 +250,13 @@ def main(argv=None):
                                    "files are real: a checkpoint it saves, zeros, replaces a real one); "
                                    "{allocator} in it: a folder per allocator, made when missing")
     dry.add_argument("--no-compile", action="store_true",
-                     help="turn torch.compile off (TORCH_COMPILE_DISABLE=1): a phantom cannot build Triton "
-                          "kernels, so a script that compiles measures eager mode instead")
+                     help="turn torch.compile off (TORCH_COMPILE_DISABLE=1): eager mode's figures, for a script "
+                          "whose compilation fails on the phantom (Triton's kernels are built on the CPU and "
+                          "launched as no-ops otherwise)")
     dry.add_argument("--no-snapshot", action="store_true",
-                     help="record no memory history and write no snapshot (faster; an out-of-memory the "
-                          "script catches then has no line)")
+                     help="record no memory history (faster): then there is no recording to replay, so each "
+                          "allocator's need is not measured, no snapshot is written, and an out-of-memory the "
+                          "script catches has no line")
     dry.add_argument("--no-weights", action="store_true",
                      help="load Hugging Face models (from_pretrained of a Hub id or a local folder) from a "
                           "stand-in of their safetensors checkpoint: the same tensors' names, shapes and "

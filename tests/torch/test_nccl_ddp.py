@@ -130,6 +130,9 @@ def test_dryrun_nproc_gives_each_rank_its_figures(tmp_path):
         assert sorted(p.name for p in Path(result["out_dir"]).glob(f"{allocator}.rank*.json")) == [
             f"{allocator}.rank0.json", f"{allocator}.rank1.json"]
         assert f"{allocator}, per rank (peak allocated / reserved): rank 0 " in format_report(result)
+        # the need: each rank's recording replayed, the largest rank's
+        assert run["need_unmeasured"] is None and run["need_bytes"] >= run["peak_allocated_bytes"], run
+        assert run["need_bytes"] % (16 << 20) == 0
     assert Path(result["out_dir"]).parent == tmp_path / "out"  # the dry run's own folder in --out
     assert list((Path(result["out_dir"]) / "torchrun").iterdir())  # torchrun's logs with the run's, not in /tmp
     # the same program allocates the same under both; the arena reserves less
@@ -271,5 +274,8 @@ def test_dryrun_runs_a_ddp_script_with_pytorchs_defaults(tmp_path):
     assert run["fits"] is True and run["error"] is None, run
     assert run["ddp_adjusted"] == 1
     assert all(r["fits"] for r in run["ranks"])
-    assert "the dry run gave its 1 DDP module(s) init_sync=False and find_unused_parameters=True" in \
+    assert "the dry run gave its 1 DDP module init_sync=False and find_unused_parameters=True" in \
         format_report(result)
+    # PyTorch's warning that no parameter was unused is of the dry run's doing: not in the script's output
+    log = (tmp_path / "out" / "vramguard.log").read_text()
+    assert "find_unused_parameters=True was specified" not in log + proc.stderr

@@ -27,11 +27,13 @@ import sys
 import sysconfig
 import time
 import traceback
+import warnings
+
+from .need import HISTORY_ENTRIES
 
 from .ending import Endings
 
 ALLOCATORS = ("native", "expandable", "vramguard")
-HISTORY_ENTRIES = 200_000  # PyTorch's history ring: bounded, as vramguard's is
 #: Libraries whose own CUDA kernels (and sometimes memory) a phantom cannot model.
 EXTENSIONS = ("bitsandbytes", "flash_attn", "xformers", "apex", "deepspeed", "transformer_engine",
               "mamba_ssm", "causal_conv1d", "liger_kernel", "unsloth", "auto_gptq", "awq", "vllm")
@@ -53,6 +55,10 @@ PROGRESS_EVERY_S = 0.5
 #: first ones make what a run's later steps reuse; each registration stays
 #: for the process's life, so not at every step.
 REARM_STEPS = 3
+_UNUSED_PARAMETERS_WARNING = "find_unused_parameters=True was specified in DDP constructor"
+#: PyTorch's own warnings that it has no kernels for the device: the dry run
+#: says it once, in its report (card_arch), not once per run.
+_NO_KERNELS_WARNINGS = (r"(?s).*which is of compute capability", r"(?s).*is not compatible with the current PyTorch")
 
 
 class _StopRun(BaseException):
@@ -128,6 +134,37 @@ def user_line(frames):
     for filename, line in frames:
         if is_user_file(filename):
             return f"{show_file(filename)}:{line}"
+    return None
+
+
+#: Packages whose frames are PyTorch's machinery, never a model's code.
+_TORCH_PACKAGES = ("torch", "torchgen", "functorch", "triton", "vramguard")
+
+
+def _library_name(path):
+    """"transformers/models/gpt2/modeling_gpt2.py" for a file under
+    site-packages (or dist-packages), else None."""
+    for marker in (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}"):
+        if marker in path:
+            return path.rsplit(marker, 1)[1]
+    return None
+
+
+def library_line(frames, user):
+    """Where a library's code (a model's forward in transformers, a
+    Trainer's step) asked for the memory: "package/file.py:line" of the
+    innermost frame under site-packages outside PyTorch's own packages,
+    when it lies inside the user's line `user` (a `trainer.train()` line
+    names nothing of the model); None when the innermost frame outside
+    PyTorch is the user's own."""
+    if user is None:
+        return None
+    for filename, line in frames:
+        if is_user_file(filename):
+            return None
+        name = _library_name(os.path.abspath(filename)) if filename else None
+        if name and name.split(os.sep, 1)[0] not in _TORCH_PACKAGES:
+            return f"{name}:{line}"
     return None
 
 
@@ -330,20 +367,36 @@ class Run:
         self.endings = None  # ending.py's hooks, while the script runs
         self.recording = None  # the dry run's own recording of vramguard's heap
         self.gave_way = False  # ... stopped where the script started one of its own
+        self.grad_scalers = 0
+        self.dropping_unused_warning = False
 
     # --------------------------------------------------------- before
 
     def setup(self):
         import torch
 
+        from .fake_world import WORLD_ENV
+
+        if os.environ.get(WORLD_ENV):  # --world-size: one rank of many; its device's heap and figures
+            self.opts.rank = int(os.environ.get("LOCAL_RANK", "0"))
+
         self.torch = torch
+        for message in _NO_KERNELS_WARNINGS:  # before install(), which starts CUDA
+            warnings.filterwarnings("ignore", message=message)
         if self.opts.allocator == "vramguard":
             from ..torch.install import install
             from ..trace.record import start_recording
 
             install()
             if self.opts.snapshot:
-                self.recording = start_recording(stacks=True, name="dryrun")
+                # under torchrun the rank's own device (LOCAL_RANK, which the script
+                # selects later), not device 0's heap
+                heap = None
+                if self.opts.rank is not None:
+                    from ..torch.install import _device_heap
+
+                    heap = _device_heap(self.opts.rank)
+                self.recording = start_recording(heap, stacks=True, name="dryrun")
                 self.history = True
                 self.give_way_to_the_scripts_recording()
         elif self.opts.snapshot:
@@ -359,16 +412,16 @@ class Run:
         from . import adjust_accelerate
 
         self.accelerate = adjust_accelerate.install()
+        self.hook_grad_scaler()
         if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
             self.adjust_ddp()
-        from .fake_world import WORLD_ENV, FakeWorld
+        from .fake_world import FakeWorld
         from .weightless import NO_WEIGHTS_ENV, WeightlessLoads
 
         if os.environ.get(WORLD_ENV):  # --world-size: this process is one rank of many
             self.world = FakeWorld(os.environ[WORLD_ENV],
                                    lambda: self.counter("vg_fakecuda_d2h_reads", ctypes.c_long))
             self.world.install()
-            self.opts.rank = int(os.environ.get("LOCAL_RANK", "0"))  # its device's figures
 
         if os.environ.get(NO_WEIGHTS_ENV):
             self.weightless = WeightlessLoads(os.environ[NO_WEIGHTS_ENV])
@@ -403,6 +456,10 @@ class Run:
             if not changed:
                 return original(*args, **kwargs)
             run.ddp_adjusted += 1
+            if "find_unused_parameters" in changed and not run.dropping_unused_warning:
+                # PyTorch's C++ then warns, at every rank's first backward, that no
+                # parameter was unused: the dry run's doing, not the script's
+                run.dropping_unused_warning = _drop_from_stderr(_UNUSED_PARAMETERS_WARNING)
             bound.arguments.update(changed)
             return original(*bound.args, **bound.kwargs)
 
@@ -431,6 +488,23 @@ class Run:
             return original(rec)
 
         recording.record.start = start
+
+    def hook_grad_scaler(self):
+        """Counts the GradScalers the script makes that are on: on a phantom
+        their scale reads 0, which the report says."""
+        scaler = getattr(getattr(self.torch, "amp", None), "GradScaler", None)
+        if scaler is None:
+            return
+        original = scaler.__init__
+        run = self
+
+        @functools.wraps(original)
+        def __init__(obj, *args, **kwargs):
+            original(obj, *args, **kwargs)
+            if getattr(obj, "_enabled", True):
+                run.grad_scalers += 1
+
+        scaler.__init__ = __init__
 
     def start_history(self):
         torch = self.torch
@@ -504,6 +578,7 @@ class Run:
             if self.is_oom(exc):
                 self.oom = (exc, _traceback_frames(exc))
                 self.exit_status = 1
+                _print_user_traceback(exc)  # in the log and the terminal, as Python would print it
                 _say(f"out of memory at {user_line(self.oom[1]) or 'an unknown line'}")
             else:
                 self.error = f"{type(exc).__name__}: {_first_line(exc)}"
@@ -538,6 +613,7 @@ class Run:
         if self.oom is not None:
             exc, frames = self.oom
             out["line"] = user_line(frames)
+            out["inner_line"] = library_line(frames, out["line"])
             out["message"] = _first_line(exc)
         if entry is not None:
             if out["line"] is None:
@@ -711,6 +787,13 @@ class Run:
             "extensions": sorted(m for m in EXTENSIONS if m in sys.modules),
             "weightless_loads": self.weightless.loads if self.weightless is not None else None,
             "fake_world": self.world.figures() if self.world is not None else None,
+            "heap_policy": _heap_policy() if self.opts.allocator == "vramguard" else None,
+            "card_arch": _card_arch(torch),
+            "cudnn_benchmark_kept_off": _cudnn_benchmark_kept_off(),
+            # PyTorch's stream pool, made at the first side stream (the script's, NCCL's)
+            "side_streams": (self.counter("vg_fakecuda_calls", ctypes.c_long, b"cudaStreamCreateWithPriority")
+                             or 0) > 0,
+            "grad_scalers": self.grad_scalers,
             "torch": torch.__version__,
             "elapsed_s": round(time.monotonic() - started, 3),
         }
@@ -733,6 +816,84 @@ def _peak_rss_bytes():
     except (OSError, ValueError, IndexError):
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+#: A filter process between this run's stderr and the dry run: every line
+#: (ended by \n or \r) copied on, but those holding argv[1]. A process of its
+#: own, so that what a crash writes last still reaches the dry run.
+_STDERR_FILTER = r"""
+import os, re, sys
+drop, pending = sys.argv[1].encode(), b""
+while True:
+    chunk = os.read(0, 65536)
+    if not chunk:
+        break
+    pending += chunk
+    ends = [m.end() for m in re.finditer(rb"[\r\n]", pending)]
+    if not ends:
+        continue
+    lines = re.findall(rb"[^\r\n]*[\r\n]", pending[:ends[-1]])
+    pending = pending[ends[-1]:]
+    out = b"".join(line for line in lines if drop not in line)
+    if out:
+        os.write(1, out)
+if pending and drop not in pending:
+    os.write(1, pending)
+"""
+
+
+def _drop_from_stderr(text):
+    """Lines of this process's stderr (fd 2: Python's and C++'s) holding
+    `text` are left out from now on. True when the filter runs."""
+    import subprocess
+
+    try:
+        sys.stderr.flush()
+        read, write = os.pipe()
+        subprocess.Popen([sys.executable, "-c", _STDERR_FILTER, text], stdin=read, stdout=2,
+                         close_fds=True)
+        os.dup2(write, 2)
+        os.close(read)
+        os.close(write)
+    except OSError:
+        return False
+    return True
+
+
+def _heap_policy():
+    """"arena" or "segments": the vramguard heap this run used."""
+    try:
+        from ..torch.state import _state
+
+        return "segments" if _state.get("arena") is False else "arena"
+    except Exception:
+        return "arena"
+
+
+def _card_arch(torch):
+    """Whether this PyTorch has kernels for the phantom's card: its compute
+    capability (VG_FAKECUDA_CC), the architectures the wheel was built for
+    (torch.cuda.get_arch_list(), read without starting CUDA) and PyTorch's
+    own test of whether any runs on it. None where PyTorch cannot say."""
+    cc = os.environ.get("VG_FAKECUDA_CC", "")
+    try:
+        major, minor = (int(x) for x in cc.split("."))
+        arch_list = list(torch.cuda.get_arch_list())
+        code_ccs = [torch.cuda._extract_arch_version(a) for a in arch_list]
+        compatible = torch.cuda._code_compatible_with_device
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            runs = any(compatible(10 * major + minor, code) for code in code_ccs)
+    except Exception:
+        return None
+    if not arch_list:
+        return None
+    return {"capability": cc, "arch_list": arch_list, "runs": bool(runs)}
+
+
+def _cudnn_benchmark_kept_off():
+    """How often vramguard turned the script's cudnn.benchmark = True off."""
+    module = sys.modules.get("vramguard.torch.cudnn")
+    return int(getattr(module, "kept_off", 0) or 0) if module is not None else 0
 
 
 def _compiled():

@@ -11,9 +11,11 @@ it would make on the card. Each child (child.py) writes its figures
 to a JSON file; this module starts the children, passes their output
 through, and lays the figures side by side.
 
---min-memory finds each allocator's smallest device by running again on
-smaller phantoms (the real out-of-memory path, not a replay); --sweep
-BATCH=1,2,4,8 finds the largest value that fits by bisection.
+Each allocator's need, the smallest device it runs on, comes from a replay
+of its run's own recording under its policy (need.py); --min-memory finds
+it by running again on phantoms of other sizes (the real out-of-memory
+path, not a replay); --sweep BATCH=1,2,4,8 finds the largest value that
+fits by bisection.
 """
 import json
 import os
@@ -33,6 +35,7 @@ from . import adjust_accelerate, argnames, managed
 from .fake_world import WORLD_ENV, check_world, world_env, world_notes
 from .weightless import NO_WEIGHTS_ENV, weightless_notes
 from ..render.words import a, count, plural
+from .need import HISTORY_ENTRIES, measure_need
 
 __all__ = ["ALLOCATORS", "DryRunResult", "dryrun", "format_report", "parse_allocators", "parse_sweep"]
 
@@ -50,6 +53,8 @@ EXIT_TIMED_OUT = 124  # a run was ended at --timeout, as timeout(1) says
 _ALLOCATOR_CALLS = ("cuMem", "cudaMalloc", "cudaFree")
 #: --min-memory's answer is exact to this: the device sizes tried are its multiples.
 GRANULE = 16 << 20
+#: --min-memory's search above a card its run does not fit: phantoms up to this size.
+MAX_SEARCH_BYTES = 1 << 40
 #: How long a child interrupted by Ctrl-C has to end before it is killed.
 KILL_GRACE_S = 2.0
 #: How long a run past --timeout has, once told to end, to write its figures
@@ -695,6 +700,8 @@ def _oom_text(run, sweep_name=None):
         error = run.get("error")
         return "-" if error is None else (error if len(error) <= 48 else error[:47] + "...")
     where = oom.get("line") or "unknown line"
+    if oom.get("inner_line"):  # the user's line called a library (a Trainer) that asked for it
+        where += f" via {oom['inner_line']}"
     request = oom.get("request_bytes")
     text = f"{where} ({_size(request)})" if request else where
     if oom.get("value") is not None:
@@ -702,22 +709,35 @@ def _oom_text(run, sweep_name=None):
     return text + (" caught" if oom.get("caught") else "")
 
 
+def _need_text(run, device):
+    """The needs column: the smallest device the run fits on (the replay's),
+    "> the device" for a run that ran out of memory on it, else not measured."""
+    if run.get("need_bytes"):
+        return format_size(int(run["need_bytes"]))
+    if run.get("need_above_device"):
+        return f"> {format_size(int(device))}"
+    return "not measured"
+
+
 def _columns(result):
-    headers = ["allocator", "peak allocated", "peak reserved", "fits", "first OOM (request)"]
+    headers = ["allocator", "needs", "peak allocated", "peak reserved", "fits", "first OOM (request)"]
     sweep = result.get("sweep")
     if result.get("min_memory"):
-        headers.insert(4, "min memory")
+        headers.insert(5, "min memory")
     if sweep:
-        headers.insert(4, f"largest {sweep['name']}")
+        headers.insert(5, f"largest {sweep['name']}")
     rows = []
     for name, run in DryRunResult(result).runs.items():
-        row = [name, _size(run.get("peak_allocated_bytes")), _size(run.get("peak_reserved_bytes")),
-               _fits_word(run.get("fits"), never_used_gpu(run)), _oom_text(run, sweep and sweep["name"])]
+        row = [name, _need_text(run, result["device_bytes"]), _size(run.get("peak_allocated_bytes")),
+               _size(run.get("peak_reserved_bytes")), _fits_word(run.get("fits"), never_used_gpu(run)),
+               _oom_text(run, sweep and sweep["name"])]
         if result.get("min_memory"):
-            row.insert(4, _size(run.get("min_memory_bytes")))
+            above = run.get("min_memory_above_bytes")
+            row.insert(5, f"> {format_size(above)}" if above else _size(run.get("min_memory_bytes")))
         if sweep:
             largest = run.get("largest_batch")
-            row.insert(4, "unknown" if run.get("fits") is None
+            row.insert(5, "unknown" if run.get("fits") is None
+                       else "no effect" if run.get("sweep_measured_nothing")
                        else "none" if largest is None else str(largest))
         rows.append(row)
     return headers, rows
@@ -787,8 +807,11 @@ def _verdict(result):
             elif r.get("fits") is None:
                 lines.append(f"{n}: not known, the script failed"
                              + (f" at {sweep['name']}={value}" if value is not None else ""))
+            elif r.get("sweep_measured_nothing"):
+                lines.append(f"{n}: not measured, the figures were the same at every {sweep['name']} tried")
             elif r.get("largest_batch") is not None:
-                lines.append(f"{n}: {sweep['name']}={r['largest_batch']}")
+                last = r["largest_batch"] == sweep["values"][-1]  # what lies above it was never tried
+                lines.append(f"{n}: {sweep['name']}={r['largest_batch']}" + (" (the largest tried)" if last else ""))
             else:
                 lines.append(f"{n}: no {sweep['name']} fits")
         head = f"Largest {sweep['name']} that fits on a {gpu}: " + "; ".join(lines) + "."
@@ -822,7 +845,10 @@ def _verdict(result):
             best = _names([n for n, size in sizes.items() if size == least])
             smallest = [p.name for p in sorted(PRESETS.values(), key=lambda p: p.total_bytes)
                         if p.total_bytes >= least]
-            card = f" (the smallest preset that holds it: {smallest[0]})" if smallest else ""
+            card = ("" if not smallest
+                    else f" (the {result['gpu']} asked about is the smallest preset that holds it)"
+                    if smallest[0] == result["gpu"] and _device(result) == result["gpu"]
+                    else f" (the smallest preset that holds it: {smallest[0]})")
             out.append(f"Smallest device: {format_size(least)} with {best}{card}, "
                        f"exact to {GRANULE >> 20} MiB, the CUDA context's "
                        f"{format_size(result.get('context_bytes', 0))} included.")
@@ -830,6 +856,9 @@ def _verdict(result):
             out.append("Smallest device: not known: the program never used the GPU.")
         elif any(r.get("fits") is None and n not in unused for n, r in runs.items()):
             out.append("Smallest device: not known: the search stopped where the script failed (below).")
+        elif any(r.get("min_memory_above_bytes") for r in runs.values()):
+            above = max(r.get("min_memory_above_bytes") or 0 for r in runs.values())
+            out.append(f"Smallest device: none found: it did not fit even {a(format_size(above) + ' device')}.")
         else:
             out.append("Smallest device: none found (it does not fit the full device).")
     return out
@@ -868,6 +897,64 @@ def _rank_lines(runs):
     return lines
 
 
+def _need_lines(result):
+    """Which allocator needs the least device memory (the needs column),
+    and why a need was not measured."""
+    runs = DryRunResult(result).runs
+    needs = {n: r["need_bytes"] for n, r in runs.items() if r.get("need_bytes")}
+    lines = []
+    if needs:
+        least = min(needs.values())
+        leanest = [n for n, b in needs.items() if b == least]
+        others = "; ".join(f"{n} {format_size(b)}" for n, b in sorted(needs.items(), key=lambda i: i[1])
+                           if b != least)
+        lines.append(f"Needs: {_names(leanest)} {format_size(least)}" + (f", the least; {others}" if others else "")
+                     + f". A need is the smallest device a run fits on (the CUDA context included, exact to "
+                     f"{GRANULE >> 20} MiB), from a replay of the run's own recorded allocations under its "
+                     "allocator's policy; peak reserved is what a cache with room keeps, not what it needs.")
+    why = {}
+    for n, r in runs.items():
+        if not r.get("need_bytes") and not r.get("need_above_device") and r.get("need_unmeasured"):
+            why.setdefault(r["need_unmeasured"], []).append(n)
+    for reason, names in why.items():
+        lines.append(f"Need not measured for {_names(names)}: {reason}.")
+    return lines
+
+
+#: A margin under this share of the memory beside the context (or under
+#: SMALL_MARGIN_BYTES) is said: another driver or library can take it.
+SMALL_MARGIN_SHARE = 0.02
+SMALL_MARGIN_BYTES = 256 << 20
+
+
+def _margin_note(result):
+    usable = int(result["device_bytes"]) - int(result.get("context_bytes") or 0)
+    small = max(usable * SMALL_MARGIN_SHARE, SMALL_MARGIN_BYTES)
+    tight = []
+    for n, r in DryRunResult(result).runs.items():
+        peak = r.get("device_peak_bytes")
+        if r.get("fits") and peak:
+            spare = max(0, int(result["device_bytes"]) - int(peak))
+            if spare < small:
+                tight.append(f"{n} fits, with {format_size(spare)} to spare")
+    if not tight:
+        return []
+    return ["; ".join(tight) + f" (of the {format_size(usable)} beside the CUDA context, under "
+            f"{SMALL_MARGIN_SHARE:.0%} or {format_size(SMALL_MARGIN_BYTES)}): another driver, CUDA version or "
+            "library on the card can take that much."]
+
+
+def _card_line(result):
+    """That this PyTorch has no kernels for the card, before any verdict."""
+    arch = next((r.get("card_arch") for r in DryRunResult(result).runs.values() if r.get("card_arch")), None)
+    if not arch or arch.get("runs"):
+        return []
+    return [f"This PyTorch ({result.get('torch') or 'installed'}) has no kernels for {a(result['gpu'])} "
+            f"(compute capability {arch['capability']}; it was built for {', '.join(arch['arch_list'])}): on "
+            "the card its first CUDA kernel fails. A phantom runs every kernel, so the figures below are those "
+            "of the program, which needs a PyTorch built for the card to run there."]
+
+
 def _notes(result):
     runs = DryRunResult(result).runs.values()
     notes = []
@@ -877,7 +964,7 @@ def _notes(result):
     adjusted = [r.get("ddp_adjusted") or 0 for r in runs]
     if adjusted and max(adjusted) > 0:
         notes.append(f"DistributedDataParallel reads device values back at its start and after its first "
-                     f"step (zeros here): the dry run gave its {max(adjusted)} DDP module(s) init_sync=False "
+                     f"step (zeros here): the dry run gave its {count(max(adjusted), 'DDP module')} init_sync=False "
                      f"and find_unused_parameters=True, the same gradient buckets in their first order.")
     notes += adjust_accelerate.notes(runs, max([len(r.get("ranks") or []) for r in runs] + [1]))
     if result.get("no_compile"):
@@ -948,6 +1035,7 @@ def _notes(result):
                      f"stand-in for {_names(missing)}.")
     notes += weightless_notes(result.get("weights", True), runs)
     notes += world_notes(result, runs)
+    notes += _program_notes(result)
     if result.get("cwd"):
         per_run = " (--cwd: a folder per allocator)" if CWD_PER_RUN in result["cwd"] else " (--cwd)"
         notes.append(f"The script ran in {result['cwd']}{per_run if result.get('cwd_given') else ''} "
@@ -962,6 +1050,42 @@ def _managed_lines(result):
     return [line for line in lines if line]
 
 
+def _program_notes(result):
+    """What made a row another program than the card would run, or hid
+    something from every row: cuDNN's benchmark mode kept off, side
+    streams, GradScaler's scale, a sweep that changed nothing."""
+    runs = DryRunResult(result).runs
+    notes = []
+    kept_off = [n for n, r in runs.items() if r.get("cudnn_benchmark_kept_off")]
+    others = [n for n in runs if n not in kept_off]
+    if kept_off and others:
+        notes.append(f"The script turns cuDNN's benchmark mode on (torch.backends.cudnn.benchmark), which "
+                     f"vramguard keeps off (PyTorch's pluggable allocators cannot answer its cacheInfo query): "
+                     f"the {_names(kept_off)} row measured convolutions without it, another cuDNN mode than "
+                     f"the {_names(others)} {plural(len(others), 'row')}.")
+    elif kept_off:
+        notes.append("The script turns cuDNN's benchmark mode on (torch.backends.cudnn.benchmark), which "
+                     "vramguard keeps off: the figures are those of convolutions without it.")
+    if any(r.get("side_streams") for r in runs.values()):
+        notes.append("The program used CUDA side streams (torch.cuda.Stream, or a library's, such as NCCL's): "
+                     "on a phantom queued work is done at once, so memory a card holds until work queued on "
+                     "another stream has run (record_stream, a collective's buffers) is not in these figures.")
+    if any(r.get("grad_scalers") for r in runs.values()):
+        notes.append("GradScaler was used: on a phantom its scale reads 0 (scaler.get_scale(), a logged or saved "
+                     "scale) and no step is ever skipped for an inf or NaN gradient.")
+    sweep = result.get("sweep")
+    same = [n for n, r in runs.items() if r.get("sweep_measured_nothing")]
+    if sweep and same:
+        token = "{" + sweep["name"] + "}"
+        how = (f"it replaced {token} in the arguments" if any(token in arg for arg in result.get("args", []))
+               else f"no argument has {token}, so it was only set as the environment variable {sweep['name']}")
+        tried = sorted({s["value"] for n in same for s in runs[n].get("sweep") or []})
+        notes.append(f"The sweep measured nothing for {_names(same)}: peak allocated and reserved were the same at "
+                     f"{sweep['name']}={_names([str(v) for v in tried])} ({how}), so no value is the largest "
+                     "that fits.")
+    return notes
+
+
 def format_report(result):
     """The text report: one row per allocator, the verdict, the notes."""
     headers, rows = _columns(result)
@@ -969,6 +1093,7 @@ def format_report(result):
     lines = [f"vramguard dryrun: {result.get('script')} on a phantom {result['gpu']} "
              f"({format_size(result['device_bytes'])}, of which the CUDA context holds "
              f"{format_size(result.get('context_bytes', 0))})"]
+    lines += _card_line(result)
     for i, row in enumerate([headers] + rows):
         cells = [str(c).ljust(w) if j in (0, len(row) - 1) else str(c).rjust(w)
                  for j, (c, w) in enumerate(zip(row, widths))]
@@ -977,13 +1102,16 @@ def format_report(result):
             lines.append("  ".join("-" * w for w in widths))
     lines += _verdict(result)
     lines += _managed_lines(result)
+    lines += _need_lines(result)
+    lines += _margin_note(result)
     lines += _notes(result)
     rss = result.get("host_peak_rss_bytes")
     if rss:
         lines.append(f"Host memory: peak RSS {format_size(rss)} (the largest run's).")
     if result.get("out_dir"):
-        lines.append("Snapshots and logs (memory snapshots open at pytorch.org/memory_viz): "
-                     f"{result['out_dir']}")
+        snapshots = any(r.get("snapshot") for r in DryRunResult(result).runs.values())
+        lines.append(("Snapshots and logs (memory snapshots open at pytorch.org/memory_viz): " if snapshots
+                      else "Logs and figures (no memory snapshots): ") + result["out_dir"])
     return "\n".join(lines)
 
 
@@ -995,7 +1123,8 @@ def report_html(result):
     headers, rows = _columns(result)
     fits = result.get("fits")
     caption = (f"{result.get('script')} on a phantom {result['gpu']} ({format_size(result['device_bytes'])})")
-    lines = _verdict(result) + _managed_lines(result) + _notes(result)
+    lines = (_card_line(result) + _verdict(result) + _managed_lines(result) + _need_lines(result)
+             + _margin_note(result) + _notes(result))
     body = "".join(f"<div>{escape(line)}</div>" for line in lines)
     where = (f"<div style='font-size:11px;color:#555'>snapshots and logs: {escape(result['out_dir'])}</div>"
              if result.get("out_dir") else "")
@@ -1004,6 +1133,14 @@ def report_html(result):
 
 
 # ------------------------------------------------------------------ the dry run
+
+
+def _snapshots(result, nproc):
+    """The recording of each rank of a run (rank 0's is the one it names)."""
+    first = result.get("snapshot")
+    if nproc <= 1 or not first:
+        return [first]
+    return [first.replace(".rank0.pickle", f".rank{r}.pickle") for r in range(nproc)]
 
 
 class _SearchFailed(Exception):
@@ -1088,6 +1225,9 @@ class _Runner:
                            cwd=self.cwd and self.cwd.replace(CWD_PER_RUN, allocator), nproc=self.nproc,
                            timeout=self.timeout)
         result["alloc_conf_set"] = conf  # what the run was given; alloc_conf: what it had at its end
+        recorded = self.snapshot if snapshot is None else snapshot
+        if recorded or memory is None:  # a search's runs record nothing, and need no need
+            measure_need(result, _snapshots(result, self.nproc) if recorded else [], GRANULE, HISTORY_ENTRIES)
         verdict = ("timed out" if result.get("timed_out")
                    else "never used the GPU" if never_used_gpu(result)
                    else "failed in the phantom" if phantom_failed(result)
@@ -1108,13 +1248,6 @@ class _Runner:
         narrows the search from below: a run that fails otherwise (fits
         None) stops it, raising _SearchFailed with that run."""
         top = int(self.memory)
-        if not full.get("fits"):
-            return None
-        need = self.context + int(full.get("peak_allocated_bytes") or 0)
-        lo = max(0, (need - 1) // GRANULE * GRANULE)  # does not fit
-        hi = top  # fits
-        held = int(full.get("device_peak_bytes") or 0) or self.context + int(full.get("peak_reserved_bytes") or 0)
-        guess = -(-held // GRANULE) * GRANULE
 
         def fits(size):
             r = self.run(allocator, f"{allocator} {format_size(size)}", memory=size, snapshot=False)
@@ -1122,6 +1255,18 @@ class _Runner:
                 r["failed_at"] = {"memory_bytes": size}
                 raise _SearchFailed(r)
             return r["fits"]
+
+        if full.get("fits") is None:
+            return None
+        if not full.get("fits"):
+            return self._min_memory_above(top, fits, full)
+        need = self.context + int(full.get("peak_allocated_bytes") or 0)
+        lo = max(0, (need - 1) // GRANULE * GRANULE)  # does not fit
+        hi = top  # fits
+        # the replay's need where measured, else what the device held at its fullest
+        held = (int(full.get("need_bytes") or 0) or int(full.get("device_peak_bytes") or 0)
+                or self.context + int(full.get("peak_reserved_bytes") or 0))
+        guess = -(-held // GRANULE) * GRANULE
 
         if lo < guess < hi:
             if fits(guess):
@@ -1132,6 +1277,31 @@ class _Runner:
             mid = (lo + hi) // 2 // GRANULE * GRANULE
             if mid <= lo:
                 mid = lo + GRANULE
+            if mid >= hi:
+                break
+            if fits(mid):
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    def _min_memory_above(self, top, fits, full):
+        """The smallest device for a run that ran out of memory on the card:
+        larger phantoms (device memory there costs no host memory), doubling
+        from the card's size up to MAX_SEARCH_BYTES, then bisection. None,
+        with full["min_memory_above_bytes"], when none of them fits."""
+        lo, hi = top, None
+        size = -(-2 * top // GRANULE) * GRANULE
+        while size <= MAX_SEARCH_BYTES:
+            if fits(size):
+                hi = size
+                break
+            lo, size = size, 2 * size
+        if hi is None:
+            full["min_memory_above_bytes"] = lo
+            return None
+        while hi - lo > GRANULE:
+            mid = -(-((lo + hi) // 2) // GRANULE) * GRANULE
             if mid >= hi:
                 break
             if fits(mid):
@@ -1179,21 +1349,26 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
            stderr=None, jobs=None, no_compile=False, cwd=None, nproc=1, timeout=None, weights=True,
            world_size=None, rank=None, gpus_per_node=8):
     """Run `script` with `args` on a phantom `gpu` once per allocator and
-    return a DryRunResult: per allocator its peak allocated and reserved
-    bytes, whether it fits, its first out-of-memory (line and request);
-    `verdict` and `exit_code` say the whole (exit_status(): fits, does not
-    fit, script failed, never used the GPU, phantom failed).
+    return a DryRunResult: per allocator its need (need_bytes: the
+    smallest device, from a replay of its run's recording; None, with
+    need_unmeasured saying why, without a complete recording), peak
+    allocated and reserved bytes, whether it fits, its first out-of-memory
+    (line and request); `verdict` and `exit_code` say the whole
+    (exit_status(): fits, does not fit, script failed, never used the GPU,
+    phantom failed, timed out).
 
     gpu: a preset (vramguard.PRESETS). allocators: some of "native",
     "expandable", "vramguard" (a list, or "native,vramguard"). memory: the
     device's bytes instead of the preset's total ("8GiB"). min_memory: also
     find each allocator's smallest device (more runs: about log2 of the
     range / 16 MiB), exact to 16 MiB, or the card's size when only the
-    whole card fits. sweep: "BATCH=1,2,4,8": each value substituted for
+    whole card fits, or above the card's when it does not fit there.
+    sweep: "BATCH=1,2,4,8": each value substituted for
     "{BATCH}" in the arguments (or set as the variable BATCH when no
     argument has it); the largest that fits is found by bisection
     (`largest_value` per allocator; `largest_batch` too, whatever the
-    name). A run of either search that fails for a reason other than memory
+    name; None, with sweep_measured_nothing, when every run gave the same
+    figures). A run of either search that fails for a reason other than memory
     stops that allocator's search: its result is that run's (fits None, its
     error and exit status, `failed_at`). out: the directory for snapshots,
     logs and results (default: a new temporary one, removed again when the
@@ -1231,6 +1406,8 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     allocators = parse_allocators(allocators)
     preset = _check_gpu(gpu)
     sweep_spec = parse_sweep(sweep) if sweep is not None else None
+    if sweep_spec:
+        _check_placeholders(sweep_spec, args)
     if sweep_spec and min_memory:
         raise DryRunInputError(f"{argnames.name('min_memory')} and {argnames.name('sweep')} cannot be combined: "
                                f"run {argnames.name('min_memory')} on one value")
@@ -1345,6 +1522,11 @@ def _dryrun(runner, script, args, preset, device, context, allocators, min_memor
                 run["first_oom"] = broke.get("first_oom")
                 if run["first_oom"]:
                     run["first_oom"] = dict(run["first_oom"], value=broke["sweep_value"])
+        if failed is None and _measured_nothing(runs):
+            # the value changed nothing measured: no value is the largest that fits
+            largest = None
+            run = {k: v for k, v in runs[-1].items() if k != "sweep_value"}
+            run["sweep_measured_nothing"] = True
         # largest_batch: the key the sweep's answer always had, whatever its name (kept)
         run.update(largest_value=largest, largest_batch=largest, sweep_name=name)
         run["sweep"] = [dict({k: r.get(k) for k in ("fits", "peak_allocated_bytes", "peak_reserved_bytes",
@@ -1410,6 +1592,24 @@ def _not_run(allocator, failed):
                       + (f" ({gap['last']} is not modelled)" if gap.get("last") else "")
                       + ", a line no allocator's run gets past on a phantom"),
             "not_run": True}
+
+
+def _measured_nothing(runs):
+    """Whether a sweep's runs (two or more) all gave the same figures: the
+    swept value changed nothing the dry run measures."""
+    keys = ("fits", "peak_allocated_bytes", "peak_reserved_bytes", "device_peak_bytes")
+    return len(runs) > 1 and len({tuple(r.get(k) for k in keys) for r in runs}) == 1
+
+
+def _check_placeholders(sweep_spec, args):
+    """A placeholder in the arguments that names the swept variable in
+    another case ({BATCH} for --sweep batch=...) would pass on as it is."""
+    name = sweep_spec[0]
+    for arg in args:
+        for found in re.findall(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", str(arg)):
+            if found != name and found.lower() == name.lower():
+                raise DryRunInputError(f"--sweep {name}=...: the arguments have {{{found}}}, not {{{name}}}: "
+                                       "the name and the placeholder must match, case included")
 
 
 def default_jobs(allocators):

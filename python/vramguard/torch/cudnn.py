@@ -17,6 +17,10 @@ warning filter) and writes False instead. The getter is PyTorch's own, so
 import importlib
 import warnings
 
+#: How often benchmark mode was asked for and kept off: a dry run's report
+#: says that its vramguard run measured another cuDNN mode than the others.
+kept_off = 0
+
 def keep_benchmark_off(torch):
     try:
         cudnn = importlib.import_module("torch.backends.cudnn")
@@ -35,12 +39,14 @@ def keep_benchmark_off(torch):
         real_set = guarded.original
     if real_get() and cudnn.is_available():
         real_set(False)
+        _count()
         _warn()
 
 
 def _guarded_setter(cudnn, real_set):
     def set_cudnn_benchmark(value):
         if value is True and cudnn.is_available():
+            _count()
             _warn()
             value = False
         real_set(value)  # PyTorch's own checks: a bool
@@ -48,6 +54,11 @@ def _guarded_setter(cudnn, real_set):
     set_cudnn_benchmark.vramguard_guard = True
     set_cudnn_benchmark.original = real_set
     return set_cudnn_benchmark
+
+
+def _count():
+    global kept_off
+    kept_off += 1
 
 
 def _warn():
