@@ -28,6 +28,8 @@ import sysconfig
 import time
 import traceback
 
+from ..trace.stacks import generated_code_dirs
+
 ALLOCATORS = ("native", "expandable", "vramguard")
 HISTORY_ENTRIES = 200_000  # PyTorch's history ring: bounded, as vramguard's is
 #: Libraries whose own CUDA kernels (and sometimes memory) a phantom cannot model.
@@ -56,8 +58,14 @@ def _mib(nbytes):
 
 def _not_user_prefixes():
     """Paths whose frames are not the user's: the standard library,
-    site-packages (torch, transformers, ...) and vramguard itself."""
+    site-packages (torch, transformers, ...), torch wherever it is, the code
+    torch.compile generated (its line is the user's that called it) and
+    vramguard itself."""
     prefixes = {os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep}  # vramguard/
+    prefixes |= generated_code_dirs()
+    torch = sys.modules.get("torch")
+    if getattr(torch, "__file__", None):
+        prefixes.add(os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
     paths = sysconfig.get_paths()
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         if paths.get(key):
