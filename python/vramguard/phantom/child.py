@@ -29,12 +29,10 @@ import time
 import traceback
 
 from ..trace.stacks import generated_code_dirs
+from .extensions import launched_extensions
 
 ALLOCATORS = ("native", "expandable", "vramguard")
 HISTORY_ENTRIES = 200_000  # PyTorch's history ring: bounded, as vramguard's is
-#: Libraries whose own CUDA kernels (and sometimes memory) a phantom cannot model.
-EXTENSIONS = ("bitsandbytes", "flash_attn", "xformers", "apex", "deepspeed", "transformer_engine",
-              "mamba_ssm", "causal_conv1d", "liger_kernel", "unsloth", "auto_gptq", "awq", "vllm")
 # "Tried to allocate 2.00 GiB" in PyTorch's (and vramguard's) out-of-memory message.
 _TRIED = re.compile(r"Tried to allocate ([0-9.]+) (B|bytes|KiB|MiB|GiB|TiB)")
 _UNIT = {"B": 1, "bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
@@ -551,7 +549,8 @@ class Run:
             "script_installed_vramguard": (self.opts.allocator != "vramguard" and "vramguard" in sys.modules
                                            and sys.modules["vramguard"].is_installed()),
             "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or None,
-            "extensions": sorted(m for m in EXTENSIONS if m in sys.modules),
+            # the extensions whose kernels ran ({name: kernels, launches, libraries})
+            "extensions": launched_extensions(self.fake) or {},
             "torch": torch.__version__,
             "elapsed_s": round(time.monotonic() - started, 3),
         }

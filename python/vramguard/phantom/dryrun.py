@@ -29,6 +29,7 @@ import time
 
 from .._core import format_size
 from .._presets import PRESETS, find_preset, preset_names
+from ..render.words import count
 
 __all__ = ["ALLOCATORS", "DryRunResult", "dryrun", "format_report", "parse_allocators", "parse_sweep"]
 
@@ -404,7 +405,7 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, s
         result = {
             "allocator": allocator, "peak_allocated_bytes": None, "peak_reserved_bytes": None,
             "fits": None, "first_oom": None, "d2h_reads": None, "host_peak_rss_bytes": None,
-            "snapshot": None, "compiled": {}, "extensions": [],
+            "snapshot": None, "compiled": {}, "extensions": {},
             "error": _no_figures(rc),
         }
     result.setdefault("exit_status", status)  # the script's own, which the child wrote
@@ -576,6 +577,17 @@ def _verdict(result):
     return out
 
 
+def _extensions_that_ran(runs):
+    """"bitsandbytes (2 kernels, 40 launches)" per extension whose kernels
+    ran, as the first run that launched them counted."""
+    seen = {}
+    for r in runs:
+        for name, ran in (r.get("extensions") or {}).items():
+            seen.setdefault(name, ran)
+    return [f"{name} ({count(ran['kernels'], 'kernel')}, {count(ran['launches'], 'launch', 'launches')})"
+            for name, ran in sorted(seen.items())]
+
+
 def _notes(result):
     runs = DryRunResult(result).runs.values()
     notes = []
@@ -598,9 +610,9 @@ def _notes(result):
                         "(an upper bound, usually)." if failed
                         else ", so the figures are the compiled program's (autotuning, which times "
                              "kernels, chose blindly)."))
-    exts = sorted({e for r in runs for e in (r.get("extensions") or [])})
-    if exts:
-        notes.append(f"Custom CUDA extensions loaded: {', '.join(exts)}: their kernels compute nothing "
+    ran = _extensions_that_ran(runs)
+    if ran:
+        notes.append(f"Custom CUDA extensions ran kernels: {', '.join(ran)}: their kernels compute nothing "
                      "here, and memory they take outside PyTorch's allocator is not in the peaks above.")
     if runs and not any(r.get("used_cuda", True) for r in runs):
         notes.append("The script never used the GPU (torch.cuda was never initialised): nothing to measure.")
