@@ -48,7 +48,7 @@ _SWEEP = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.+)$")
 #: Variables the dry run sets or its runs need: a --sweep of one of them
 #: would undo the phantom (or the allocator) it set.
 _RESERVED_ENV = ("LD_PRELOAD", "LD_LIBRARY_PATH", "PYTORCH_CUDA_ALLOC_CONF", "PATH", "PYTHONPATH",
-                 "PYTHONUNBUFFERED", "TRITON_LIBCUDA_PATH", "TORCH_COMPILE_DISABLE")
+                 "PYTHONUNBUFFERED", "TRITON_LIBCUDA_PATH", "TORCH_COMPILE_DISABLE", "TORCHINDUCTOR_CACHE_DIR")
 _RESERVED_PREFIXES = ("VG_FAKECUDA_", "VRAMGUARD_")
 
 
@@ -757,11 +757,22 @@ class _Runner:
         size = format_size(int(memory or self.memory))
         self.say(f"{label}: running on a phantom {self.gpu.name} of {size}")
         self.started += 1
-        result = run_child(self.script, self.args if args is None else args, allocator, _child_env(env),
-                           self.out_dir, label, notebook=self.notebook,
-                           steps=self.steps, snapshot=self.snapshot if snapshot is None else snapshot,
-                           echo=self.echo, stdout=self.stdout, stderr=self.stderr, live=self.live,
-                           cwd=self.cwd, nproc=self.nproc)
+        # torch.compile's cache, empty for each run: a cache another run
+        # warmed skips the autotuning whose buffers a cold first run holds,
+        # and the rows would measure different programs.
+        env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix=".inductor-", dir=self.out_dir)
+        # Triton's kernels, compiled for the card, are the same whoever asks:
+        # shared (Triton's own default folder), they build once.
+        env.setdefault("TRITON_CACHE_DIR", os.environ.get("TRITON_CACHE_DIR")
+                       or os.path.join(os.path.expanduser("~"), ".triton", "cache"))
+        try:
+            result = run_child(self.script, self.args if args is None else args, allocator, _child_env(env),
+                               self.out_dir, label, notebook=self.notebook,
+                               steps=self.steps, snapshot=self.snapshot if snapshot is None else snapshot,
+                               echo=self.echo, stdout=self.stdout, stderr=self.stderr, live=self.live,
+                               cwd=self.cwd, nproc=self.nproc)
+        finally:
+            shutil.rmtree(env["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
         result["alloc_conf_set"] = conf  # what the run was given; alloc_conf: what it had at its end
         verdict = {True: "fits", False: "out of memory", None: "failed"}[result.get("fits")]
         self.say(f"{label}: {verdict}, peak allocated {_size(result.get('peak_allocated_bytes'))}, "
