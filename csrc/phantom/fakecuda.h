@@ -1,8 +1,9 @@
 /* The fake CUDA's test knobs: what a test may ask of the fake device at run
  * time, from C (link or dlsym) or from Python (ctypes.CDLL(None) in a
  * process started with the fake preloaded). The fake driver, libcuda.so.1,
- * defines them; the fake runtime depends on it, so a handle to either
- * library finds them.
+ * defines them, but for the vg_fakecuda_kernel_* ones, which the fake
+ * runtime defines (it holds the kernels' registrations); the runtime
+ * depends on the driver, so a handle to the runtime finds them all.
  *
  * Error codes are plain ints: a runtime code (cudaError_t) where the call
  * that fails is a runtime one, a driver code (CUresult) for a driver call.
@@ -68,6 +69,18 @@ const char *vg_fakecuda_last_unsupported(void); /* "" when none */
  * process only (not one forked from it), once; NULL disarms. The last
  * call's fn is the one called. */
 void vg_fakecuda_call_at_exit(void (*fn)(int status));
+
+/* The shared objects that registered CUDA kernels (fat binaries) as they
+ * loaded, and the launches of their kernels (cudaLaunchKernel and its
+ * forms; not the driver's cuLaunchKernel, whose kernels come from modules
+ * loaded at run time, Triton's): indices 0 to count - 1, in the order they
+ * registered; each one's path as dladdr names it ("" when unknown; NULL
+ * past the end), its launches and its distinct kernels launched (-1 past
+ * the end). For the process's life: vg_fakecuda_reset leaves them. */
+int vg_fakecuda_kernel_libraries(void);
+const char *vg_fakecuda_kernel_library(int index);
+long vg_fakecuda_kernel_library_launches(int index);
+long vg_fakecuda_kernel_library_kernels(int index);
 
 /* Clears faults, the sticky error and the counters; peaks restart at the
  * bytes in use now. Live allocations and capacities stay. */

@@ -81,7 +81,9 @@ def runtime(args):
     done = implemented(args.objects, r"(cuda|__cuda)")
     check_known(done, exported, lib.name)
     write(args.stubs, stubs_c(lib.name, exported - done, "vgfc_rt_unsupported"))
-    write(args.map, version_script(lib.name, exported))
+    # The knobs on the kernels that libraries registered live with the
+    # registrations (rt_fatbin.c): the runtime exports those (fakecuda.h).
+    write(args.map, version_script(lib.name, exported, ["vg_fakecuda_kernel_*"]))
     print("%s: %d functions, %d faked, %d stubs" % (lib.name, len(exported), len(done),
                                                    len(exported - done)))
 

@@ -12,9 +12,16 @@
  * A fat binary is a header (magic 0xBA55ED50, its size) and entries, each
  * a header (kind: 1 PTX, 2 SASS; its size; the architecture at byte 28)
  * and a payload. Only the headers are read, within the sizes they give.
+ *
+ * Each fat binary also knows the shared object that registered it (dladdr
+ * on nvcc's wrapper, which lives in that object's data), and each library
+ * counts the launches of its kernels: a dry run names the extensions whose
+ * kernels ran (bitsandbytes' when a script quantizes, not when it merely
+ * imports it), read through the vg_fakecuda_kernel_library* knobs.
  */
 #include "rt_fatbin.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -42,8 +49,16 @@ typedef struct {
     const void *filename_or_fatbins;
 } fatbin_wrapper;
 
+/* A shared object that registered fat binaries, and its kernels' launches. */
+typedef struct {
+    char *path; /* dladdr's name for it; "" when it has none */
+    long launches;
+    long kernels_launched; /* distinct kernels launched at least once */
+} library;
+
 struct rt_fatbin {
     arch_set archs;
+    int library; /* index in libraries, -1 when unknown */
 };
 
 static void add_arch(uint64_t *set, uint32_t arch)
@@ -101,11 +116,19 @@ static void read_archs(const unsigned char *data, arch_set *out)
 typedef struct {
     const void *stub;
     rt_fatbin *fatbin;
+    long launches;
 } kernel_slot;
 
+/* Guards the kernels and the libraries. */
 static pthread_mutex_t kernels_lock = PTHREAD_MUTEX_INITIALIZER;
 static kernel_slot *kernels;
 static size_t kernels_cap, kernels_used;
+
+/* More libraries than a process loads with kernels: past it, a fat binary's
+ * launches are not attributed. */
+#define MAX_LIBRARIES 256
+static library libraries[MAX_LIBRARIES];
+static int nlibraries;
 
 static size_t slot_of(const kernel_slot *table, size_t cap, const void *stub)
 {
@@ -129,11 +152,38 @@ static int grow(void)
     return 1;
 }
 
+/* The index of the library named `path`, added on first sight; -1 when
+ * the table or memory is full. Callers hold kernels_lock. */
+static int library_index(const char *path)
+{
+    for (int i = 0; i < nlibraries; i++)
+        if (strcmp(libraries[i].path, path) == 0) return i;
+    if (nlibraries == MAX_LIBRARIES) return -1;
+    char *copy = strdup(path);
+    if (!copy) return -1;
+    libraries[nlibraries] = (library){copy, 0, 0};
+    return nlibraries++;
+}
+
+/* The shared object whose memory holds `address` ("" when none does). */
+static const char *object_of(const void *address)
+{
+    Dl_info info;
+    if (address && dladdr(address, &info) && info.dli_fname) return info.dli_fname;
+    return "";
+}
+
 rt_fatbin *rt_fatbin_register(const void *wrapper)
 {
     rt_fatbin *fb = calloc(1, sizeof *fb);
     const fatbin_wrapper *w = wrapper;
     if (fb && w && w->magic == WRAPPER_MAGIC) read_archs(w->data, &fb->archs);
+    if (fb) {
+        const char *path = object_of(wrapper); /* dladdr takes the loader's lock: not under ours */
+        pthread_mutex_lock(&kernels_lock);
+        fb->library = library_index(path);
+        pthread_mutex_unlock(&kernels_lock);
+    }
     return fb; /* kept while the process runs: a kernel may be asked about until then */
 }
 
@@ -144,7 +194,7 @@ void rt_fatbin_add_kernel(rt_fatbin *fatbin, const void *stub)
     if ((kernels_used + 1) * 2 <= kernels_cap || grow()) {
         size_t i = slot_of(kernels, kernels_cap, stub);
         if (!kernels[i].stub) kernels_used++;
-        kernels[i] = (kernel_slot){stub, fatbin};
+        kernels[i] = (kernel_slot){stub, fatbin, 0};
     }
     pthread_mutex_unlock(&kernels_lock);
 }
@@ -182,4 +232,53 @@ int rt_fatbin_versions(const void *stub, int major, int minor, int *binary, int 
         }
     }
     return cudaErrorNoKernelImageForDevice;
+}
+
+void rt_fatbin_count_launch(const void *stub)
+{
+    pthread_mutex_lock(&kernels_lock);
+    if (kernels_cap && stub) {
+        kernel_slot *slot = &kernels[slot_of(kernels, kernels_cap, stub)];
+        int lib = slot->stub ? slot->fatbin->library : -1;
+        if (lib >= 0) {
+            libraries[lib].kernels_launched += slot->launches++ == 0;
+            libraries[lib].launches++;
+        }
+    }
+    pthread_mutex_unlock(&kernels_lock);
+}
+
+/* ---- the knobs (fakecuda.h) -------------------------------------------- */
+
+int vg_fakecuda_kernel_libraries(void)
+{
+    pthread_mutex_lock(&kernels_lock);
+    int n = nlibraries;
+    pthread_mutex_unlock(&kernels_lock);
+    return n;
+}
+
+/* Paths are never freed nor moved once added: the pointer stays valid. */
+const char *vg_fakecuda_kernel_library(int index)
+{
+    pthread_mutex_lock(&kernels_lock);
+    const char *path = index >= 0 && index < nlibraries ? libraries[index].path : NULL;
+    pthread_mutex_unlock(&kernels_lock);
+    return path;
+}
+
+long vg_fakecuda_kernel_library_launches(int index)
+{
+    pthread_mutex_lock(&kernels_lock);
+    long n = index >= 0 && index < nlibraries ? libraries[index].launches : -1;
+    pthread_mutex_unlock(&kernels_lock);
+    return n;
+}
+
+long vg_fakecuda_kernel_library_kernels(int index)
+{
+    pthread_mutex_lock(&kernels_lock);
+    long n = index >= 0 && index < nlibraries ? libraries[index].kernels_launched : -1;
+    pthread_mutex_unlock(&kernels_lock);
+    return n;
 }

@@ -1,5 +1,6 @@
 /* Which architectures each registered kernel was compiled for
- * (rt_fatbin.c): what cudaFuncGetAttributes reports. */
+ * (rt_fatbin.c): what cudaFuncGetAttributes reports; and which library
+ * registered it, whose launches are counted. */
 #ifndef VGFC_RT_FATBIN_H
 #define VGFC_RT_FATBIN_H
 
@@ -20,5 +21,9 @@ void rt_fatbin_add_kernel(rt_fatbin *fatbin, const void *stub);
  * device's own for a kernel not registered. 0, or
  * cudaErrorNoKernelImageForDevice when the kernel has no code it runs. */
 int rt_fatbin_versions(const void *stub, int major, int minor, int *binary, int *ptx);
+
+/* A launch of the kernel at `stub`: counted for the library that
+ * registered it (nothing for a kernel no fat binary registered). */
+void rt_fatbin_count_launch(const void *stub);
 
 #endif

@@ -1,7 +1,8 @@
 /* Runtime API: kernel launches and what is asked of a kernel before one.
  *
  * No kernel runs here. A launch on a valid stream succeeds and does
- * nothing (counted: vg_fakecuda_calls("__cudaLaunchKernel")), which is all
+ * nothing (counted: vg_fakecuda_calls("__cudaLaunchKernel"), and per library
+ * that registered the kernel: rt_fatbin_count_launch), which is all
  * a caching allocator's user needs: PyTorch makes the same allocations
  * whether or not the kernels between them compute. What kernels would have
  * written reads as whatever the memory held (on a phantom, zeros).
@@ -23,7 +24,7 @@
 
 /* What every launch checks: a stream that exists, a block the device can
  * run (vgfc_launch_shape_ok). */
-static cudaError_t launch(dim3 grid, dim3 block, cudaStream_t stream)
+static cudaError_t launch(const void *stub, dim3 grid, dim3 block, cudaStream_t stream)
 {
     if (rt_stream_device(stream) < 0)
         return rt_error(cudaErrorInvalidResourceHandle);
@@ -31,6 +32,7 @@ static cudaError_t launch(dim3 grid, dim3 block, cudaStream_t stream)
         return rt_error(cudaErrorInvalidConfiguration);
     cudaError_t err;
     rt_capture_work(stream, cudaGraphNodeTypeKernel, NULL, NULL, &err);
+    if (err == cudaSuccess) rt_fatbin_count_launch(stub);
     return err;
 }
 
@@ -48,16 +50,16 @@ cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void 
                                cudaStream_t stream)
 {
     RT_ENTER(__cudaLaunchKernel);
-    (void)kernel, (void)args, (void)shared_mem;
-    return launch(grid, block, stream);
+    (void)args, (void)shared_mem;
+    return launch((const void *)kernel, grid, block, stream);
 }
 
 cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 grid, dim3 block, void **args, size_t shared_mem,
                                     cudaStream_t stream)
 {
     RT_ENTER(__cudaLaunchKernel);
-    (void)kernel, (void)args, (void)shared_mem;
-    return launch(grid, block, stream);
+    (void)args, (void)shared_mem;
+    return launch((const void *)kernel, grid, block, stream);
 }
 
 #endif
@@ -66,25 +68,25 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **arg
                              cudaStream_t stream)
 {
     RT_ENTER(cudaLaunchKernel);
-    (void)func, (void)args, (void)shared_mem;
-    return launch(grid, block, stream);
+    (void)args, (void)shared_mem;
+    return launch(func, grid, block, stream);
 }
 
 cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
 {
     RT_ENTER(cudaLaunchKernelExC);
-    (void)func, (void)args;
+    (void)args;
     if (!config)
         return rt_error(cudaErrorInvalidValue);
-    return launch(config->gridDim, config->blockDim, config->stream);
+    return launch(func, config->gridDim, config->blockDim, config->stream);
 }
 
 cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shared_mem,
                                         cudaStream_t stream)
 {
     RT_ENTER(cudaLaunchCooperativeKernel);
-    (void)func, (void)args, (void)shared_mem;
-    return launch(grid, block, stream);
+    (void)args, (void)shared_mem;
+    return launch(func, grid, block, stream);
 }
 
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *user_data)

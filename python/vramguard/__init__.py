@@ -28,6 +28,7 @@ from ._presets import PRESETS, GpuPreset
 from .notebook.recover import Recovered, recover
 from .trace.record import record, start_recording, stop_recording
 from .trace.snapshot import dump_snapshot, snapshot
+from .trace import memory_history as _memory_history  # noqa: F401  (it registers torch.cuda's memory history stand-ins)
 from . import integrations  # its callbacks import their libraries only when asked for
 from .report.replay_report import available_policies
 from .trace.replay import FirstOOM, LiveSet, ReplayResult, live_at_peak, min_budget, replay

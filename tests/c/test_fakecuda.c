@@ -9,6 +9,7 @@
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1525,6 +1526,77 @@ static void test_call_at_exit(void)
     CHECK_EQ(notes[1], -1);
     exit_notes(5, 1, 0, notes);
     CHECK_EQ(notes[0], -1);
+
+/* ---- launches per library that registered kernels (rt_fatbin.c) ------- */
+
+/* The index of the library whose path is `path`, -1 when none. */
+static int library_named(const char *path)
+{
+    for (int i = 0; i < vg_fakecuda_kernel_libraries(); i++)
+        if (strcmp(vg_fakecuda_kernel_library(i), path) == 0)
+            return i;
+    return -1;
+}
+
+static const char stub_lib_a, stub_lib_b, stub_heap, stub_never_registered;
+
+static void test_launches_per_library(void)
+{
+    /* Two kernels of one fat binary whose wrapper lies in this program (a
+     * library's registration lies in that library), one of a fat binary
+     * whose wrapper lies in no loaded object (its library is ""). */
+    static unsigned char image[16 + 72];
+    static test_wrapper in_program;
+    make_fatbin(image, (uint16_t[]){2}, (uint32_t[]){90}, 1);
+    in_program = (test_wrapper){0x466243b1u, 1, image, NULL};
+    void **handle = __cudaRegisterFatBinary(&in_program);
+    __cudaRegisterFunction(handle, &stub_lib_a, (char *)"a", "a", -1, NULL, NULL, NULL, NULL, NULL);
+    __cudaRegisterFunction(handle, &stub_lib_b, (char *)"b", "b", -1, NULL, NULL, NULL, NULL, NULL);
+    test_wrapper *on_heap = malloc(sizeof *on_heap);
+    CHECK(on_heap != NULL);
+    *on_heap = (test_wrapper){0x466243b1u, 1, image, NULL};
+    __cudaRegisterFunction(__cudaRegisterFatBinary(on_heap), &stub_heap, (char *)"h", "h", -1, NULL, NULL, NULL,
+                           NULL, NULL);
+    free(on_heap); /* registration reads the wrapper, keeps nothing of it */
+
+    Dl_info info;
+    CHECK(dladdr(&in_program, &info) && info.dli_fname);
+    int program = library_named(info.dli_fname), unknown = library_named("");
+    CHECK(program >= 0 && unknown >= 0 && program != unknown);
+    long launches = vg_fakecuda_kernel_library_launches(program);
+    long kernels = vg_fakecuda_kernel_library_kernels(program);
+    long unknown_launches = vg_fakecuda_kernel_library_launches(unknown);
+    long unknown_kernels = vg_fakecuda_kernel_library_kernels(unknown);
+
+    dim3 one = {1, 1, 1};
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(cudaLaunchKernel(&stub_lib_a, one, one, NULL, 0, 0), cudaSuccess);
+    cudaLaunchConfig_t config = {.gridDim = one, .blockDim = one, .stream = 0};
+    CHECK_EQ(cudaLaunchKernelExC(&config, &stub_lib_b, NULL), cudaSuccess);
+    CHECK_EQ(cudaLaunchKernel(&stub_heap, one, one, NULL, 0, 0), cudaSuccess);
+    long expected = 3 + 1;
+    /* Not counted: a kernel no fat binary registered, a launch that fails. */
+    CHECK_EQ(cudaLaunchKernel(&stub_never_registered, one, one, NULL, 0, 0), cudaSuccess);
+    dim3 too_big = {1, 1, 4096};
+    CHECK_EQ(cudaLaunchKernel(&stub_lib_a, one, too_big, NULL, 0, 0), cudaErrorInvalidConfiguration);
+    CHECK_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+#if CUDART_VERSION >= 13000
+    cudaKernel_t kernel;
+    CHECK_EQ(__cudaGetKernel(&kernel, &stub_lib_b), cudaSuccess);
+    CHECK_EQ(__cudaLaunchKernel(kernel, one, one, NULL, 0, 0), cudaSuccess); /* CUDA 13's form */
+    expected++;
+#endif
+    CHECK_EQ(vg_fakecuda_kernel_library_launches(program) - launches, expected);
+    CHECK_EQ(vg_fakecuda_kernel_library_kernels(program) - kernels, 2);
+    CHECK_EQ(vg_fakecuda_kernel_library_launches(unknown) - unknown_launches, 1);
+    CHECK_EQ(vg_fakecuda_kernel_library_kernels(unknown) - unknown_kernels, 1);
+    /* A reset leaves them; indices past the end answer NULL and -1. */
+    vg_fakecuda_reset();
+    CHECK_EQ(vg_fakecuda_kernel_library_kernels(program) - kernels, 2);
+    int n = vg_fakecuda_kernel_libraries();
+    CHECK(vg_fakecuda_kernel_library(n) == NULL && vg_fakecuda_kernel_library(-1) == NULL);
+    CHECK_EQ(vg_fakecuda_kernel_library_launches(n), -1);
+    CHECK_EQ(vg_fakecuda_kernel_library_kernels(-1), -1);
 }
 
 int main(int argc, char **argv)
@@ -1549,6 +1621,7 @@ int main(int argc, char **argv)
     static const harness_test tests[] = {
         {"devices", test_devices},
         {"kernel_architectures", test_kernel_architectures},
+        {"launches_per_library", test_launches_per_library},
         {"malloc_to_capacity", test_malloc_to_capacity},
         {"capacity_knob", test_capacity_knob},
         {"fail_malloc", test_fail_malloc},

@@ -261,8 +261,8 @@ def test_reading_device_values_and_extensions_add_notes(tmp_path):
     text = report(result)
     assert ("values read back from a phantom device are zeros; data-dependent shapes and control flow may "
             "differ from a real run") in text
-    assert result["native"]["extensions"] == ["flash_attn"]
-    assert "Custom CUDA extensions loaded: flash_attn:" in text
+    # a library loaded whose kernels never ran is not named (test_extension_launches.py)
+    assert result["native"]["extensions"] == {} and "Custom CUDA extensions" not in text
 
 
 def test_min_memory_of_a_known_sequence(tmp_path):

@@ -29,14 +29,12 @@ import time
 import traceback
 import warnings
 
+from ..trace.stacks import generated_code_dirs
+from .ending import Endings
+from .extensions import launched_extensions
 from .need import HISTORY_ENTRIES
 
-from .ending import Endings
-
 ALLOCATORS = ("native", "expandable", "vramguard")
-#: Libraries whose own CUDA kernels (and sometimes memory) a phantom cannot model.
-EXTENSIONS = ("bitsandbytes", "flash_attn", "xformers", "apex", "deepspeed", "transformer_engine",
-              "mamba_ssm", "causal_conv1d", "liger_kernel", "unsloth", "auto_gptq", "awq", "vllm")
 # "Tried to allocate 2.00 GiB" in PyTorch's (and vramguard's) out-of-memory message.
 _TRIED = re.compile(r"Tried to allocate ([0-9.]+) (B|bytes|KiB|MiB|GiB|TiB)")
 _UNIT = {"B": 1, "bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
@@ -83,8 +81,14 @@ def _mib(nbytes):
 
 def _not_user_prefixes():
     """Paths whose frames are not the user's: the standard library,
-    site-packages (torch, transformers, ...) and vramguard itself."""
+    site-packages (torch, transformers, ...), torch wherever it is, the code
+    torch.compile generated (its line is the user's that called it) and
+    vramguard itself."""
     prefixes = {os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep}  # vramguard/
+    prefixes |= generated_code_dirs()
+    torch = sys.modules.get("torch")
+    if getattr(torch, "__file__", None):
+        prefixes.add(os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
     paths = sysconfig.get_paths()
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         if paths.get(key):
@@ -784,7 +788,8 @@ class Run:
             "script_installed_vramguard": (self.opts.allocator != "vramguard" and "vramguard" in sys.modules
                                            and sys.modules["vramguard"].is_installed()),
             "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or None,
-            "extensions": sorted(m for m in EXTENSIONS if m in sys.modules),
+            # the extensions whose kernels ran ({name: kernels, launches, libraries})
+            "extensions": launched_extensions(self.fake) or {},
             "weightless_loads": self.weightless.loads if self.weightless is not None else None,
             "fake_world": self.world.figures() if self.world is not None else None,
             "heap_policy": _heap_policy() if self.opts.allocator == "vramguard" else None,

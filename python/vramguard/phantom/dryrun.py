@@ -72,7 +72,7 @@ _SWEEP = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.+)$")
 #: Variables the dry run sets or its runs need: a --sweep of one of them
 #: would undo the phantom (or the allocator) it set.
 _RESERVED_ENV = ("LD_PRELOAD", "LD_LIBRARY_PATH", "PYTORCH_CUDA_ALLOC_CONF", "PATH", "PYTHONPATH",
-                 "PYTHONUNBUFFERED", "TRITON_LIBCUDA_PATH", "TORCH_COMPILE_DISABLE")
+                 "PYTHONUNBUFFERED", "TRITON_LIBCUDA_PATH", "TORCH_COMPILE_DISABLE", "TORCHINDUCTOR_CACHE_DIR")
 _RESERVED_PREFIXES = ("VG_FAKECUDA_", "VRAMGUARD_")
 
 
@@ -555,7 +555,7 @@ def run_child(script, args, allocator, env, out_dir, label, *, notebook=False, s
         result = {
             "allocator": allocator, "peak_allocated_bytes": None, "peak_reserved_bytes": None,
             "fits": None, "first_oom": None, "d2h_reads": None, "host_peak_rss_bytes": None,
-            "snapshot": None, "compiled": {}, "extensions": [],
+            "snapshot": None, "compiled": {}, "extensions": {},
             "error": _no_figures(rc, log_path),
         }
     if result.get("partial"):  # only the figures written as it went: killed, or crashed
@@ -953,6 +953,15 @@ def _card_line(result):
             f"(compute capability {arch['capability']}; it was built for {', '.join(arch['arch_list'])}): on "
             "the card its first CUDA kernel fails. A phantom runs every kernel, so the figures below are those "
             "of the program, which needs a PyTorch built for the card to run there."]
+def _extensions_that_ran(runs):
+    """"bitsandbytes (2 kernels, 40 launches)" per extension whose kernels
+    ran, as the first run that launched them counted."""
+    seen = {}
+    for r in runs:
+        for name, ran in (r.get("extensions") or {}).items():
+            seen.setdefault(name, ran)
+    return [f"{name} ({count(ran['kernels'], 'kernel')}, {count(ran['launches'], 'launch', 'launches')})"
+            for name, ran in sorted(seen.items())]
 
 
 def _notes(result):
@@ -978,9 +987,9 @@ def _notes(result):
                         "(an upper bound, usually)." if failed
                         else ", so the figures are the compiled program's (autotuning, which times "
                              "kernels, chose blindly)."))
-    exts = sorted({e for r in runs for e in (r.get("extensions") or [])})
-    if exts:
-        notes.append(f"Custom CUDA extensions loaded: {', '.join(exts)}: their kernels compute nothing "
+    ran = _extensions_that_ran(runs)
+    if ran:
+        notes.append(f"Custom CUDA extensions ran kernels: {', '.join(ran)}: their kernels compute nothing "
                      "here, and memory they take outside PyTorch's allocator is not in the peaks above.")
     took_over = [r["allocator"] for r in runs if r.get("script_installed_vramguard")]
     if took_over:
@@ -1218,12 +1227,23 @@ class _Runner:
         size = format_size(int(memory or self.memory))
         self.say(f"{label}: running on a phantom {self.gpu.name} of {size}")
         self.started += 1
-        result = run_child(self.script, self.args if args is None else args, allocator, _child_env(env),
-                           self.out_dir, label, notebook=self.notebook,
-                           steps=self.steps, snapshot=self.snapshot if snapshot is None else snapshot,
-                           echo=self.echo, stdout=self.stdout, stderr=self.stderr, live=self.live,
-                           cwd=self.cwd and self.cwd.replace(CWD_PER_RUN, allocator), nproc=self.nproc,
-                           timeout=self.timeout)
+        # torch.compile's cache, empty for each run: a cache another run
+        # warmed skips the autotuning whose buffers a cold first run holds,
+        # and the rows would measure different programs.
+        env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix=".inductor-", dir=self.out_dir)
+        # Triton's kernels, compiled for the card, are the same whoever asks:
+        # shared (Triton's own default folder), they build once.
+        env.setdefault("TRITON_CACHE_DIR", os.environ.get("TRITON_CACHE_DIR")
+                       or os.path.join(os.path.expanduser("~"), ".triton", "cache"))
+        try:
+            result = run_child(self.script, self.args if args is None else args, allocator, _child_env(env),
+                               self.out_dir, label, notebook=self.notebook,
+                               steps=self.steps, snapshot=self.snapshot if snapshot is None else snapshot,
+                               echo=self.echo, stdout=self.stdout, stderr=self.stderr, live=self.live,
+                               cwd=self.cwd and self.cwd.replace(CWD_PER_RUN, allocator),
+                               nproc=self.nproc, timeout=self.timeout)
+        finally:
+            shutil.rmtree(env["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
         result["alloc_conf_set"] = conf  # what the run was given; alloc_conf: what it had at its end
         recorded = self.snapshot if snapshot is None else snapshot
         if recorded or memory is None:  # a search's runs record nothing, and need no need
@@ -1586,7 +1606,7 @@ def _not_run(allocator, failed):
     gap = failed.get("phantom_unsupported") or {}
     return {"allocator": allocator, "peak_allocated_bytes": None, "peak_reserved_bytes": None,
             "fits": None, "first_oom": None, "d2h_reads": None, "host_peak_rss_bytes": None,
-            "snapshot": None, "compiled": {}, "extensions": [], "used_gpu": failed.get("used_gpu"),
+            "snapshot": None, "compiled": {}, "extensions": {}, "used_gpu": failed.get("used_gpu"),
             "phantom_unsupported": failed.get("phantom_unsupported"), "exit_status": None,
             "error": (f"not run: the {failed['allocator']} run failed in the phantom{at}"
                       + (f" ({gap['last']} is not modelled)" if gap.get("last") else "")

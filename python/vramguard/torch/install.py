@@ -18,10 +18,10 @@ the small shim that throws it (oom_shim.py), else RuntimeError. The
 memory statistics have no hook and raise under any pluggable allocator (or,
 in torch.accelerator, read the unused native one), so with patch_torch=True
 install() also replaces the Python functions of torch.cuda and
-torch.accelerator that read them (patches.py), whose error for
-PyTorch's memory history (refused under any pluggable allocator) then
-names vramguard.start_recording() and vramguard.dump_snapshot(), which
-replace it; and it keeps cuDNN's benchmark mode off (cudnn.py). See
+torch.accelerator that read them (patches.py), and PyTorch's memory
+history functions (refused under any pluggable allocator), which then run
+on vramguard's own recording (vramguard/trace/memory_history.py); and it
+keeps cuDNN's benchmark mode off (cudnn.py). See
 docs/pytorch.md. In IPython, it also registers a handler that recovers
 the memory an out-of-memory error leaves held by the stored traceback
 (vramguard/notebook/: ipython.py, recover.py). summary() is
@@ -195,10 +195,9 @@ def install(budget=_KEPT, gc_threshold=_KEPT, patch_torch=None, oom_error=None, 
         torch.accelerator (memory_allocated(), memory_stats(), ...),
         mem_get_info(), get_per_process_memory_fraction() and
         torch.accelerator.empty_cache() use vramguard, and make PyTorch's
-        refusal of its memory history (_record_memory_history,
-        _dump_snapshot, memory_snapshot) name what replaces it:
-        vramguard.start_recording() and vramguard.dump_snapshot(path)
-        (default True).
+        memory history (_record_memory_history, _snapshot, _dump_snapshot,
+        memory_snapshot), which PyTorch refuses under any pluggable
+        allocator, run on vramguard's recording (default True).
     oom_error: "auto" (default): out-of-memory errors are
         torch.OutOfMemoryError, through a small C++ shim built against the
         installed torch the first time (cached in ~/.cache/vramguard),

@@ -1,6 +1,7 @@
 """The Python functions of torch.cuda and torch.accelerator that read the
 allocator's statistics, made to read vramguard's device heaps
-(install(patch_torch=True)).
+(install(patch_torch=True)); and PyTorch's memory history functions,
+replaced by the stand-ins that vramguard/trace/memory_history.py registers.
 
 Under any pluggable allocator PyTorch's memory statistics raise
 (torch.cuda.memory_stats: "CUDAPluggableAllocator does not yet support
@@ -268,49 +269,19 @@ def patch_accelerator(torch):
 
 # ------------------------------------------------------------------ memory history
 
-#: What replaces PyTorch's memory history under vramguard, added to the
-#: error PyTorch raises (it refuses history and snapshots under any
-#: pluggable allocator) so that the user is not left at "please file an issue".
-HISTORY_HINT = (
-    "vramguard: vramguard is PyTorch's CUDA allocator in this process, and it keeps the history "
-    "itself: vramguard.start_recording() (or `with vramguard.record():`) in place of "
-    "_record_memory_history(), then vramguard.dump_snapshot(\"memory.pickle\") in place of "
-    "_dump_snapshot(): the same pickle, for pytorch.org/memory_viz and torch.cuda._memory_viz."
-)
-SNAPSHOT_HINT = (
-    "vramguard: vramguard is PyTorch's CUDA allocator in this process: vramguard.snapshot() returns "
-    "this dict (its 'segments' are memory_snapshot()'s list), and vramguard.dump_snapshot(path) "
-    "writes it, with the events of a recording started by vramguard.start_recording()."
-)
-
-
-def _with_hint(original, refused, hint):
-    """`original`, whose RuntimeError naming `refused` (PyTorch's 'does not
-    yet support <refused>') gains `hint`; PyTorch's own argument checks and
-    errors are kept as they are."""
-    @functools.wraps(original)
-    def wrapper(*args, **kwargs):
-        try:
-            return original(*args, **kwargs)
-        except RuntimeError as exc:
-            if f"does not yet support {refused}" not in str(exc):
-                raise
-            raise RuntimeError(f"{exc}\n{hint}") from None
-
-    return wrapper
+#: Makers of stand-ins for PyTorch's memory history ({name: function} from
+#: make(torch)): vramguard/trace/memory_history.py, a layer above this one,
+#: adds its own when imported (`import vramguard` imports it). PyTorch
+#: refuses its own (_record_memory_history, _snapshot and so
+#: _dump_snapshot, memory_snapshot) under any pluggable allocator.
+history_stand_ins = []
 
 
 def patch_history(torch):
     memory = torch.cuda.memory
-    replacements = {}
-    if hasattr(memory, "_record_memory_history"):
-        replacements["_record_memory_history"] = _with_hint(
-            memory._record_memory_history, "recordHistory", HISTORY_HINT)
-    # _dump_snapshot calls the module's _snapshot, so it gains the hint too.
-    for name in ("_snapshot", "memory_snapshot"):
-        if hasattr(memory, name):
-            replacements[name] = _with_hint(getattr(memory, name), "snapshot", SNAPSHOT_HINT)
-    _replace(replacements, torch.cuda, memory)
+    for make in history_stand_ins[-1:]:
+        made = make(torch)
+        _replace({name: fn for name, fn in made.items() if hasattr(memory, name)}, torch.cuda, memory)
 
 
 def patch(torch):

@@ -237,10 +237,20 @@ _mode_class = []
 
 def _stack_mode_class():
     if not _mode_class:
+        from torch.compiler import is_compiling
         from torch.overrides import TorchFunctionMode
 
         class StackAside(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
+                # Dynamo traces this mode into the graph it builds, and cannot
+                # trace the extension's calls: it would break the graph at every
+                # torch call, and the compiled program would be another. Tracing
+                # reads is_compiling() as True and keeps only the call. The
+                # compiled code allocates its buffers with the GIL held, so
+                # their stacks are read from its frames (py_stacks.c), the
+                # frames Inductor generated left out (stacks.skip_rules).
+                if is_compiling():
+                    return func(*args, **(kwargs or {}))
                 before = _core.stacks_push()
                 try:
                     return func(*args, **(kwargs or {}))

@@ -6,16 +6,19 @@ library) as interned ids (csrc/python/py_stacks.c); a Trace keeps the same
 as a StackTable. This module names frames for people ("train.py:82 step",
 "cell [3], line 5 in step") and sums live memory by line.
 """
+import getpass
 import heapq
 import os
 import re
 import sys
 import sysconfig
+import tempfile
 
 from .. import _core
 from ..render.words import count
 
-__all__ = ["StackTable", "format_frame", "live_by_line", "DEFAULT_STACK_DEPTH", "MAX_STACK_DEPTH"]
+__all__ = ["StackTable", "format_frame", "live_by_line", "generated_code_dirs", "DEFAULT_STACK_DEPTH",
+           "MAX_STACK_DEPTH"]
 
 #: User frames kept per allocation by default: the line that allocated and
 #: the few that called it.
@@ -102,12 +105,33 @@ class StackTable:
         return format_frame(*self.frames[self.stacks[stack][0]])
 
 
+def generated_code_dirs():
+    """Folders of code that torch.compile writes and runs (Inductor's cache:
+    its generated `call` functions allocate the compiled graph's buffers):
+    not the user's, whose line is the one that called the compiled code.
+    Where torch would put them (torch/_inductor/runtime/cache_dir_utils.py),
+    without making them: TORCHINDUCTOR_CACHE_DIR, else
+    <tmp>/torchinductor_<user>."""
+    dirs = set()
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if chosen:
+        dirs.add(os.path.abspath(chosen) + os.sep)
+    try:
+        user = getpass.getuser()
+    except (KeyError, ImportError, OSError):
+        user = f"uid_{os.getuid()}" if hasattr(os, "getuid") else "unknown_user"
+    user = re.sub(r'[\\/:*?"<>|]', "_", user)
+    dirs.add(os.path.join(tempfile.gettempdir(), "torchinductor_" + user) + os.sep)
+    return dirs
+
+
 def skip_rules():
-    """(skip, keep) path prefixes for the stack capture: torch, vramguard and
-    the standard library are not user code, site-packages under the standard
-    library is (the longest matching prefix decides)."""
+    """(skip, keep) path prefixes for the stack capture: torch, the code
+    torch.compile generates, vramguard and the standard library are not user
+    code, site-packages under the standard library is (the longest matching
+    prefix decides)."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # vramguard/, not trace/
-    skip = {package + os.sep, "<frozen "}
+    skip = {package + os.sep, "<frozen "} | generated_code_dirs()
     torch = sys.modules.get("torch")
     origin = getattr(torch, "__file__", None)
     if origin is None:

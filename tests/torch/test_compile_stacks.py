@@ -1,0 +1,86 @@
+"""Stack recording under torch.compile: the vramguard run of a dry run
+records stacks through a torch function mode, which must leave Dynamo's
+graph whole (no graph break), so that every allocator's row measures the
+same compiled program; and an out-of-memory inside the compiled code names
+the user's line that called it, not a file Inductor generated."""
+import pytest
+
+from test_dryrun import built_phantom, dryrun, needs_matmul, write  # noqa: F401  (fixtures too)
+
+pytestmark = pytest.mark.torch
+
+MiB = 1 << 20
+
+GPT = """
+    import os, sys, torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    import torch._dynamo.utils as dynamo_utils
+
+    class Block(nn.Module):
+        def __init__(self, dim, heads):
+            super().__init__()
+            self.heads = heads
+            self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+            self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+            self.fc, self.out = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+
+        def forward(self, x):
+            B, T, C = x.shape
+            q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+                       for t in self.qkv(self.ln1(x)).split(C, dim=2))
+            att = (q @ k.transpose(-2, -1)) * (C // self.heads) ** -0.5
+            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril().logical_not()
+            att = att.masked_fill(mask, float("-inf")).softmax(-1)
+            x = x + self.proj((att @ v).transpose(1, 2).reshape(B, T, C))
+            return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+    batch = int(sys.argv[1])
+    model = nn.Sequential(Block(128, 4)).cuda()
+    opt = torch.optim.AdamW(model.parameters())
+    compiled = torch.compile(model)
+    x = torch.randn(batch, 64, 128, device="cuda")
+
+    def step():
+        opt.zero_grad()
+        compiled(x).square().mean().backward()
+        opt.step()
+
+    for _ in range(3):
+        step()                               # the first compiles (and autotunes, its cache empty)
+    print("graph breaks:", sum(dynamo_utils.counters["graph_break"].values()))
+"""
+
+
+@pytest.fixture
+def gpt(tmp_path, monkeypatch, needs_matmul):
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    return write(tmp_path, "gpt.py", GPT)
+
+
+def test_stacks_leave_the_compiled_graph_whole(tmp_path, gpt):
+    """The same peak allocated to the byte under the three allocators and
+    with vramguard's stacks off (--no-snapshot), and no graph break with
+    them on (before: one per torch call in the vramguard run, whose row
+    then measured eager code). Each run compiles from an empty cache, so
+    each autotunes alike (before: the first run's autotuning warmed the
+    cache for the others, and only its row held the benchmarks' buffers)."""
+    result, stderr = dryrun(tmp_path, "--allocator", "native,expandable,vramguard", str(gpt), "8", expect=0)
+    bare, bare_err = dryrun(tmp_path, "--allocator", "vramguard", "--no-snapshot", str(gpt), "8", expect=0)
+    assert all(result[name]["compiled"]["torch_compile"] for name in ("native", "expandable", "vramguard"))
+    for name in ("native", "expandable", "vramguard"):
+        assert f"[{name}] graph breaks: 0" in stderr, stderr
+    assert "[vramguard] graph breaks: 0" in bare_err, bare_err
+    peaks = {name: result[name]["peak_allocated_bytes"] for name in ("native", "expandable", "vramguard")}
+    peaks["vramguard without stacks"] = bare["vramguard"]["peak_allocated_bytes"]
+    assert len(set(peaks.values())) == 1 and peaks["native"] > 4 * MiB, peaks
+
+
+def test_an_out_of_memory_in_compiled_code_names_the_users_line(tmp_path, gpt):
+    """The allocation that fails is made by Inductor's generated code (in
+    its cache folder); the report names the line of gpt.py that ran the model."""
+    result, stderr = dryrun(tmp_path, "--memory", "1GiB", "--allocator", "native,vramguard", str(gpt), "2048",
+                            expect=1)
+    for name in ("native", "vramguard"):
+        assert result[name]["first_oom"]["line"] == "gpt.py:33", (name, result[name]["first_oom"])
