@@ -129,3 +129,30 @@ def test_one_rank_of_two_measures_what_two_ranks_do(tmp_path):
     assert world["peak_allocated_bytes"] == exact["ranks"][0]["peak_allocated_bytes"] > 0
     assert world["program"][0]["shard_bytes"] * 2 == world["program"][0]["param_bytes"]
     assert "| FSDP | 2 | vramguard |" in (tmp_path / "world.md").read_text()
+
+
+def test_ddp_trains_on_the_fake_group_with_the_memory_of_the_real_one(tmp_path):
+    """DDP's gradient buckets come back through a hook a fake group cannot
+    complete: the dry run's returns each bucket as it is. A 64 MiB Linear:
+    its parameters, DDP's bucket and the gradient, 192 MiB and one 512-byte
+    block: 201,327,104 bytes, what each of two real ranks holds under
+    --nproc 2 (measured; bench/zoo_world.py compares the zoo's decoder)."""
+    result, _ = _dryrun(tmp_path, """
+        import os, torch, torch.distributed as dist
+        local = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+        model = torch.nn.Linear(4096, 4096, bias=False).cuda()
+        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
+        ddp.register_comm_hook(None, lambda state, bucket: None)  # would fail on a fake group: kept out
+        for _ in range(2):
+            ddp(torch.randn(8, 4096, device="cuda")).sum().backward()
+        print("allocated", torch.cuda.memory_allocated())
+    """, "--world-size", "2")
+    run = result["vramguard"]
+    assert run["fits"] is True and run["error"] is None
+    assert "allocated 201327104" in Path(run["log"]).read_text()
+    fw = run["fake_world"]
+    assert fw["ddp_served"] == 1 and fw["ddp_hooks_kept_out"] == 1
+    assert ("the dry run's hook returned each bucket as it is, the tensors a real all-reduce returns "
+            "(1 DDP module); 1 communication hook the script registered did not run") in _report(result)

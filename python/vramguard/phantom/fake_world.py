@@ -115,6 +115,14 @@ def world_notes(result, runs):
             notes.append(f"all_to_all_single with split sizes ran {count(splits, 'time')}: where those sizes "
                          "come from values exchanged first (a mixture of experts' token counts), they are "
                          "zeros here and the buffers' sizes differ from the real run's.")
+        served = max(((run.get("fake_world") or {}).get("ddp_served") or 0) for run in runs)
+        kept_out = max(((run.get("fake_world") or {}).get("ddp_hooks_kept_out") or 0) for run in runs)
+        if served:
+            notes.append(f"DistributedDataParallel all-reduces its gradient buckets through a hook whose result "
+                         f"a fake group does not give: the dry run's hook returned each bucket as it is, the "
+                         f"tensors a real all-reduce returns ({count(served, 'DDP module')})"
+                         + (f"; {count(kept_out, 'communication hook')} the script registered did not run "
+                            "(compression hooks' buffers are not in the figures)." if kept_out else "."))
         reads = max(((run.get("fake_world") or {}).get("reads_after_first_collective") or 0) for run in runs)
         if reads:
             notes.append(f"The program read device values back {count(reads, 'time', 'times')} after its "
@@ -144,6 +152,8 @@ class FakeWorld:
         self.collectives = 0
         self.reads_at_first_collective = None
         self._inside = threading.local()
+        self.ddp_served = 0  # DistributedDataParallel modules whose buckets the dry run's hook returns
+        self.ddp_hooks_kept_out = 0  # communication hooks the script registered, not run
 
     def install(self):
         import torch.distributed as dist
@@ -156,6 +166,44 @@ class FakeWorld:
             self._count(dist, c10d, name, self._unserved)
         for name in COLLECTIVES:
             self._count(dist, c10d, name, self._collective)
+        self._serve_ddp_buckets()
+
+    def _serve_ddp_buckets(self):
+        """DDP all-reduces each gradient bucket through a communication hook
+        whose future must hold the reduced bucket; a fake group's work
+        completes with no value, and backward fails inside DDP ("expected
+        the hook result is either a Tensor or a TensorList found None").
+        Every DistributedDataParallel gets a hook that completes with the
+        bucket itself, which is what the real all-reduce returns (it reduces
+        the bucket in place): the same tensors, so the same memory. A hook
+        the script registers would fail the same way: it is counted, and
+        the dry run's stays."""
+        import torch
+        from torch.nn.parallel import DistributedDataParallel as ddp
+
+        def bucket_as_is(state, bucket):
+            done = torch.futures.Future()
+            done.set_result(bucket.buffer())
+            return done
+
+        world, init, register = self, ddp.__init__, ddp.register_comm_hook
+
+        @functools.wraps(init)
+        def __init__(module, *args, **kwargs):
+            init(module, *args, **kwargs)
+            register(module, None, bucket_as_is)
+            world.ddp_served += 1
+
+        @functools.wraps(register)
+        def register_comm_hook(module, state, hook):
+            world.ddp_hooks_kept_out += 1
+
+        def register_builtin_comm_hook(module, comm_hook_type):
+            world.ddp_hooks_kept_out += 1
+
+        ddp.__init__ = __init__
+        ddp.register_comm_hook = register_comm_hook
+        ddp._register_builtin_comm_hook = register_builtin_comm_hook
 
     def _patch_init(self, dist, c10d, fake_store):
         original = c10d.init_process_group
@@ -226,7 +274,8 @@ class FakeWorld:
             reads = max(0, (self.read_counter() or 0) - self.reads_at_first_collective)
         return {"rank": self.rank, "world_size": self.world_size, "collectives": self.collectives,
                 "unserved": dict(self.unserved), "all_to_all_with_splits": self.all_to_all_with_splits,
-                "reads_after_first_collective": reads}
+                "reads_after_first_collective": reads, "ddp_served": self.ddp_served,
+                "ddp_hooks_kept_out": self.ddp_hooks_kept_out}
 
 
 def _replace(dist, c10d, name, fn):
