@@ -352,7 +352,7 @@ def test_usage_errors_point_at_the_help_that_lists_the_options(script):
     for option in ("--timeout SECONDS", "--jobs JOBS", "--out OUT", "--cwd CWD", "--nproc NPROC"):
         assert option in text, option
     assert "a run's stdin is /dev/null (input piped to the dry run is not passed on)" in text
-    assert "143 SIGTERM" in text and "(124 for a run past --timeout)" in text
+    assert "124 a run past --timeout, 130 Ctrl-C, 143 SIGTERM" in text
 
 
 @pytest.mark.parametrize("kwargs, cli, api", [

@@ -814,7 +814,7 @@ def _verdict(result):
                 lines.append(f"{n}: {sweep['name']}={r['largest_batch']}" + (" (the largest tried)" if last else ""))
             else:
                 lines.append(f"{n}: no {sweep['name']} fits")
-        head = f"Largest {sweep['name']} that fits on a {gpu}: " + "; ".join(lines) + "."
+        head = f"Largest {sweep['name']} that fits on {a(gpu)}: " + "; ".join(lines) + "."
     elif len(fit) == len(runs):
         head = f"Fits on {a(gpu)} with {'every allocator tried' if len(runs) > 1 else fit[0]}."
     elif fit:
@@ -969,7 +969,7 @@ def _notes(result):
     notes = []
     reads = [r.get("d2h_reads") for r in runs if r.get("d2h_reads") is not None]
     if reads and max(reads) > 0:
-        notes.append(f"The program read device values back {max(reads):,} times: {READS_NOTE}.")
+        notes.append(f"The program read device values back {count(max(reads), 'time')}: {READS_NOTE}.")
     adjusted = [r.get("ddp_adjusted") or 0 for r in runs]
     if adjusted and max(adjusted) > 0:
         notes.append(f"DistributedDataParallel reads device values back at its start and after its first "
