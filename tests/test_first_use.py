@@ -104,7 +104,7 @@ def test_fragmentation_so_what(stats, said):
     ("50MiB", "So what: the tensors alone need 103.00 MiB at the peak, more than the budget: no allocator fits "
               "it; make less live at once (a smaller batch, lower precision, activation checkpointing)."),
     (None, "So what: it needs a budget of 104.00 MiB under the vramguard policy; the smallest GPU preset it "
-           "fits is T4 (14.35 GiB usable)."),
+           "fits is RTX-3060 (11.33 GiB usable)."),
 ])
 def test_replay_so_what(budget, said):
     assert format_replay_report(replay_report(small_trace(), budget)).splitlines()[-1] == said
