@@ -5,6 +5,7 @@ outside PyTorch's allocator, so it is in no peak of the table; on a card the
 driver keeps it on the device while there is room and pages it out to host
 memory under pressure: never an out-of-memory error, slower steps."""
 from .._core import format_size
+from ..render.words import a
 
 
 def summarize(result, runs):
@@ -44,5 +45,5 @@ def verdict(result, runs, device_name):
         return None
     names = over[0] if len(over) == 1 else ", ".join(over[:-1]) + " and " + over[-1]
     return (f"With {names}, peak reserved plus the {format_size(managed)} of unified memory exceeds the "
-            f"{format_size(room)} a {device_name} leaves after its CUDA context: expect slower steps as the "
+            f"{format_size(room)} {a(device_name)} leaves after its CUDA context: expect slower steps as the "
             "driver pages the unified memory out to host memory and back, not an out-of-memory error.")
