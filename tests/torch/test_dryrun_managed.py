@@ -2,9 +2,12 @@
 (as bitsandbytes' paged optimizers do) runs on the phantom, writes and reads
 it, and the report says how much there was, apart from PyTorch's peaks, and
 what a card does when it and PyTorch's memory exceed the device."""
+import subprocess
+import sys
+
 import pytest
 
-from test_dryrun import MiB, dryrun, report, write
+from test_dryrun import MiB, _env, dryrun, report, write
 
 pytestmark = pytest.mark.torch
 
@@ -68,3 +71,45 @@ def test_paged_optimizer_state_is_the_unified_memory(tmp_path):
     assert ("Paged optimizer state: 1.00 MiB of unified memory, outside PyTorch's allocator (in no peak "
             "above); a card keeps it on the device while there is room and pages it out under pressure."
             ) in report(result).splitlines()
+
+
+QLORA = """
+    import os, sys, torch, bitsandbytes as bnb
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+    from transformers import BitsAndBytesConfig, LlamaConfig, LlamaForCausalLM
+
+    folder = sys.argv[1]
+    if not os.path.exists(folder):   # a checkpoint of random weights, once, on the CPU
+        config = LlamaConfig(vocab_size=256, hidden_size=512, intermediate_size=1024, num_hidden_layers=1,
+                             num_attention_heads=8, max_position_embeddings=64)
+        LlamaForCausalLM(config).half().save_pretrained(folder)
+        sys.exit(0)
+    model = LlamaForCausalLM.from_pretrained(folder, device_map={"": 0}, quantization_config=BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float16))
+    model = prepare_model_for_kbit_training(model)
+    # r=256 on a 512-wide model: each LoRA matrix has 131,072 elements, over bitsandbytes' paging threshold
+    model = get_peft_model(model, LoraConfig(r=256, lora_alpha=16, target_modules=["q_proj", "v_proj"]))
+    opt = bnb.optim.PagedAdamW8bit([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    for _ in range(2):
+        model(input_ids=torch.zeros(2, 32, dtype=torch.long, device="cuda"),
+              labels=torch.zeros(2, 32, dtype=torch.long, device="cuda")).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    # 8-bit state1 and state2, one byte each per element, of every parameter of 1e5 elements or more
+    print("PAGED", sum(2 * p.numel() for p in model.parameters() if p.requires_grad and p.numel() >= 1e5))
+"""
+
+
+def test_qlora_with_a_paged_optimizer_under_every_allocator(tmp_path):
+    """A small Llama in 4-bit NF4 with LoRA, PagedAdamW8bit, two steps."""
+    write(tmp_path, "qlora.py", QLORA)
+    subprocess.run([sys.executable, "qlora.py", str(tmp_path / "model")], cwd=tmp_path, env=_env(), check=True,
+                   capture_output=True, timeout=300)
+    result, _ = dryrun(tmp_path, "--no-snapshot", "--jobs", "1", "qlora.py", str(tmp_path / "model"), expect=0)
+    runs = [result[name] for name in ("native", "expandable", "vramguard")]
+    paged = {int(line.split()[1]) for name in ("native", "expandable", "vramguard")
+             for line in (tmp_path / "out" / f"{name}.log").read_text().splitlines() if line.startswith("PAGED ")}
+    assert paged == {4 * 131072 * 2}  # q_proj and v_proj, lora_A and lora_B each
+    assert {r["managed_bytes"] for r in runs} == paged
+    assert len({r["peak_allocated_bytes"] for r in runs}) == 1
+    assert "Paged optimizer state: 1.00 MiB of unified memory" in report(result)

@@ -22,6 +22,8 @@ import functools
 import importlib.abc
 import sys
 
+from ..render.words import count, plural
+
 OPERATIONS = "accelerate.utils.operations"
 MEMORY = "accelerate.utils.memory"
 #: every module that binds the two functions by name at its import
@@ -136,7 +138,7 @@ def notes(runs, nproc):
         how = ("one process has nothing to pad" if nproc <= 1 else
                "each rank's tensors taken as the largest; a card pads a short last batch by a few rows")
         out.append(f"accelerate's pad_across_processes reads tensor sizes back from the device (zeros here): "
-                   f"the dry run left its {unpadded:,} call{'s' if unpadded != 1 else ''} unpadded ({how}).")
+                   f"the dry run left its {count(unpadded, 'call')} unpadded ({how}).")
     for r in runs:
         tried = r.get("auto_batch_sizes") or []
         if tried:
@@ -147,9 +149,9 @@ def notes(runs, nproc):
 def _search(tried, settled):
     sizes = ", ".join(str(s) for s in tried)
     if settled is None:
-        return f"tried batch size{'s' if len(tried) > 1 else ''} {sizes}; none ran to its end"
+        return f"tried {plural(len(tried), 'batch size')} {sizes}; none ran to its end"
     if len(tried) == 1:
         return f"kept its starting batch size, {settled}"
     larger = ", ".join(str(s) for s in tried[:-1])
-    return (f"settled on batch size {settled} (tried {sizes}; the out-of-memory error"
-            f"{'s' if len(tried) > 2 else ''} at {larger} {'were' if len(tried) > 2 else 'was'} caught by it)")
+    errors = f"error at {larger} was" if len(tried) == 2 else f"errors at {larger} were"
+    return f"settled on batch size {settled} (tried {sizes}; the out-of-memory {errors} caught by it)"
