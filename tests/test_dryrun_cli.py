@@ -251,7 +251,14 @@ def test_writefile_a_appends(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path = notebook(tmp_path, "%%writefile out.txt\nfirst", "%%writefile -a out.txt\nsecond",
                     "%%writefile --append out.txt\nthird", "text = open('out.txt').read()")
-    run_notebook(str(path))
+    try:
+        run_notebook(str(path))
+    finally:
+        # The dry run's child makes IPython's one shell, and its process ends with it; in
+        # this process the shell would stay, and later tests would run "in IPython".
+        ipython = __import__("sys").modules.get("IPython.core.interactiveshell")
+        if ipython is not None:
+            ipython.InteractiveShell.clear_instance()
     assert (tmp_path / "out.txt").read_text() == "first\nsecond\nthird\n"
 
 
