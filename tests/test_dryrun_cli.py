@@ -555,3 +555,15 @@ def test_allocators_is_the_option_and_allocator_still_works(script):
     for option in ("--allocators", "--allocator"):
         check_refused(dryrun(option, "native,cudaMallocAsync", "train.py", cwd=script),
                       "unknown allocator 'cudamallocasync'")
+
+
+@pytest.mark.parametrize("gpu, device, said", [
+    ("RTX-3060", 12587106304, "(the RTX-3060 asked about is the smallest preset that holds it)"),
+    ("T4", 15828320256, "(the smallest preset that holds it: RTX-3060)"),
+])
+def test_the_smallest_preset_is_named_or_said_to_be_the_one_asked_about(gpu, device, said):
+    from vramguard.phantom.dryrun import format_report
+
+    result = _result(_run("native", min_memory_bytes=448 << 20))
+    result.update(gpu=gpu, device_bytes=device, min_memory=True)
+    assert f"Smallest device: 448.00 MiB with native {said}, exact to 16 MiB" in format_report(result)

@@ -72,7 +72,8 @@ def test_an_empty_script_never_used_the_gpu_under_any_allocator(tmp_path):
     assert result["vramguard"]["used_cuda"] is True  # CUDA started, by install(): still not a use
     text = report(result)
     assert "Fits" not in text and NEVER_USED in text, text
-    assert "native             0 bytes        0 bytes     -  -" in text, text
+    assert "native      not measured         0 bytes        0 bytes     -  -" in text, text
+    assert "Need not measured for native, expandable and vramguard: the program never used the GPU." in text
 
 
 def test_a_script_that_exits_before_touching_cuda(tmp_path):

@@ -277,5 +277,5 @@ def test_dryrun_runs_a_ddp_script_with_pytorchs_defaults(tmp_path):
     assert "the dry run gave its 1 DDP module init_sync=False and find_unused_parameters=True" in \
         format_report(result)
     # PyTorch's warning that no parameter was unused is of the dry run's doing: not in the script's output
-    log = (tmp_path / "out" / "vramguard.log").read_text()
+    log = Path(run["log"]).read_text()
     assert "find_unused_parameters=True was specified" not in log + proc.stderr

@@ -362,6 +362,7 @@ class Run:
         self.weightless = None  # --no-weights: the stand-ins from_pretrained loaded
         self.world = None  # --world-size: the fake process group's counts
         self.terminated = False
+        self.ended = None  # "SIGTERM" when the dry run (or torchrun) ended the script
         self.accelerate = None  # adjust_accelerate's record
         # The phantom's counters when the script starts: what the set-up did is not the script's.
         self.gpu_work_at_start = 0
@@ -559,7 +560,7 @@ class Run:
             self.stopped_at_steps = True
         except _Terminated as exc:
             self.terminated = True
-            self.error = "ended by SIGTERM"
+            self.error = self.ended = "SIGTERM"  # as ending.py says it: "rank 0 ended by SIGTERM at ..."
             self.error_at = user_line(_traceback_frames(exc))
             self.exit_status = 128 + signal.SIGTERM
         except SystemExit as exc:
@@ -766,7 +767,7 @@ class Run:
             "used_cuda": used,
             "used_gpu": used_gpu,
             "phantom_unsupported": self.phantom_gap(),
-            "ended": None,  # how, when the script ended the process itself (ending.py)
+            "ended": self.ended,  # how, when the process was ended before the script's end (ending.py, SIGTERM)
             "ended_at": None,
             "steps": self.steps,
             "stopped_at_steps": self.stopped_at_steps,

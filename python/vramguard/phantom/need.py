@@ -64,7 +64,9 @@ def measure_need(run, snapshots, granule, history_entries):
     allocator = run.get("allocator")
     policy = "segments" if run.get("heap_policy") == "segments" else REPLAY_POLICY.get(allocator)
     run.update(need_bytes=None, need_policy=policy, need_above_device=False, need_unmeasured=None)
-    if run.get("used_cuda") is False:
+    # Nothing on the GPU and no failure: CUDA started by vramguard's install() is no use of it.
+    unused = run.get("used_gpu") is False or run.get("used_cuda") is False
+    if unused and run.get("fits") is None and not run.get("error") and not run.get("exit_status"):
         run["need_unmeasured"] = "the program never used the GPU"
         return run
     if run.get("fits") is False:
