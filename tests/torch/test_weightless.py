@@ -14,9 +14,18 @@ import pytest
 
 pytestmark = pytest.mark.torch
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-safetensors_torch = pytest.importorskip("safetensors.torch")
+torch = transformers = safetensors_torch = None
+
+
+@pytest.fixture(autouse=True)
+def _libraries():
+    """Imported when a test runs, not when the file is collected: where
+    PyTorch is not installed, `import torch` would find tests/torch (a
+    folder on sys.path) and leave a module of that name behind."""
+    global torch, transformers, safetensors_torch
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    safetensors_torch = pytest.importorskip("safetensors.torch")
 
 from test_dryrun import _env  # noqa: E402  (the dry run's environment, shared)
 
