@@ -84,3 +84,40 @@ def test_an_out_of_memory_in_compiled_code_names_the_users_line(tmp_path, gpt):
                             expect=1)
     for name in ("native", "vramguard"):
         assert result[name]["first_oom"]["line"] == "gpt.py:33", (name, result[name]["first_oom"])
+
+
+def test_torch_compile_takes_the_stack_mode_off_the_mode_stack():
+    """Once the program calls torch.compile, the recording's torch function
+    mode leaves the stack (a script's own mode stays, in its place): Dynamo
+    traces every mode on it into its graphs, and with this one nanoGPT's
+    compiled forward failed in its evaluation (`b, t = idx.size()` unpacked a
+    torch.device). Run in a child: the mode stack is the process's."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import torch
+        from torch.overrides import TorchFunctionMode
+        from vramguard.trace import record
+
+        class Mine(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                return func(*args, **(kwargs or {}))
+
+        def names():
+            return [type(m).__name__ for m in torch.overrides._get_current_function_mode_stack()]
+
+        ours = record._enter_stack_mode()
+        mine = Mine()
+        mine.__enter__()
+        before = names()
+        model = torch.compile(torch.nn.Linear(4, 4), backend="eager")
+        after = names()
+        model(torch.ones(2, 4))
+        again = record._enter_stack_mode()   # a recording started later enters none
+        print(before, after, again, ours not in record._active_modes)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "['StackAside', 'Mine'] ['Mine'] None True"

@@ -17,7 +17,10 @@ torch function mode on the recording thread sets each torch call's stack
 aside before the op starts (csrc/python/py_stacks.c); allocations made by
 other threads without the GIL (autograd's device threads) get no stack, nor
 do a sub-interpreter's threads (a recording with stacks started in one
-warns and keeps none)."""
+warns and keeps none). Once the program calls torch.compile, the mode
+leaves the stack (Dynamo would trace it into the graphs it builds):
+_watch_compile."""
+import functools
 import struct
 import sys
 import warnings
@@ -166,7 +169,9 @@ class record:
 
     def stop(self):
         if self._mode is not None:
-            self._mode.__exit__(None, None, None)
+            if self._mode in _active_modes:  # not taken off already by torch.compile (_retire_stack_modes)
+                _active_modes.remove(self._mode)
+                self._mode.__exit__(None, None, None)
             self._mode = None
         self.heap.history_stop()
         data, dropped = self.events()
@@ -225,14 +230,57 @@ def _enter_stack_mode():
     """A torch function mode that sets each torch call's stack aside for
     the allocations its op makes without the GIL; None without torch."""
     torch = sys.modules.get("torch")
-    if torch is None:
+    if torch is None or not hasattr(torch, "Tensor"):
         return None
+    if _compile_called:  # the program compiles: no mode for Dynamo to trace (_watch_compile)
+        return None
+    _watch_compile(torch)
     mode = _stack_mode_class()()
     mode.__enter__()
+    _active_modes.append(mode)
     return mode
 
 
 _mode_class = []
+_active_modes = []  # the stack modes entered and not yet exited
+_compile_called = []  # non-empty once torch.compile was called in this process
+
+
+def _watch_compile(torch):
+    """Once torch.compile is called, the stack modes leave the torch function
+    mode stack for the rest of the process. Dynamo traces any mode on that
+    stack into the graphs it builds, and with this one in them a compiled
+    program could run otherwise (nanoGPT's compiled forward failed in its
+    evaluation: `idx.size()` unpacked a torch.device). Compiled code and what
+    runs with the GIL still get their stacks from the Python frames at each
+    allocation; only an op that allocates without the GIL loses the stack set
+    aside for it."""
+    if getattr(torch.compile, "_vramguard_watches", False):
+        return
+    original = torch.compile
+
+    @functools.wraps(original)
+    def compile(*args, **kwargs):
+        _retire_stack_modes(torch)
+        return original(*args, **kwargs)
+
+    compile._vramguard_watches = True
+    torch.compile = compile
+
+
+def _retire_stack_modes(torch):
+    """The stack modes taken off the torch function mode stack, the other
+    modes left in their order."""
+    _compile_called.append(True)
+    if not _active_modes:
+        return
+    stack = []
+    while torch._C._len_torch_function_stack() > 0:
+        stack.append(torch._C._pop_torch_function_stack())
+    for mode in reversed(stack):
+        if mode not in _active_modes:
+            torch._C._push_on_torch_function_stack(mode)
+    _active_modes.clear()
 
 
 def _stack_mode_class():
