@@ -1526,6 +1526,7 @@ static void test_call_at_exit(void)
     CHECK_EQ(notes[1], -1);
     exit_notes(5, 1, 0, notes);
     CHECK_EQ(notes[0], -1);
+}
 
 /* ---- launches per library that registered kernels (rt_fatbin.c) ------- */
 
