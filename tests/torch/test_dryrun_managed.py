@@ -4,6 +4,7 @@ it, and the report says how much there was, apart from PyTorch's peaks, and
 what a card does when it and PyTorch's memory exceed the device."""
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -107,8 +108,8 @@ def test_qlora_with_a_paged_optimizer_under_every_allocator(tmp_path):
                    capture_output=True, timeout=300)
     result, _ = dryrun(tmp_path, "--no-snapshot", "--jobs", "1", "qlora.py", str(tmp_path / "model"), expect=0)
     runs = [result[name] for name in ("native", "expandable", "vramguard")]
-    paged = {int(line.split()[1]) for name in ("native", "expandable", "vramguard")
-             for line in (tmp_path / "out" / f"{name}.log").read_text().splitlines() if line.startswith("PAGED ")}
+    paged = {int(line.split()[1]) for run in runs
+             for line in Path(run["log"]).read_text().splitlines() if line.startswith("PAGED ")}
     assert paged == {4 * 131072 * 2}  # q_proj and v_proj, lora_A and lora_B each
     assert {r["managed_bytes"] for r in runs} == paged
     assert len({r["peak_allocated_bytes"] for r in runs}) == 1
