@@ -31,7 +31,8 @@ CONTEXT = 400 * MiB  # what a dry run's CUDA context holds by default
 
 
 def _env():
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("VRAMGUARD_")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LD_PRELOAD", "VG_FAKECUDA_DEVICES") and not k.startswith("VRAMGUARD_")}
     env["XDG_CACHE_HOME"] = str(SHARED_CACHE)  # the out-of-memory shim and the phantom, built once
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python")] + [p for p in env.get("PYTHONPATH", "").split(
         os.pathsep) if p])

@@ -5,39 +5,21 @@ the phantom could not finish, a rank of several that ran out. Each case
 through the CLI with --json, on the real PyTorch on the phantom GPU.
 """
 import json
-import os
 import pickle
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from hookrun import SHARED_CACHE
+from test_dryrun import _env, write
 
 pytestmark = pytest.mark.torch
 
-ROOT = Path(__file__).resolve().parents[2]
 MiB = 1 << 20
 GiB = 1 << 30
 NEVER_USED = ("The program never used the GPU: it allocated nothing on the phantom T4 and launched no "
               "kernel, so whether it fits is not known.")
-
-
-def _env():
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("LD_PRELOAD", "VG_FAKECUDA_DEVICES") and not k.startswith("VRAMGUARD_")}
-    env["XDG_CACHE_HOME"] = str(SHARED_CACHE)  # the out-of-memory shim and the phantom, built once
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python")] + [p for p in env.get("PYTHONPATH", "").split(
-        os.pathsep) if p])
-    return env
-
-
-def write(tmp_path, name, code):
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(code))
-    return path
 
 
 def dryrun(tmp_path, *args, expect):
