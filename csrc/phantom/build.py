@@ -135,7 +135,7 @@ WHEELS = (
 )
 
 
-CORE = ("core_devices", "core_attrs", "core_memory", "core_knobs", "core_errors", "core_exit")
+CORE = ("core_devices", "core_attrs", "core_memory", "core_knobs", "core_errors", "core_exit", "core_work")
 
 # In LD_PRELOAD's order; each is built after the libraries it needs.
 LIBRARIES = (

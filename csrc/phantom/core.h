@@ -150,6 +150,13 @@ int vgfc_enter(enum vgfc_api api);
  * (the sticky error, else VGFC_NOT_SUPPORTED). */
 int vgfc_unsupported(const char *name);
 int vgfc_tracing(void);
+
+/* ---- work (core_work.c) ------------------------------------------------ */
+
+/* A GEMM the cuBLAS or cuBLASLt stand-in ran: op(A) m x k times op(B)
+ * k x n, `batches` times; complex_type for complex elements. */
+void vgfc_count_gemm(uint64_t m, uint64_t n, uint64_t k, uint64_t batches, int complex_type);
+void vgfc_work_reset(void);
 void vgfc_trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- errors (core_errors.c; the names are generated from the headers

@@ -275,4 +275,5 @@ void vg_fakecuda_reset(void)
     last_unsupported[0] = 0;
     pthread_mutex_unlock(&unsupported_lock);
     vgfc_mem_reset_peaks();
+    vgfc_work_reset();
 }

@@ -78,12 +78,16 @@ static cublasStatus_t run_result_(const char *fn, cublasHandle_t h, int args_ok,
 /* C = alpha op(A) op(B) + beta C, op(A) m x k, op(B) k x n. */
 static cublasStatus_t gemm_(const char *fn, cublasHandle_t h, cublasOperation_t ta,
                             cublasOperation_t tb, int m, int n, int k, int lda, int ldb, int ldc,
-                            int batches)
+                            int batches, int complex_type)
 {
     int ok = op_ok(ta) && op_ok(tb) && m >= 0 && n >= 0 && k >= 0 && batches >= 0 &&
              lda >= max1(ta == CUBLAS_OP_N ? m : k) && ldb >= max1(tb == CUBLAS_OP_N ? k : n) &&
              ldc >= max1(m);
-    return run_(fn, h, ok, m == 0 || n == 0 || batches == 0);
+    int empty = m == 0 || n == 0 || batches == 0;
+    cublasStatus_t st = run_(fn, h, ok, empty);
+    if (st == CUBLAS_STATUS_SUCCESS && ok && !empty) /* what launched: its work */
+        vgfc_count_gemm((uint64_t)m, (uint64_t)n, (uint64_t)k, (uint64_t)batches, complex_type);
+    return st;
 }
 
 /* Each entry point passes its name down, for the trace. */
@@ -95,53 +99,53 @@ static cublasStatus_t gemm_(const char *fn, cublasHandle_t h, cublasOperation_t 
 
 #include "cublas_half.h"
 
-#define GEMM(name, T)                                                                    \
+#define GEMM(name, T, CPLX)                                                              \
     cublasStatus_t name(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,    \
                         int m, int n, int k, const T *alpha, const T *A, int lda,        \
                         const T *B, int ldb, const T *beta, T *C, int ldc)               \
     {                                                                                    \
-        return gemm(h, ta, tb, m, n, k, lda, ldb, ldc, 1);                               \
+        return gemm(h, ta, tb, m, n, k, lda, ldb, ldc, 1, CPLX);                         \
     }
-GEMM(cublasSgemm_v2, float)
-GEMM(cublasDgemm_v2, double)
-GEMM(cublasCgemm_v2, cuComplex)
-GEMM(cublasZgemm_v2, cuDoubleComplex)
-GEMM(cublasHgemm, struct __half)
+GEMM(cublasSgemm_v2, float, 0)
+GEMM(cublasDgemm_v2, double, 0)
+GEMM(cublasCgemm_v2, cuComplex, 1)
+GEMM(cublasZgemm_v2, cuDoubleComplex, 1)
+GEMM(cublasHgemm, struct __half, 0)
 
-#define GEMM_STRIDED(name, T)                                                            \
+#define GEMM_STRIDED(name, T, CPLX)                                                      \
     cublasStatus_t name(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,    \
                         int m, int n, int k, const T *alpha, const T *A, int lda,        \
                         long long int strideA, const T *B, int ldb, long long int strideB, \
                         const T *beta, T *C, int ldc, long long int strideC, int batches) \
     {                                                                                    \
-        return gemm(h, ta, tb, m, n, k, lda, ldb, ldc, batches);                         \
+        return gemm(h, ta, tb, m, n, k, lda, ldb, ldc, batches, CPLX);                   \
     }
-GEMM_STRIDED(cublasSgemmStridedBatched, float)
-GEMM_STRIDED(cublasDgemmStridedBatched, double)
-GEMM_STRIDED(cublasCgemmStridedBatched, cuComplex)
-GEMM_STRIDED(cublasZgemmStridedBatched, cuDoubleComplex)
-GEMM_STRIDED(cublasHgemmStridedBatched, struct __half)
+GEMM_STRIDED(cublasSgemmStridedBatched, float, 0)
+GEMM_STRIDED(cublasDgemmStridedBatched, double, 0)
+GEMM_STRIDED(cublasCgemmStridedBatched, cuComplex, 1)
+GEMM_STRIDED(cublasZgemmStridedBatched, cuDoubleComplex, 1)
+GEMM_STRIDED(cublasHgemmStridedBatched, struct __half, 0)
 
-#define GEMM_BATCHED(name, T)                                                            \
+#define GEMM_BATCHED(name, T, CPLX)                                                      \
     cublasStatus_t name(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,    \
                         int m, int n, int k, const T *alpha, const T *const A[], int lda, \
                         const T *const B[], int ldb, const T *beta, T *const C[], int ldc, \
                         int batches)                                                     \
     {                                                                                    \
-        return gemm(h, ta, tb, m, n, k, lda, ldb, ldc, batches);                         \
+        return gemm(h, ta, tb, m, n, k, lda, ldb, ldc, batches, CPLX);                   \
     }
-GEMM_BATCHED(cublasSgemmBatched, float)
-GEMM_BATCHED(cublasDgemmBatched, double)
-GEMM_BATCHED(cublasCgemmBatched, cuComplex)
-GEMM_BATCHED(cublasZgemmBatched, cuDoubleComplex)
-GEMM_BATCHED(cublasHgemmBatched, struct __half)
+GEMM_BATCHED(cublasSgemmBatched, float, 0)
+GEMM_BATCHED(cublasDgemmBatched, double, 0)
+GEMM_BATCHED(cublasCgemmBatched, cuComplex, 1)
+GEMM_BATCHED(cublasZgemmBatched, cuDoubleComplex, 1)
+GEMM_BATCHED(cublasHgemmBatched, struct __half, 0)
 
 cublasStatus_t cublasSgemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
                              int n, int k, const float *alpha, const void *A, cudaDataType Atype,
                              int lda, const void *B, cudaDataType Btype, int ldb,
                              const float *beta, void *C, cudaDataType Ctype, int ldc)
 {
-    return gemm(h, ta, tb, m, n, k, lda, ldb, ldc, 1);
+    return gemm(h, ta, tb, m, n, k, lda, ldb, ldc, 1, vgcb_complex_type(Atype));
 }
 
 cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
@@ -150,7 +154,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                             void *C, cudaDataType Ctype, int ldc, cublasComputeType_t computeType,
                             cublasGemmAlgo_t algo)
 {
-    return gemm(h, ta, tb, m, n, k, lda, ldb, ldc, 1);
+    return gemm(h, ta, tb, m, n, k, lda, ldb, ldc, 1, vgcb_complex_type(Atype));
 }
 
 cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta,
@@ -162,7 +166,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
                                           long long int strideC, int batches,
                                           cublasComputeType_t computeType, cublasGemmAlgo_t algo)
 {
-    return gemm(h, ta, tb, m, n, k, lda, ldb, ldc, batches);
+    return gemm(h, ta, tb, m, n, k, lda, ldb, ldc, batches, vgcb_complex_type(Atype));
 }
 
 cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
@@ -172,7 +176,7 @@ cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t ta, cubla
                                    void *const C[], cudaDataType Ctype, int ldc, int batches,
                                    cublasComputeType_t computeType, cublasGemmAlgo_t algo)
 {
-    return gemm(h, ta, tb, m, n, k, lda, ldb, ldc, batches);
+    return gemm(h, ta, tb, m, n, k, lda, ldb, ldc, batches, vgcb_complex_type(Atype));
 }
 
 /* ---- level 3: the rest ------------------------------------------------- */

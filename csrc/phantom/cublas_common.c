@@ -72,6 +72,17 @@ cublasStatus_t vgcb_launch(void)
     return vg_fakecuda_sticky_error() ? CUBLAS_STATUS_EXECUTION_FAILED : CUBLAS_STATUS_SUCCESS;
 }
 
+int vgcb_complex_type(cudaDataType t)
+{
+    switch (t) {
+    case CUDA_C_16F: case CUDA_C_16BF: case CUDA_C_32F: case CUDA_C_64F:
+    case CUDA_C_8I: case CUDA_C_8U: case CUDA_C_32I: case CUDA_C_32U:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 void vgcb_trace(const char *fn)
 {
     if (vgfc_tracing())

@@ -72,6 +72,10 @@ cublasStatus_t vgcb_launch(void);
 /* VG_FAKECUDA_TRACE=1 names every computing call (and handle creation)
  * on stderr with the fake's other calls: which path PyTorch took. */
 void vgcb_trace(const char *fn);
+/* A GEMM run (core_work.c, in the fake driver): counted as its FLOPs. */
+void vgfc_count_gemm(uint64_t m, uint64_t n, uint64_t k, uint64_t batches, int complex_type);
+/* Whether a cudaDataType holds complex elements. */
+int vgcb_complex_type(cudaDataType t);
 
 /* The first word of a handle of either library: 1 when it is one. */
 int vgcb_is_handle(const void *handle, int lt_too);

@@ -439,13 +439,20 @@ cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t *
 
 /* ---- the matmul -------------------------------------------------------- */
 
+/* The GEMM a matmul computes, for the work count. */
+struct gemm_shape {
+    uint64_t m, n, k, batches;
+    int complex_type;
+};
+
 /* D = op(A) op(B) (+ C): op(A) is m x k, op(B) k x n, C and D m x n, with
  * the operations the descriptor says. What cuBLASLt would refuse for the
  * shapes alone is refused here; types, epilogues and alignment are taken
- * as given. */
-static cublasStatus_t check_problem(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
-                                    cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
-                                    cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d)
+ * as given. The GEMM's shape goes to `work` when it is not NULL. */
+static cublasStatus_t check_shapes(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                   cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                   cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                   struct gemm_shape *work)
 {
     cublasStatus_t st = check_handle(handle);
     if (st != CUBLAS_STATUS_SUCCESS)
@@ -468,7 +475,19 @@ static cublasStatus_t check_problem(cublasLtHandle_t handle, cublasLtMatmulDesc_
         store_u64(ld, CUBLASLT_MATRIX_LAYOUT_ROWS) != m ||
         store_u64(ld, CUBLASLT_MATRIX_LAYOUT_COLS) != n)
         return CUBLAS_STATUS_INVALID_VALUE;
+    if (work) {
+        work->m = m, work->n = n, work->k = k;
+        work->batches = store_u64(ld, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT);
+        work->complex_type = vgcb_complex_type((cudaDataType)store_u64(la, CUBLASLT_MATRIX_LAYOUT_TYPE));
+    }
     return CUBLAS_STATUS_SUCCESS;
+}
+
+static cublasStatus_t check_problem(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                    cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                    cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d)
+{
+    return check_shapes(handle, desc, a, b, c, d, NULL);
 }
 
 /* What the one algorithm found or checked needs: no workspace, one wave. */
@@ -527,10 +546,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
 {
     vgcb_trace(__func__);
     (void)A, (void)B, (void)C, (void)D, (void)algo, (void)stream;
-    cublasStatus_t st = check_problem(handle, desc, a, b, c, d);
+    struct gemm_shape work;
+    cublasStatus_t st = check_shapes(handle, desc, a, b, c, d, &work);
     if (st != CUBLAS_STATUS_SUCCESS)
         return st;
     if (!alpha || !beta || (!workspace && workspace_size))
         return CUBLAS_STATUS_INVALID_VALUE;
-    return vgcb_launch();
+    st = vgcb_launch();
+    if (st == CUBLAS_STATUS_SUCCESS)
+        vgfc_count_gemm(work.m, work.n, work.k, work.batches, work.complex_type);
+    return st;
 }

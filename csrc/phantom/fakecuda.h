@@ -36,6 +36,12 @@ long long vg_fakecuda_managed_peak_bytes(int device);
 long long vg_fakecuda_prefetched_bytes(int device);
 long long vg_fakecuda_prefetched_peak_bytes(int device);          /* device-to-host copies on a phantom, whose bytes read as zeros */
 
+/* Work: the floating-point operations of the GEMMs cuBLAS and cuBLASLt
+ * were asked for (2 m n k per GEMM, 8 m n k for complex ones), and their
+ * calls, since start or reset (core_work.c). */
+long long vg_fakecuda_gemm_flops(void);
+long vg_fakecuda_gemm_calls(void);
+
 /* Whether the devices report CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
  * (1, the default; VG_FAKECUDA_NO_VMM=1 starts with 0). */
 void vg_fakecuda_set_vmm(int supported);

@@ -847,6 +847,76 @@ static void test_lt_matmul(void)
     cublasLtMatmulPreferenceDestroy(pref);
 }
 
+/* ---- work: the FLOPs of a known GEMM sequence --------------------------- */
+
+static void test_gemm_work(void)
+{
+    vg_fakecuda_reset();
+    CHECK_EQ(vg_fakecuda_gemm_flops(), 0);
+    CHECK_EQ(vg_fakecuda_gemm_calls(), 0);
+    cublasHandle_t h = new_handle();
+    CHECK(h != NULL);
+    float one = 1.0f;
+    /* 4 x 3 x 2: 2*4*3*2 = 48 */
+    CHECK_EQ(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 3, 2, &one, dev_a, 4, dev_b, 2, &one,
+                         dev_c, 4), OK);
+    CHECK_EQ(vg_fakecuda_gemm_flops(), 48);
+    /* three of them, strided: 3 * 48 */
+    CHECK_EQ(cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 3, 2, &one, dev_a,
+                                        CUDA_R_16BF, 4, 8, dev_b, CUDA_R_16BF, 2, 6, &one, dev_c,
+                                        CUDA_R_16BF, 4, 12, 3, CUBLAS_COMPUTE_32F,
+                                        CUBLAS_GEMM_DEFAULT), OK);
+    CHECK_EQ(vg_fakecuda_gemm_flops(), 48 + 144);
+    /* complex: four real multiplies and four adds per term, 8*4*3*2 = 192 */
+    cuComplex cone = {1.0f, 0.0f};
+    CHECK_EQ(cublasCgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 3, 2, &cone, dev_a, 4, dev_b, 2, &cone,
+                         dev_c, 4), OK);
+    CHECK_EQ(vg_fakecuda_gemm_flops(), 48 + 144 + 192);
+    CHECK_EQ(vg_fakecuda_gemm_calls(), 3);
+    /* refused, empty and failed calls count nothing */
+    CHECK_EQ(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 3, 2, &one, dev_a, 1, dev_b, 2, &one,
+                         dev_c, 4), BAD);
+    CHECK_EQ(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 0, 3, 2, &one, dev_a, 4, dev_b, 2, &one,
+                         dev_c, 4), OK);
+    vg_fakecuda_set_sticky_error(700);
+    CHECK_EQ(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 3, 2, &one, dev_a, 4, dev_b, 2, &one,
+                         dev_c, 4), CUBLAS_STATUS_EXECUTION_FAILED);
+    vg_fakecuda_set_sticky_error(0);
+    cudaGetLastError();
+    CHECK_EQ(vg_fakecuda_gemm_flops(), 48 + 144 + 192);
+    CHECK_EQ(vg_fakecuda_gemm_calls(), 3);
+
+    /* cuBLASLt: op(A) = A^T 16 x 8, B 8 x 4, in 5 batches: 2*16*4*8*5 = 5120 */
+    cublasLtHandle_t lt = NULL;
+    CHECK_EQ(cublasLtCreate(&lt), OK);
+    cublasLtMatmulDesc_t desc = NULL;
+    cublasLtMatrixLayout_t a = NULL, b = NULL, c = NULL;
+    CHECK_EQ(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), OK);
+    int32_t t = CUBLAS_OP_T, batches = 5;
+    CHECK_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t), OK);
+    CHECK_EQ(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, 8, 16, 8), OK);
+    CHECK_EQ(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, 8, 4, 8), OK);
+    CHECK_EQ(cublasLtMatrixLayoutCreate(&c, CUDA_R_16BF, 16, 4, 16), OK);
+    cublasLtMatrixLayout_t layouts[3] = {a, b, c};
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                  &batches, sizeof batches), OK);
+    float zero = 0;
+    CHECK_EQ(cublasLtMatmul(lt, desc, &one, dev_a, a, dev_b, b, &zero, dev_c, c, dev_c, c, NULL,
+                            NULL, 0, NULL), OK);
+    CHECK_EQ(vg_fakecuda_gemm_flops(), 48 + 144 + 192 + 5120);
+    CHECK_EQ(vg_fakecuda_gemm_calls(), 4);
+    vg_fakecuda_reset();
+    CHECK_EQ(vg_fakecuda_gemm_flops(), 0);
+    CHECK_EQ(vg_fakecuda_gemm_calls(), 0);
+    cublasLtMatmulDescDestroy(desc);
+    cublasLtMatrixLayoutDestroy(a);
+    cublasLtMatrixLayoutDestroy(b);
+    cublasLtMatrixLayoutDestroy(c);
+    CHECK_EQ(cublasLtDestroy(lt), OK);
+    CHECK_EQ(cublasDestroy(h), OK);
+}
+
 static void test_lt_algos(void)
 {
     cublasLtHandle_t lt = NULL;
@@ -1001,6 +1071,7 @@ int main(int argc, char **argv)
         {"lt_descriptors", test_lt_descriptors},
         {"lt_matmul", test_lt_matmul},
         {"lt_algos", test_lt_algos},
+        {"gemm_work", test_gemm_work},
         {"stubs", test_stubs},
         {"other_devices", test_other_devices},
     };
