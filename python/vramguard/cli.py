@@ -129,7 +129,7 @@ def _dryrun(args):
                             echo=not args.quiet, stdout=echo_to, stderr=sys.stderr, jobs=args.jobs,
                             no_compile=args.no_compile, cwd=args.cwd, nproc=args.nproc, timeout=args.timeout,
                             weights=not args.no_weights, world_size=args.world_size, rank=args.rank,
-                            gpus_per_node=args.gpus_per_node)
+                            gpus_per_node=args.gpus_per_node, remedies=args.remedies)
     except PhantomUnavailable as exc:
         raise BadInput(str(exc)) from None
     if args.json:
@@ -235,6 +235,11 @@ def main(argv=None):
                      help="e.g. BATCH=1,2,4,8: each value replaces {BATCH} in ARGS (or is the variable "
                           "BATCH when no argument has it); the largest that fits is found by bisection; "
                           "one --sweep at a time")
+    dry.add_argument("--remedies", action="store_true",
+                     help="also run the standard remedies on the unchanged script (autocast, activation "
+                          "checkpointing, an 8-bit or fused optimizer, then combinations until one fits): "
+                          "what each frees, its largest --sweep value, its work relative to the script "
+                          "as written, and the code for the cheapest that fits")
     dry.add_argument("--steps", type=_positive_int, help="stop each run after this many optimizer steps")
     dry.add_argument("--context", help="device memory the CUDA context holds (default: the card's, "
                                        "400MiB unless measured)")

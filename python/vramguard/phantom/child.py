@@ -364,6 +364,9 @@ class Run:
         self.terminated = False
         self.ended = None  # "SIGTERM" when the dry run (or torchrun) ended the script
         self.accelerate = None  # adjust_accelerate's record
+        self.remedies = None  # remedy_apply's record: what the program does, what was applied
+        self.work = None  # work.WorkCount: the FLOPs of the run (dryrun --remedies)
+        self.optimizers_stepped = []  # the classes of the optimizers that stepped, in order first seen
         # The phantom's counters when the script starts: what the set-up did is not the script's.
         self.gpu_work_at_start = 0
         self.unsupported_at_start = 0
@@ -431,8 +434,23 @@ class Run:
         if os.environ.get(NO_WEIGHTS_ENV):
             self.weightless = WeightlessLoads(os.environ[NO_WEIGHTS_ENV])
             self.weightless.install()
+        self.install_remedies()
         self.gpu_work_at_start = self.gpu_work()
         self.unsupported_at_start = self.counter("vg_fakecuda_unsupported_calls", ctypes.c_long) or 0
+
+    def install_remedies(self):
+        """dryrun --remedies: the work count, the watch on what the program
+        does, and the remedies this run applies (remedy_apply, work)."""
+        from .remedy_apply import REMEDIES_ENV
+        from .work import WORK_ENV, WorkCount
+
+        if not os.environ.get(WORK_ENV):
+            return
+        from . import remedy_apply
+
+        self.remedies = remedy_apply.install(self.torch, os.environ.get(REMEDIES_ENV, ""))
+        self.work = WorkCount(self.torch)
+        self.work.install()
 
     def adjust_ddp(self):
         """DDP reads two things back from the device, which a phantom
@@ -532,6 +550,11 @@ class Run:
 
         def after_step(optimizer, args, kwargs):
             self.steps += 1
+            kind = type(optimizer).__name__
+            if kind not in self.optimizers_stepped:
+                self.optimizers_stepped.append(kind)
+            if self.work is not None:
+                self.work.mark_step()
             n = self.steps
             if n <= 3 or n % 10 == 0 or n == self.opts.steps:
                 try:
@@ -800,6 +823,9 @@ class Run:
             "side_streams": (self.counter("vg_fakecuda_calls", ctypes.c_long, b"cudaStreamCreateWithPriority")
                              or 0) > 0,
             "grad_scalers": self.grad_scalers,
+            "optimizers": self.optimizers_stepped,
+            "remedies_seen": self.remedies.figures() if self.remedies is not None else None,
+            "work": self.work.figures() if self.work is not None else None,
             "torch": torch.__version__,
             "elapsed_s": round(time.monotonic() - started, 3),
         }

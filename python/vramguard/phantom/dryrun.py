@@ -32,6 +32,7 @@ import time
 from .._core import format_size
 from .._presets import PRESETS, find_preset, preset_names
 from . import adjust_accelerate, argnames, managed
+from . import remedies as remedy_runs
 from .fake_world import WORLD_ENV, check_world, world_env, world_notes
 from .weightless import NO_WEIGHTS_ENV, weightless_notes
 from ..render.words import a, count, plural
@@ -1112,6 +1113,7 @@ def format_report(result):
     lines += _verdict(result)
     lines += _managed_lines(result)
     lines += _need_lines(result)
+    lines += remedy_runs.table_lines(result)
     lines += _margin_note(result)
     lines += _notes(result)
     rss = result.get("host_peak_rss_bytes")
@@ -1215,7 +1217,7 @@ class _Runner:
         self.say(f"stopped before {_names(missing)} ended; the figures of the runs that ended:\n"
                  + "\n".join(lines))
 
-    def run(self, allocator, label, memory=None, args=None, extra_env=None, snapshot=None):
+    def run(self, allocator, label, memory=None, args=None, extra_env=None, snapshot=None, steps=None):
         env = dict(self.base_env, VG_FAKECUDA_MEM=str(int(memory or self.memory)))
         if self.user_preload:  # the phantom's libraries first, then the user's
             env["LD_PRELOAD"] = f"{env['LD_PRELOAD']} {self.user_preload}"
@@ -1238,7 +1240,8 @@ class _Runner:
         try:
             result = run_child(self.script, self.args if args is None else args, allocator, _child_env(env),
                                self.out_dir, label, notebook=self.notebook,
-                               steps=self.steps, snapshot=self.snapshot if snapshot is None else snapshot,
+                               steps=self.steps if steps is None else steps,
+                               snapshot=self.snapshot if snapshot is None else snapshot,
                                echo=self.echo, stdout=self.stdout, stderr=self.stderr, live=self.live,
                                cwd=self.cwd and self.cwd.replace(CWD_PER_RUN, allocator),
                                nproc=self.nproc, timeout=self.timeout)
@@ -1330,22 +1333,28 @@ class _Runner:
                 lo = mid
         return hi
 
-    def sweep(self, allocator, name, values):
+    def with_value(self, name, value):
+        """The script's arguments and environment for one value of a sweep:
+        the value in place of "{NAME}" in the arguments, or the variable
+        NAME when no argument has it."""
+        token = "{" + name + "}"
+        if any(token in a for a in self.args):
+            return [a.replace(token, str(value)) for a in self.args], {}
+        return self.args, {name: str(value)}
+
+    def sweep(self, allocator, name, values, extra_env=None, label=None):
         """The largest value that fits, by bisection over the increasing
         values (a larger one never needs less memory): about log2 of their
         count in runs, not one per value. Returns it (None when the
         smallest does not fit), the runs made, in the values' order, and the
         run that failed for a reason other than memory (fits None), which
         ends the search with no answer, or None."""
-        token = "{" + name + "}"
         tried = {}
 
         def run(value):
-            if any(token in a for a in self.args):
-                args, env = [a.replace(token, str(value)) for a in self.args], {}
-            else:
-                args, env = self.args, {name: str(value)}
-            r = self.run(allocator, f"{allocator} {name}={value}", args=args, extra_env=env)
+            args, env = self.with_value(name, value)
+            r = self.run(allocator, f"{label or allocator} {name}={value}", args=args,
+                         extra_env=dict(extra_env or {}, **env))
             r["sweep_value"] = value
             tried[value] = r
             return r
@@ -1367,7 +1376,7 @@ class _Runner:
 def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memory=False, sweep=None,
            out=None, steps=None, context=None, snapshot=True, echo=True, stdout=None,
            stderr=None, jobs=None, no_compile=False, cwd=None, nproc=1, timeout=None, weights=True,
-           world_size=None, rank=None, gpus_per_node=8):
+           world_size=None, rank=None, gpus_per_node=8, remedies=False):
     """Run `script` with `args` on a phantom `gpu` once per allocator and
     return a DryRunResult: per allocator its need (need_bytes: the
     smallest device, from a replay of its run's recording; None, with
@@ -1416,6 +1425,13 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     of `world_size` on PyTorch's fake process group, on nodes of
     `gpus_per_node` phantom GPUs (vramguard.phantom.fake_world): one rank's
     figures for a data-parallel job of any size; not with nproc.
+    remedies: True also runs the standard remedies on the unchanged
+    program (vramguard.phantom.remedies: autocast, activation
+    checkpointing, an 8-bit or fused optimizer, then greedy combinations
+    until one fits), each measured, with its work relative to the program
+    as written, the cheapest that fits and the code that applies it
+    (`remedies` in the result); with sweep, each remedy's largest value
+    and the accumulation that keeps the largest value's batch.
     weights: False loads Hugging Face models (from_pretrained of a Hub id
     or a local folder) from a stand-in of their safetensors checkpoint, the
     same names, shapes and dtypes with no data (vramguard.phantom.weightless):
@@ -1431,6 +1447,12 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     if sweep_spec and min_memory:
         raise DryRunInputError(f"{argnames.name('min_memory')} and {argnames.name('sweep')} cannot be combined: "
                                f"run {argnames.name('min_memory')} on one value")
+    if not isinstance(remedies, bool):
+        raise DryRunInputError(f"{argnames.name('remedies')} is True or False, got {remedies!r}")
+    if remedies and min_memory:
+        raise DryRunInputError(f"{argnames.name('remedies')} and {argnames.name('min_memory')} cannot be combined: "
+                               f"run {argnames.name('min_memory')} on its own")
+    remedies_wanted = remedies
     script = _check_script(script)
     device, context = check_device(memory, preset, context)
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
@@ -1460,6 +1482,8 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
         runner.extra_env["TORCH_COMPILE_DISABLE"] = "1"
     if world_size is not None:
         runner.extra_env.update(world_env(world_size, rank or 0, gpus_per_node))
+    if remedies_wanted:  # every run counts its work and records what the program does
+        runner.extra_env[remedy_runs.WORK_ENV] = "1"
     out_dir = _make_out_dir(out_path, out)
     runner.out_dir = out_dir
     if not weights:
@@ -1467,7 +1491,7 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     try:
         _make_cwds(cwd, allocators)
         return _dryrun(runner, script, args, preset, device, context, allocators, min_memory, sweep_spec,
-                       steps, no_compile, jobs, cwd)
+                       steps, no_compile, jobs, cwd, want_remedies=remedies_wanted)
     except BaseException:
         if runner.started:
             runner.say_partial()
@@ -1501,7 +1525,7 @@ def _check_platform():
 
 
 def _dryrun(runner, script, args, preset, device, context, allocators, min_memory, sweep_spec, steps,
-            no_compile, jobs, cwd):
+            no_compile, jobs, cwd, want_remedies=False):
     result = DryRunResult(gpu=preset.name, device_bytes=device, context_bytes=context, script=script,
                           args=[str(a) for a in args], out_dir=runner.out_dir, steps=steps,
                           allocators=list(allocators), min_memory=bool(min_memory),
@@ -1551,7 +1575,7 @@ def _dryrun(runner, script, args, preset, device, context, allocators, min_memor
         run.update(largest_value=largest, largest_batch=largest, sweep_name=name)
         run["sweep"] = [dict({k: r.get(k) for k in ("fits", "peak_allocated_bytes", "peak_reserved_bytes",
                                                      "first_oom", "error", "exit_status")},
-                             value=r["sweep_value"])
+                             value=r["sweep_value"], work_flops=remedy_runs.work_of(r))
                         for r in runs]
         return run
 
@@ -1570,6 +1594,9 @@ def _dryrun(runner, script, args, preset, device, context, allocators, min_memor
     reads = [r.get("d2h_reads") for r in runs if r.get("d2h_reads") is not None]
     result["d2h_reads"] = max(reads) if reads else None
     managed.summarize(result, runs)
+    if want_remedies:
+        runner.say("measuring the remedies on the unchanged program")
+        result["remedies"] = remedy_runs.measure(runner, result, preset, sweep_spec)
     result["elapsed_s"] = round(time.monotonic() - started, 3)
     deciding = [result["vramguard"]] if "vramguard" in result else list(runs)
     result["fits"] = (True if all(r.get("fits") for r in deciding)

@@ -1,0 +1,457 @@
+"""dryrun --remedies: the standard remedies for an out-of-memory, each run on
+the user's unchanged program (remedy_apply.py applies them in the child),
+measured rather than estimated: what each one frees, the largest batch it
+allows where a batch was swept, and its cost in work (work.py: FLOPs, not
+time). Then the combinations the single remedies suggest, greedy, the one
+that saves most first, until one fits or all are tried; then the cheapest
+change that fits (fewest changes, least extra work) and the lines that
+apply it.
+
+The remedies run under one allocator (vramguard's, when the dry run has it):
+the allocator rows compare the program as written. The figures of every
+row are the runs' own; a remedy that could not be applied says why and
+takes no part in the combinations.
+"""
+import importlib.util
+
+from .._core import format_size
+from ..render.words import count
+from .remedy_apply import REMEDIES_ENV
+from .work import WORK_ENV
+
+#: A phantom this many times the card's memory: where a setting that runs
+#: out of memory on the card takes its steps whole, for its peaks and work.
+LARGER = 8
+
+#: The single remedies, in the order they are tried.
+SINGLES = ("autocast", "checkpoint", "optimizer")
+
+
+def settings(preset):
+    """What each remedy means on this card and this machine: autocast's
+    dtype (bf16 where the card has it: compute capability 8.0 and above;
+    fp16 on a T4 or a V100), and the optimizer's replacement (bitsandbytes'
+    8-bit Adam where it is installed, else PyTorch's fused Adam)."""
+    bf16 = tuple(preset.compute_capability or (0, 0)) >= (8, 0)
+    bnb = importlib.util.find_spec("bitsandbytes") is not None
+    return {"autocast": "bfloat16" if bf16 else "float16", "optimizer": "8bit" if bnb else "fused"}
+
+
+def label(kinds, chosen):
+    names = {"autocast": f"autocast {'bf16' if chosen['autocast'] == 'bfloat16' else 'fp16'}",
+             "checkpoint": "checkpointing",
+             "optimizer": "8-bit AdamW" if chosen["optimizer"] == "8bit" else "fused AdamW"}
+    return " + ".join(names[k] for k in kinds)
+
+
+def env_for(kinds, chosen):
+    spec = ",".join(f"{k}:{chosen[k]}" if k in ("autocast", "optimizer") else k for k in kinds)
+    return {REMEDIES_ENV: spec, WORK_ENV: "1"}
+
+
+def work_of(run):
+    """The work of one optimizer step of a run (work.py), or None."""
+    return ((run or {}).get("work") or {}).get("step_flops")
+
+
+class Measure:
+    """Runs a setting (a list of remedies) once, or as the dry run's sweep,
+    under the remedies' allocator, and makes its row."""
+
+    def __init__(self, runner, allocator, sweep_spec, chosen, baseline):
+        self.runner, self.allocator, self.sweep_spec = runner, allocator, sweep_spec
+        self.chosen, self.baseline = chosen, baseline
+        self.target = max(sweep_spec[1]) if sweep_spec else None
+        self._baseline = None  # its run at the reference arguments, steps whole
+
+    def row(self, kinds):
+        name = label(kinds, self.chosen)
+        env = env_for(kinds, self.chosen)
+        what = f"{self.allocator} {name}"
+        if self.sweep_spec:
+            largest, runs, failed = self.runner.sweep(self.allocator, *self.sweep_spec, extra_env=env, label=what)
+            shown = failed or next((r for r in runs if r["sweep_value"] == largest), None)
+            at_reference = [r for r in runs if r["sweep_value"] == self.sweep_spec[1][0]]
+            row = self._row(kinds, name, shown or at_reference[0] if shown or at_reference else runs[0])
+            row.update(largest_value=largest if failed is None else None,
+                       fits=(largest == self.target) if failed is None else None,
+                       accumulation=accumulation(self.target, largest) if failed is None else None)
+        else:
+            shown = self.runner.run(self.allocator, what, extra_env=env)
+            at_reference = [shown]
+            row = self._row(kinds, name, shown)
+        if row["applied"] and row["fits"] is not None:
+            full = self.reference(env, at_reference, what)
+            row["work_flops"] = work_of(full)
+            row["work_ratio"] = ratio(row["work_flops"], work_of(self.baseline_reference()))
+            if shown is None or shown.get("fits") is False:  # its peaks where the steps ran whole
+                self._peaks(row, full)
+        return row
+
+    def _peaks(self, row, run):
+        whole = run.get("fits") is True
+        row.update(peak_allocated_bytes=run.get("peak_allocated_bytes") if whole else None,
+                   peak_reserved_bytes=run.get("peak_reserved_bytes") if whole else None,
+                   peaks_on_larger_phantom=run.get("device_bytes_asked"))
+
+    def _row(self, kinds, name, run):
+        applied = ((run.get("remedies_seen") or {}).get("applied") or {})
+        missing = {k: (applied.get(k) or {}).get("why") or "not applied" for k in kinds
+                   if not (applied.get(k) or {}).get("applied")}
+        return {"name": name, "remedies": list(kinds), "allocator": self.allocator,
+                "peak_allocated_bytes": run.get("peak_allocated_bytes"),
+                "peak_reserved_bytes": run.get("peak_reserved_bytes"), "peaks_on_larger_phantom": None,
+                "fits": run.get("fits"), "error": run.get("error") if run.get("fits") is None else None,
+                "applied": not missing, "why_not": missing or None,
+                "how": {k: applied.get(k) for k in kinds if applied.get(k)},
+                "work_flops": None, "work_ratio": None}
+
+    def reference(self, env, runs, what):
+        """A run at the reference arguments (the script's, or the sweep's
+        smallest value) whose optimizer steps ran whole: one of `runs`, else
+        one on a phantom large enough for them (an out-of-memory ends a run
+        before its steps are whole), stopped after two steps."""
+        for r in runs:
+            if work_of(r) and r.get("fits"):
+                return r
+        args, value_env = (self.runner.with_value(self.sweep_spec[0], self.sweep_spec[1][0])
+                           if self.sweep_spec else (None, {}))
+        larger = self.runner.memory * LARGER
+        r = self.runner.run(self.allocator, f"{what} (on a larger phantom)", memory=larger, args=args,
+                            extra_env=dict(env, **value_env), snapshot=False, steps=min(self.runner.steps or 2, 2))
+        r["device_bytes_asked"] = larger
+        return r
+
+    def baseline_reference(self):
+        if self._baseline is None:
+            if self.sweep_spec:
+                first = self.sweep_spec[1][0]
+                runs = [dict(e, work={"step_flops": e.get("work_flops")})
+                        for e in self.baseline.get("sweep") or [] if e.get("value") == first]
+            else:
+                runs = [self.baseline]
+            self._baseline = self.reference({}, runs, f"{self.allocator} as written")
+        return self._baseline
+
+    def as_written(self):
+        """The program as written, under the remedies' allocator: the row
+        the others are measured against."""
+        base = self.baseline
+        row = {"name": "as written", "remedies": [], "allocator": self.allocator, "as_written": True,
+               "peak_allocated_bytes": base.get("peak_allocated_bytes"),
+               "peak_reserved_bytes": base.get("peak_reserved_bytes"), "peaks_on_larger_phantom": None,
+               "fits": base.get("fits"), "error": None, "applied": True, "why_not": None, "how": {},
+               "work_flops": None, "work_ratio": 1.0}
+        if self.sweep_spec:
+            largest = base.get("largest_value")
+            row.update(largest_value=largest, fits=largest == self.target,
+                       accumulation=accumulation(self.target, largest))
+        full = self.baseline_reference()
+        row["work_flops"] = work_of(full)
+        if base.get("fits") is False or (self.sweep_spec and not base.get("largest_value")):
+            self._peaks(row, full)
+        return row
+
+
+def ratio(mine, theirs):
+    if not mine or not theirs:
+        return None
+    return round(mine / theirs, 3)
+
+
+def accumulation(target, largest):
+    """The accumulation steps that make up the target batch at the largest
+    batch that fits: {"batch", "steps", "effective"}; None when nothing fits."""
+    if not largest:
+        return None
+    steps = -(-target // largest)
+    return {"batch": largest, "steps": steps, "effective": largest * steps}
+
+
+def _saving_key(row):
+    """What a remedy buys, larger first: the largest value where swept, then
+    the lower peak reserved."""
+    reserved = row.get("peak_reserved_bytes")
+    return (row.get("largest_value") or 0, -(reserved if reserved is not None else float("inf")))
+
+
+def measure(runner, result, preset, sweep_spec):
+    """Every row, the cheapest that fits and its code: result["remedies"]."""
+    allocators = result["allocators"]
+    allocator = "vramguard" if "vramguard" in allocators else allocators[0]
+    baseline = result[allocator]
+    unmeasured = _why_not_measured(baseline)
+    if unmeasured:
+        return {"measured": False, "why": unmeasured, "allocator": allocator, "rows": []}
+    chosen = settings(preset)
+    m = Measure(runner, allocator, sweep_spec, chosen, baseline)
+    program = program_of(baseline)
+    rows = [m.as_written()]
+    for kind in SINGLES:
+        skipped = _skip(kind, program, chosen)
+        rows.append(_skipped_row(kind, chosen, allocator, skipped) if skipped else m.row([kind]))
+    if not any(r.get("fits") for r in rows):
+        useful = sorted((r for r in rows if r.get("applied") and r.get("fits") is not None and r["remedies"]),
+                        key=_saving_key, reverse=True)
+        for n in range(2, len(useful) + 1):
+            kinds = [k for r in useful[:n] for k in r["remedies"]]
+            rows.append(m.row(kinds))
+            if rows[-1].get("fits"):
+                break
+    out = {"measured": True, "allocator": allocator, "settings": chosen, "rows": rows, "program": program,
+           "target": m.target, "sweep_name": sweep_spec[0] if sweep_spec else None,
+           "sweep_values": list(sweep_spec[1]) if sweep_spec else None}
+    out.update(choose(result, out))
+    return out
+
+
+def _why_not_measured(baseline):
+    from .dryrun import never_used_gpu, phantom_failed
+
+    if baseline.get("timed_out"):
+        return "the program as written timed out"
+    if never_used_gpu(baseline):
+        return "the program never used the GPU: there is no memory for a remedy to free"
+    if phantom_failed(baseline):
+        return "the phantom could not run the program as written"
+    if baseline.get("fits") is None:
+        return "the script failed before its end as written (below): a remedy's run would fail there too"
+    return None
+
+
+def program_of(run):
+    seen = run.get("remedies_seen") or {}
+    models = seen.get("models") or []
+    return {"trainer": bool(seen.get("trainer")),
+            "huggingface": any(m.get("huggingface") for m in models),
+            "checkpointing": any(m.get("checkpointing") for m in models),
+            "autocast_regions": seen.get("program_autocast_regions") or 0,
+            "optimizers": seen.get("optimizer_classes") or run.get("optimizers") or [],
+            "models": [m.get("class") for m in models]}
+
+
+def _skip(kind, program, chosen):
+    """Why a remedy is not run at all (what the program as written already
+    does), or None."""
+    if kind == "checkpoint" and program["checkpointing"]:
+        return "the program already turns activation checkpointing on"
+    if kind == "optimizer":
+        others = [o for o in program["optimizers"] if o not in ("Adam", "AdamW")]
+        if program["optimizers"] and others and len(others) == len(program["optimizers"]):
+            return f"the program's optimizer is {', '.join(others)}, not torch.optim.Adam or AdamW"
+        if not program["optimizers"]:
+            return "the program built no optimizer"
+    return None
+
+
+def _skipped_row(kind, chosen, allocator, why):
+    return {"name": label([kind], chosen), "remedies": [kind], "allocator": allocator,
+            "peak_allocated_bytes": None, "peak_reserved_bytes": None, "fits": None, "error": None,
+            "applied": False, "why_not": {kind: why}, "how": {}, "work_flops": None, "work_ratio": None,
+            "skipped": True}
+
+
+# ---------------------------------------------------------------- the choice
+
+
+def _as_written_fits(result, sweep):
+    native = result.get("native")
+    if native is None:
+        return False
+    if sweep:
+        return native.get("largest_value") == max(sweep["values"])
+    return bool(native.get("fits"))
+
+
+def _allocator_rows(result, remedies):
+    """The program as written under each allocator, as candidate changes."""
+    sweep = result.get("sweep")
+    rows = []
+    for name in ("expandable", "vramguard"):
+        run = result.get(name)
+        if run is None:
+            continue
+        fits = (run.get("largest_value") == remedies["target"]) if sweep else run.get("fits")
+        rows.append({"name": f"{name} allocator", "remedies": [], "allocator": name, "fits": fits,
+                     "work_ratio": 1.0, "peak_reserved_bytes": run.get("peak_reserved_bytes")})
+    return rows
+
+
+def choose(result, remedies):
+    """{"cheapest": the row's name or None, "sentence", "code": lines}."""
+    sweep = result.get("sweep")
+    if _as_written_fits(result, sweep):
+        what = (f"{sweep['name']}={max(sweep['values'])} fits" if sweep else "it fits")
+        return {"cheapest": None, "code": [],
+                "sentence": f"As written {what} with PyTorch's default allocator: nothing needs changing; "
+                            "the rows say what each remedy would free."}
+    fitting = [r for r in _allocator_rows(result, remedies) + remedies["rows"]
+               if r.get("fits") and r.get("applied", True) and not r.get("as_written")]
+    if not fitting:
+        return {"cheapest": None, "code": [], "sentence": _nothing_fits(result, remedies)}
+    best = min(fitting, key=lambda r: (max(1, len(r["remedies"])), r.get("work_ratio") or 1.0,
+                                       r.get("peak_reserved_bytes") or 0))
+    changes = max(1, len(best["remedies"]))
+    cost = best.get("work_ratio")
+    work = (f", {cost:.2f}x the work" if cost and abs(cost - 1) >= 0.005 else ", no extra work" if cost else "")
+    under = (f" (measured with the {best['allocator']} allocator, which the code installs too)"
+             if best["remedies"] and best["allocator"] != "native" else "")
+    return {"cheapest": best["name"], "code": code_for(best, remedies),
+            "sentence": f"Cheapest change that fits: {best['name']} ({count(changes, 'change')}{work}){under}."}
+
+
+def _nothing_fits(result, remedies):
+    gpu = result["gpu"]
+    tried = [r for r in remedies["rows"] if r.get("applied")]
+    if not tried:
+        return f"No remedy could be applied to this program (the rows say why): nothing tried fits on the {gpu}."
+    if remedies.get("sweep_name"):
+        best = max((r.get("largest_value") or 0) for r in tried)
+        name = remedies["sweep_name"]
+        if best:
+            return (f"No remedy tried fits {name}={remedies['target']} on the {gpu}; the largest {name} any allows "
+                    f"is {best}, with gradient accumulation to keep the batch (the rows).")
+        return f"No remedy tried fits even the smallest {name} on the {gpu}."
+    low = min(tried, key=lambda r: r.get("peak_reserved_bytes") or 0)
+    return (f"Nothing tried fits on the {gpu}: the lowest peak, {low['name']}, still reserves "
+            f"{format_size(low.get('peak_reserved_bytes') or 0)}; a smaller batch or a larger card is needed.")
+
+
+def code_for(row, remedies):
+    """The lines a user adds for the row's change."""
+    program, chosen = remedies.get("program") or {}, remedies.get("settings") or {}
+    lines = []
+    if not row["remedies"]:
+        return _allocator_code(row["allocator"])
+    if row["allocator"] == "vramguard":
+        lines += _allocator_code("vramguard")
+    elif row["allocator"] == "expandable":
+        lines += _allocator_code("expandable")
+    for kind in row["remedies"]:
+        lines += _remedy_code(kind, row, program, chosen)
+    acc = row.get("accumulation")
+    if acc and acc["steps"] > 1:
+        name = remedies.get("sweep_name") or "batch"
+        lines.append(f"# {name}={acc['batch']}, with gradients accumulated over {acc['steps']} steps "
+                     f"(an effective {acc['effective']})"
+                     + (f": TrainingArguments(..., gradient_accumulation_steps={acc['steps']})"
+                        if program.get("trainer") else ""))
+    return lines
+
+
+def _allocator_code(allocator):
+    if allocator == "vramguard":
+        return ["import vramguard; vramguard.install()  # before the first CUDA call"]
+    if allocator == "expandable":
+        return ['import os; os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"  # before importing torch']
+    return []
+
+
+def _remedy_code(kind, row, program, chosen):
+    trainer = program.get("trainer")
+    if kind == "autocast":
+        half = chosen.get("autocast") == "float16"
+        if trainer:
+            return [f"TrainingArguments(..., {'fp16' if half else 'bf16'}=True)"]
+        dtype = "torch.float16" if half else "torch.bfloat16"
+        lines = [f'with torch.autocast("cuda", dtype={dtype}):  # around the forward pass and the loss']
+        if half:
+            lines.append('scaler = torch.amp.GradScaler("cuda")  # fp16: scaler.scale(loss).backward(); '
+                         "scaler.step(optimizer); scaler.update()")
+        return lines
+    if kind == "checkpoint":
+        how = (row.get("how") or {}).get("checkpoint") or {}
+        if trainer:
+            return ["TrainingArguments(..., gradient_checkpointing=True)"]
+        if how.get("how") == "huggingface":
+            return [f"model.{how.get('method') or 'gradient_checkpointing_enable'}()  # before training"]
+        block = how.get("block_class") or "Block"
+        return ["from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing",
+                f"apply_activation_checkpointing(model, check_fn=lambda m: isinstance(m, {block}))"]
+    if chosen.get("optimizer") == "8bit":
+        if trainer:
+            return ['TrainingArguments(..., optim="adamw_bnb_8bit")']
+        return ["import bitsandbytes as bnb",
+                "optimizer = bnb.optim.AdamW8bit(model.parameters(), lr=...)  # instead of torch.optim.AdamW"]
+    if trainer:
+        return ['TrainingArguments(..., optim="adamw_torch_fused")']
+    return ["optimizer = torch.optim.AdamW(model.parameters(), lr=..., fused=True)"]
+
+
+# ---------------------------------------------------------------- the report
+
+
+def work_note(result):
+    """What the work column counts, and what it did not see."""
+    runs = [r for r in (result.get(a) for a in result.get("allocators", [])) if r]
+    unseen = ["elementwise and normalization operators (no formula)"]
+    if any(((r.get("work") or {}).get("operator_count_stopped_at_compile")) for r in runs):
+        unseen.insert(0, "the attention and convolutions inside compiled code")
+    kernels = sorted({name for r in runs for name in (r.get("extensions") or {})})
+    if kernels:
+        unseen.insert(0, f"the custom kernels of {', '.join(kernels)}")
+    return ("Work: floating-point operations of one optimizer step relative to the program as written, a count "
+            "of work, not a time: matrix products from the cuBLAS calls (exact), attention and convolutions from "
+            f"PyTorch's operator formulas; not counted: {'; '.join(unseen)}.")
+
+
+def _cell(value):
+    return format_size(value) if value is not None else "-"
+
+
+def _peak_cell(row, key):
+    value = row.get(key)
+    if value is None:
+        larger = row.get("peaks_on_larger_phantom")
+        return f"> {format_size(larger)}" if larger else "-"
+    return format_size(value) + ("*" if row.get("peaks_on_larger_phantom") else "")
+
+
+def _fits_cell(row):
+    if row.get("skipped"):
+        return "-"
+    return {True: "yes", False: "no", None: "failed"}[row.get("fits")]
+
+
+def table_lines(result):
+    remedies = result.get("remedies")
+    if not remedies:
+        return []
+    if not remedies.get("measured"):
+        return [f"Remedies: not measured: {remedies['why']}."]
+    sweep = remedies.get("sweep_name")
+    headers = ["Remedy", "Peak allocated", "Peak reserved", "Fits"]
+    if sweep:
+        headers += [f"Largest {sweep}", "Accumulation"]
+    headers += ["Work"]
+    rows = []
+    for r in remedies["rows"]:
+        cells = [r["name"], _peak_cell(r, "peak_allocated_bytes"), _peak_cell(r, "peak_reserved_bytes"),
+                 _fits_cell(r)]
+        if sweep:
+            acc = r.get("accumulation")
+            cells += [str(r["largest_value"]) if r.get("largest_value") else "-",
+                      f"{acc['batch']} x {acc['steps']}" if acc and acc["steps"] > 1 else "-"]
+        cells.append(f"{r['work_ratio']:.2f}x" if r.get("work_ratio") else "-")
+        rows.append(cells)
+    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
+    lines = [f"Remedies, each run on the unchanged program with the {remedies['allocator']} allocator:"]
+    for i, cells in enumerate([headers] + rows):
+        lines.append("  ".join(str(c).ljust(w) if j == 0 else str(c).rjust(w)
+                               for j, (c, w) in enumerate(zip(cells, widths))).rstrip())
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    larger = [r for r in remedies["rows"] if r.get("peaks_on_larger_phantom")]
+    if larger:
+        size = format_size(larger[0]["peaks_on_larger_phantom"])
+        at = f" at {sweep}={remedies['sweep_values'][0]}" if sweep else ""
+        lines.append(f"* out of memory on the card: the peak of its steps on a larger phantom ({size}){at}.")
+    for r in remedies["rows"]:
+        for why in (r.get("why_not") or {}).values():
+            lines.append(f"{r['name']}: not applied: {why}.")
+        if r.get("error") and not r.get("why_not"):
+            lines.append(f"{r['name']}: the run failed: {r['error']}")
+    lines.append(remedies["sentence"])
+    lines += [f"    {line}" for line in remedies.get("code") or []]
+    lines.append(work_note(result))
+    return lines

@@ -1,0 +1,315 @@
+"""The standard remedies for an out-of-memory, applied from outside to the
+user's unchanged program in a dry run's child (dryrun --remedies; the
+parent's side is remedies.py), and what the program does of its own:
+
+- autocast: the whole program under torch.autocast("cuda", dtype), set as
+  the main thread's default (torch.set_autocast_enabled/dtype), with the
+  cast cache off: a default that never exits would keep every cast weight;
+  the program's own autocast regions keep their own settings;
+- checkpoint: activation checkpointing at each model's first forward: a
+  Hugging Face model through its own activation_checkpointing_enable()
+  (gradient_checkpointing_enable() before transformers 5), any other
+  nn.Module through PyTorch's checkpoint wrapper on its repeated blocks
+  (the members of a ModuleList or Sequential of two or more modules of one
+  class that have modules of their own: the outermost such);
+- optimizer: torch.optim.Adam and AdamW, as the program builds them,
+  replaced by bitsandbytes' 8-bit Adam/AdamW ("8bit") or built with
+  fused=True ("fused": no foreach temporaries).
+
+Each records whether it applied and, where not, why: the parent's table
+says so. REMEDIES_ENV holds the remedies, comma-separated:
+"autocast:float16", "autocast:bfloat16", "checkpoint", "optimizer:8bit",
+"optimizer:fused".
+"""
+import functools
+import traceback
+import weakref
+
+REMEDIES_ENV = "VRAMGUARD_DRYRUN_REMEDIES"
+KINDS = ("autocast", "checkpoint", "optimizer")
+
+
+def parse(spec):
+    """{"autocast": "float16", "checkpoint": True, ...} from the env's text."""
+    out = {}
+    for item in filter(None, (s.strip() for s in (spec or "").split(","))):
+        kind, _, arg = item.partition(":")
+        if kind not in KINDS:
+            raise ValueError(f"unknown remedy {item!r}")
+        out[kind] = arg or True
+    return out
+
+
+class Observed:
+    """What the program does of its own, recorded in every run of a dry
+    run with remedies (and applied to, where asked)."""
+
+    def __init__(self):
+        self.autocast_regions = 0      # the program's own enabled CUDA autocast regions
+        self.models = []               # per top-level model at its first forward: what it is
+        self.trainer = False           # a first forward from Hugging Face's Trainer
+        self.checkpoint = None         # the checkpoint remedy's record
+        self.autocast = None           # the autocast remedy's record
+        self.optimizer = None          # the optimizer remedy's record
+        self.optimizers_built = []     # torch Adam/AdamW built by the remedy (their class names)
+        self.optimizer_classes = []    # every optimizer the program built, by class name, first seen first
+
+    def figures(self):
+        return {"program_autocast_regions": self.autocast_regions, "models": self.models,
+                "trainer": self.trainer, "applied": {k: v for k, v in (("autocast", self.autocast),
+                                                                        ("checkpoint", self.checkpoint),
+                                                                        ("optimizer", self.optimizer)) if v},
+                "adam_built": self.optimizers_built, "optimizer_classes": self.optimizer_classes}
+
+
+def install(torch, spec):
+    """Watch the program and apply the remedies `spec` names; returns the
+    Observed record the child reads into its result."""
+    remedies = parse(spec)
+    seen = Observed()
+    _watch_autocast(torch, seen)
+    _watch_optimizer_classes(torch, seen)
+    _watch_models(torch, seen, remedies.get("checkpoint"))
+    _watch_optimizers(torch, seen, remedies.get("optimizer"))
+    if remedies.get("autocast"):
+        _autocast_everywhere(torch, seen, remedies["autocast"])
+    return seen
+
+
+# ---------------------------------------------------------------- autocast
+
+def _watch_autocast(torch, seen):
+    cls = torch.amp.autocast_mode.autocast
+    original = cls.__enter__
+    if getattr(original, "_vramguard_watch", False):
+        return
+
+    @functools.wraps(original)
+    def __enter__(self):
+        if getattr(self, "device", None) == "cuda" and getattr(self, "_enabled", False):
+            seen.autocast_regions += 1
+        return original(self)
+
+    __enter__._vramguard_watch = True
+    cls.__enter__ = __enter__
+
+
+def _autocast_everywhere(torch, seen, dtype_name):
+    dtype = getattr(torch, str(dtype_name), None)
+    if not isinstance(dtype, torch.dtype):
+        seen.autocast = {"applied": False, "why": f"no dtype {dtype_name!r} in this PyTorch"}
+        return
+    try:
+        torch.set_autocast_enabled("cuda", True)
+        torch.set_autocast_dtype("cuda", dtype)
+        torch.set_autocast_cache_enabled(False)
+    except (AttributeError, TypeError, RuntimeError) as exc:  # before torch 2.4: no per-device setters
+        seen.autocast = {"applied": False, "why": f"this PyTorch cannot set autocast's default ({exc})"}
+        return
+    seen.autocast = {"applied": True, "dtype": str(dtype_name)}
+
+
+# ---------------------------------------------------------------- checkpointing
+
+def _hf_model(module):
+    """The Hugging Face model in `module` (itself, or the one a wrapper such
+    as peft's holds), or None."""
+    for m in module.modules():
+        if hasattr(m, "supports_gradient_checkpointing") and (
+                hasattr(m, "activation_checkpointing_enable") or hasattr(m, "gradient_checkpointing_enable")):
+            return m
+    return None
+
+
+def _hf_checkpointing_on(model):
+    return any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
+
+
+def _repeated_blocks(torch, root):
+    """The outermost ModuleList or Sequential whose members (two or more) are
+    all of one class that has modules of its own: their members, and the
+    class name; ([], None) when there is none."""
+    nn = torch.nn
+    blocks, names = [], set()
+    inside = set()
+    for m in root.modules():
+        if id(m) in inside:
+            continue
+        if isinstance(m, (nn.ModuleList, nn.Sequential)):
+            kids = list(m.children())
+            kinds = {type(k) for k in kids}
+            if len(kids) >= 2 and len(kinds) == 1 and any(True for _ in kids[0].children()):
+                blocks += kids
+                names.add(type(kids[0]).__name__)
+                for k in kids:
+                    inside.update(id(x) for x in k.modules())
+    return blocks, ", ".join(sorted(names)) or None
+
+
+def _already_wrapped(root):
+    return any(type(m).__name__ == "CheckpointWrapper" for m in root.modules())
+
+
+def _checkpoint_model(torch, module, seen):
+    hf = _hf_model(module)
+    if hf is not None:
+        name = type(hf).__name__
+        if not hf.supports_gradient_checkpointing:
+            return {"applied": False, "model": name, "how": "huggingface",
+                    "why": f"{name} does not support gradient checkpointing (supports_gradient_checkpointing is False)"}
+        if _hf_checkpointing_on(hf):
+            return {"applied": False, "model": name, "how": "huggingface", "already": True,
+                    "why": "the program already turns it on"}
+        method = ("activation_checkpointing_enable" if hasattr(hf, "activation_checkpointing_enable")
+                  else "gradient_checkpointing_enable")
+        try:
+            getattr(hf, method)()
+        except Exception as exc:  # a model that refuses it
+            return {"applied": False, "model": name, "how": "huggingface",
+                    "why": f"{name}.{method}() failed: {type(exc).__name__}: {exc}"}
+        return {"applied": True, "model": name, "how": "huggingface", "method": method}
+    name = type(module).__name__
+    if _already_wrapped(module):
+        return {"applied": False, "model": name, "how": "wrapper", "already": True,
+                "why": "the program already wraps blocks in PyTorch's checkpoint wrapper"}
+    blocks, block_class = _repeated_blocks(torch, module)
+    if not blocks:
+        return {"applied": False, "model": name, "how": "wrapper",
+                "why": f"no repeated blocks in {name} (a ModuleList or Sequential of two or more "
+                       "modules of one class, each with modules of its own)"}
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointImpl, apply_activation_checkpointing, checkpoint_wrapper)
+
+    ids = {id(b) for b in blocks}
+    apply_activation_checkpointing(
+        module, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
+        check_fn=lambda m: id(m) in ids)
+    return {"applied": True, "model": name, "how": "wrapper", "blocks": len(blocks), "block_class": block_class}
+
+
+def _from_trainer():
+    return any("/transformers/trainer" in f.filename for f in traceback.extract_stack())
+
+
+def _watch_models(torch, seen, checkpoint):
+    """At each model's first forward (the outermost module called that no
+    earlier one contains): what it is, and the checkpoint remedy."""
+    done = weakref.WeakSet()
+
+    def first_forward(module, args):
+        if module in done:
+            return None
+        for m in module.modules():
+            done.add(m)
+        if not seen.trainer and _from_trainer():
+            seen.trainer = True
+        hf = _hf_model(module)
+        seen.models.append({"class": type(module).__name__, "huggingface": hf is not None,
+                            "checkpointing": bool(hf is not None and _hf_checkpointing_on(hf))
+                            or _already_wrapped(module)})
+        if checkpoint and module.training and any(p.requires_grad for p in module.parameters()):
+            record = _checkpoint_model(torch, module, seen)
+            if seen.checkpoint is None or (record.get("applied") and not seen.checkpoint.get("applied")):
+                seen.checkpoint = record
+        return None
+
+    torch.nn.modules.module.register_module_forward_pre_hook(first_forward)
+    if checkpoint:
+        seen.checkpoint = {"applied": False, "why": "no model was trained (no forward of a module in training "
+                                                    "mode with parameters that need gradients)"}
+
+
+# ---------------------------------------------------------------- the optimizer
+
+def _watch_optimizer_classes(torch, seen):
+    """Every optimizer's class as it is built (bitsandbytes' too: each calls
+    torch.optim.Optimizer.__init__), whether or not it ever steps."""
+    base = torch.optim.Optimizer
+    original = base.__init__
+    if getattr(original, "_vramguard_watch", False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        name = type(self).__name__
+        if name not in seen.optimizer_classes:
+            seen.optimizer_classes.append(name)
+        return original(self, *args, **kwargs)
+
+    __init__._vramguard_watch = True
+    base.__init__ = __init__
+
+
+def _bnb_class(name):
+    try:
+        import bitsandbytes as bnb
+    except Exception as exc:  # not installed, or its library does not load
+        return None, f"bitsandbytes is not usable here ({type(exc).__name__}: {exc})"
+    cls = getattr(bnb.optim, name + "8bit", None)
+    return cls, None if cls is not None else f"bitsandbytes has no {name}8bit"
+
+
+def _stand_in(torch, original, seen, how):
+    """torch.optim.Adam or AdamW as the program finds it: building one
+    builds the remedy's optimizer instead. isinstance() with it still
+    answers for torch's own class (a library's check of the optimizer)."""
+    name = original.__name__
+
+    class StandInType(type(original)):
+        def __instancecheck__(cls, obj):
+            return isinstance(obj, original)
+
+        def __subclasscheck__(cls, sub):
+            return issubclass(sub, original)
+
+    class StandIn(original, metaclass=StandInType):
+        def __new__(cls, params, *args, **kwargs):
+            if cls is not StandIn:  # a program's own subclass: left as it is
+                return original.__new__(cls)
+            seen.optimizers_built.append(name)
+            return _build(original, name, params, args, kwargs, seen, how)
+
+    StandIn.__name__ = StandIn.__qualname__ = name
+    StandIn.__module__ = original.__module__
+    return StandIn
+
+
+def _build(original, name, params, args, kwargs, seen, how):
+    params = list(params)  # a generator is read once: the fallback needs it again
+    if how == "fused":
+        try:
+            opt = original(params, *args, **dict(kwargs, fused=True, foreach=False))
+        except (RuntimeError, ValueError, TypeError) as exc:  # parameters fused cannot take
+            seen.optimizer = {"applied": False, "why": f"{name}(fused=True) refused: {exc}"}
+            return original(params, *args, **kwargs)
+        seen.optimizer = {"applied": True, "to": f"torch.optim.{name}(fused=True)", "from": name}
+        return opt
+    replacement, why = _bnb_class(name)
+    if replacement is None:
+        seen.optimizer = {"applied": False, "why": why}
+        return original(params, *args, **kwargs)
+    seen.optimizer = {"applied": True, "to": f"bitsandbytes.optim.{replacement.__name__}", "from": name}
+    return replacement(params, **_adam_kwargs(original, args, kwargs))
+
+
+def _adam_kwargs(original, args, kwargs):
+    """lr, betas, eps and weight_decay as the program gave them (by position
+    or name): what bitsandbytes' Adam takes of torch's."""
+    import inspect
+
+    try:
+        bound = inspect.signature(original.__init__).bind_partial(None, None, *args, **kwargs)
+    except TypeError:
+        bound = None
+    given = dict(bound.arguments) if bound else dict(kwargs)
+    return {k: given[k] for k in ("lr", "betas", "eps", "weight_decay") if k in given}
+
+
+def _watch_optimizers(torch, seen, how):
+    if not how:
+        return
+    for name in ("Adam", "AdamW"):
+        original = getattr(torch.optim, name, None)
+        if original is not None:
+            setattr(torch.optim, name, _stand_in(torch, original, seen, how))
+    seen.optimizer = {"applied": False, "why": "the program built no torch.optim.Adam or AdamW"}
