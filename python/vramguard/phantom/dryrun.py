@@ -1596,7 +1596,8 @@ def _dryrun(runner, script, args, preset, device, context, allocators, min_memor
     managed.summarize(result, runs)
     if want_remedies:
         runner.say("measuring the remedies on the unchanged program")
-        result["remedies"] = remedy_runs.measure(runner, result, preset, sweep_spec)
+        result["remedies"] = remedy_runs.measure(runner, result, preset, sweep_spec,
+                                                 _remedies_unmeasured(result[remedy_runs.allocator_of(result)]))
     result["elapsed_s"] = round(time.monotonic() - started, 3)
     deciding = [result["vramguard"]] if "vramguard" in result else list(runs)
     result["fits"] = (True if all(r.get("fits") for r in deciding)
@@ -1604,6 +1605,19 @@ def _dryrun(runner, script, args, preset, device, context, allocators, min_memor
     result["exit_code"] = exit_status(result)
     result["verdict"] = VERDICTS[result["exit_code"]]
     return result
+
+
+def _remedies_unmeasured(baseline):
+    """Why the program as written leaves the remedies nothing to measure, or None."""
+    if baseline.get("timed_out"):
+        return "the program as written timed out"
+    if never_used_gpu(baseline):
+        return "the program never used the GPU: there is no memory for a remedy to free"
+    if phantom_failed(baseline):
+        return "the phantom could not run the program as written"
+    if baseline.get("fits") is None:
+        return "the script failed before its end as written (below): a remedy's run would fail there too"
+    return None
 
 
 def _world_size(runner):

@@ -175,12 +175,17 @@ def _saving_key(row):
     return (row.get("largest_value") or 0, -(reserved if reserved is not None else float("inf")))
 
 
-def measure(runner, result, preset, sweep_spec):
-    """Every row, the cheapest that fits and its code: result["remedies"]."""
+def allocator_of(result):
+    """The allocator the remedies run under: vramguard's, when the dry run has it."""
     allocators = result["allocators"]
-    allocator = "vramguard" if "vramguard" in allocators else allocators[0]
+    return "vramguard" if "vramguard" in allocators else allocators[0]
+
+
+def measure(runner, result, preset, sweep_spec, unmeasured=None):
+    """Every row, the cheapest that fits and its code: result["remedies"].
+    unmeasured: why the program as written leaves nothing to measure."""
+    allocator = allocator_of(result)
     baseline = result[allocator]
-    unmeasured = _why_not_measured(baseline)
     if unmeasured:
         return {"measured": False, "why": unmeasured, "allocator": allocator, "rows": []}
     chosen = settings(preset)
@@ -203,20 +208,6 @@ def measure(runner, result, preset, sweep_spec):
            "sweep_values": list(sweep_spec[1]) if sweep_spec else None}
     out.update(choose(result, out))
     return out
-
-
-def _why_not_measured(baseline):
-    from .dryrun import never_used_gpu, phantom_failed
-
-    if baseline.get("timed_out"):
-        return "the program as written timed out"
-    if never_used_gpu(baseline):
-        return "the program never used the GPU: there is no memory for a remedy to free"
-    if phantom_failed(baseline):
-        return "the phantom could not run the program as written"
-    if baseline.get("fits") is None:
-        return "the script failed before its end as written (below): a remedy's run would fail there too"
-    return None
 
 
 def program_of(run):

@@ -32,6 +32,7 @@ saving first; then what lowers the peak, a noted batch fit first, then by
 estimated saving, those without an estimate last in a fixed order.
 """
 import html
+import sys
 
 from .. import _core
 from ..render.advice import fragmentation_so_what
@@ -356,7 +357,20 @@ class OOMReport:
         for n, (title, saves, detail) in enumerate(self._advice_lines(), 1):
             out.append(f"  {n}. {title} ({saves})")
             out.append(f"     {detail}")
+        out.append(self.measure_line())
         return "\n".join(out)
+
+    def measure_line(self):
+        """The dry-run command that measures the remedies on this program."""
+        from .oom_dryrun import command_line
+
+        name = None
+        torch = sys.modules.get("torch")  # an out-of-memory came from it: it is imported
+        try:
+            name = torch.cuda.get_device_name(self.device) if torch is not None else None
+        except Exception:  # the device cannot say: the total names the card
+            pass
+        return command_line(name, self.device_total)
 
     def __repr__(self):
         return str(self)
@@ -372,6 +386,7 @@ class OOMReport:
         for title, saves, detail in self._advice_lines():
             parts.append(f"<li><b>{e(title)}</b> ({e(saves)})<br>{e(detail)}</li>")
         parts.append("</ol>")
+        parts.append(f"<p>{e(self.measure_line())}</p>")
         return "".join(parts)
 
 

@@ -1,0 +1,197 @@
+"""The remedies' report (vramguard.phantom.remedies) and the out-of-memory
+report's dry-run command (vramguard.report.oom_dryrun), from figures given:
+every sentence at its cases, the choice of the cheapest change, the code."""
+import os
+import sys
+
+import pytest
+
+from vramguard.phantom import remedies
+from vramguard.report import oom_dryrun
+
+MiB = 1 << 20
+CHOSEN = {"autocast": "float16", "optimizer": "8bit"}
+
+
+def row(name, kinds, fits, reserved, work=1.0, **extra):
+    r = {"name": name, "remedies": kinds, "allocator": "vramguard", "fits": fits,
+         "peak_allocated_bytes": reserved - 10 * MiB, "peak_reserved_bytes": reserved, "applied": True,
+         "why_not": None, "how": {}, "work_ratio": work, "peaks_on_larger_phantom": None}
+    r.update(extra)
+    return r
+
+
+def result(rows, native_fits=False, sweep=None, program=None, **runs):
+    out = {"gpu": "T4", "allocators": ["native", "vramguard"], "native": {"fits": native_fits},
+           "vramguard": {"fits": False, "peak_reserved_bytes": 900 * MiB}}
+    out.update(runs)
+    rem = {"measured": True, "allocator": "vramguard", "settings": CHOSEN, "rows": rows,
+           "program": program or {"trainer": False}, "target": max(sweep["values"]) if sweep else None,
+           "sweep_name": sweep["name"] if sweep else None, "sweep_values": sweep["values"] if sweep else None}
+    if sweep:
+        out["sweep"] = sweep
+    rem.update(remedies.choose(out, rem))
+    out["remedies"] = rem
+    return out
+
+
+def test_fewest_changes_first_then_least_work():
+    rows = [row("as written", [], False, 900 * MiB, as_written=True),
+            row("autocast fp16", ["autocast"], True, 500 * MiB, 1.0),
+            row("checkpointing", ["checkpoint"], True, 400 * MiB, 1.2),
+            row("autocast fp16 + checkpointing", ["autocast", "checkpoint"], True, 300 * MiB, 1.2)]
+    r = result(rows)
+    assert r["remedies"]["cheapest"] == "autocast fp16"
+    assert r["remedies"]["sentence"] == (
+        "Cheapest change that fits: autocast fp16 (1 change, no extra work) (measured with the vramguard "
+        "allocator, which the code installs too).")
+    assert r["remedies"]["code"] == [
+        "import vramguard; vramguard.install()  # before the first CUDA call",
+        'with torch.autocast("cuda", dtype=torch.float16):  # around the forward pass and the loss',
+        'scaler = torch.amp.GradScaler("cuda")  # fp16: scaler.scale(loss).backward(); scaler.step(optimizer); '
+        "scaler.update()"]
+
+
+def test_an_allocator_that_fits_as_written_is_the_cheapest():
+    rows = [row("as written", [], True, 900 * MiB, as_written=True),
+            row("checkpointing", ["checkpoint"], True, 400 * MiB, 1.2)]
+    r = result(rows, vramguard={"fits": True, "peak_reserved_bytes": 900 * MiB})
+    assert r["remedies"]["cheapest"] == "vramguard allocator"
+    assert r["remedies"]["sentence"] == "Cheapest change that fits: vramguard allocator (1 change, no extra work)."
+    assert r["remedies"]["code"] == ["import vramguard; vramguard.install()  # before the first CUDA call"]
+
+
+def test_extra_work_is_said():
+    rows = [row("checkpointing", ["checkpoint"], True, 400 * MiB, 1.18,
+                how={"checkpoint": {"how": "wrapper", "block_class": "Block"}})]
+    r = result(rows)
+    assert "(1 change, 1.18x the work)" in r["remedies"]["sentence"]
+    assert r["remedies"]["code"][-1] == "apply_activation_checkpointing(model, check_fn=lambda m: isinstance(m, Block))"
+
+
+def test_fits_as_written():
+    r = result([row("autocast fp16", ["autocast"], True, 500 * MiB)], native_fits=True)
+    assert r["remedies"]["sentence"] == ("As written it fits with PyTorch's default allocator: nothing needs "
+                                         "changing; the rows say what each remedy would free.")
+    assert r["remedies"]["code"] == []
+
+
+def test_nothing_fits_says_the_lowest_peak():
+    rows = [row("autocast fp16", ["autocast"], False, 700 * MiB), row("checkpointing", ["checkpoint"], False, 650 * MiB)]
+    r = result(rows)
+    assert r["remedies"]["sentence"] == ("Nothing tried fits on the T4: the lowest peak, checkpointing, still "
+                                         "reserves 650.00 MiB; a smaller batch or a larger card is needed.")
+
+
+def test_nothing_applied():
+    r = result([row("checkpointing", ["checkpoint"], None, 1, applied=False, why_not={"checkpoint": "no blocks"})])
+    assert r["remedies"]["sentence"] == ("No remedy could be applied to this program (the rows say why): nothing "
+                                         "tried fits on the T4.")
+
+
+@pytest.mark.parametrize("largest, sentence", [
+    (16, "No remedy tried fits BATCH=64 on the T4; the largest BATCH any allows is 16, with gradient "
+         "accumulation to keep the batch (the rows)."),
+    (None, "No remedy tried fits even the smallest BATCH on the T4.")])
+def test_sweep_nothing_fits(largest, sentence):
+    sweep = {"name": "BATCH", "values": [8, 16, 32, 64]}
+    rows = [row("autocast fp16", ["autocast"], False, 700 * MiB, largest_value=largest,
+                accumulation=remedies.accumulation(64, largest))]
+    r = result(rows, sweep=sweep, native={"largest_value": 8})
+    assert r["remedies"]["sentence"] == sentence
+
+
+def test_sweep_accumulation_in_table_and_code():
+    sweep = {"name": "BATCH", "values": [8, 16, 32, 64]}
+    rows = [row("as written", [], False, 900 * MiB, as_written=True, largest_value=8,
+                accumulation=remedies.accumulation(64, 8)),
+            row("8-bit AdamW", ["optimizer"], True, 500 * MiB, 1.0, largest_value=64,
+                accumulation=remedies.accumulation(64, 64))]
+    r = result(rows, sweep=sweep, native={"largest_value": 8}, program={"trainer": True})
+    assert remedies.accumulation(64, 24) == {"batch": 24, "steps": 3, "effective": 72}
+    assert r["remedies"]["code"][-1] == 'TrainingArguments(..., optim="adamw_bnb_8bit")'
+    lines = remedies.table_lines(r)
+    assert lines[1:5] == [
+        "Remedy       Peak allocated  Peak reserved  Fits  Largest BATCH  Accumulation   Work",
+        "-----------  --------------  -------------  ----  -------------  ------------  -----",
+        "as written       890.00 MiB     900.00 MiB    no              8         8 x 8  1.00x",
+        "8-bit AdamW      490.00 MiB     500.00 MiB   yes             64             -  1.00x"]
+
+
+def test_rows_that_could_not_be_applied_and_larger_phantom_peaks():
+    rows = [row("as written", [], False, 900 * MiB, as_written=True, peaks_on_larger_phantom=8 << 30),
+            remedies._skipped_row("optimizer", CHOSEN, "vramguard", "the program built no optimizer"),
+            row("checkpointing", ["checkpoint"], None, 1, applied=False, peak_allocated_bytes=None,
+                peak_reserved_bytes=None, peaks_on_larger_phantom=8 << 30,
+                why_not={"checkpoint": "no repeated blocks in Net"})]
+    lines = remedies.table_lines(result(rows))
+    assert "900.00 MiB*" in lines[3]
+    assert lines[4].split()[:4] == ["8-bit", "AdamW", "-", "-"]
+    assert "> 8.00 GiB" in lines[5]
+    assert "* out of memory on the card: the peak of its steps on a larger phantom (8.00 GiB)." in lines
+    assert "8-bit AdamW: not applied: the program built no optimizer." in lines
+    assert "checkpointing: not applied: no repeated blocks in Net." in lines
+
+
+def test_not_measured_is_one_line():
+    r = {"remedies": {"measured": False, "why": "the program never used the GPU: there is no memory for a "
+                                                "remedy to free", "rows": []}}
+    assert remedies.table_lines(r) == ["Remedies: not measured: the program never used the GPU: there is no "
+                                       "memory for a remedy to free."]
+    assert remedies.table_lines({}) == []
+
+
+@pytest.mark.parametrize("runs, unseen", [
+    ([{}], "not counted: elementwise and normalization operators (no formula)."),
+    ([{"work": {"operator_count_stopped_at_compile": True}, "extensions": {"bitsandbytes": {}}}],
+     "not counted: the custom kernels of bitsandbytes; the attention and convolutions inside compiled code; "
+     "elementwise and normalization operators (no formula).")])
+def test_work_note_says_what_was_not_seen(runs, unseen):
+    res = {"allocators": ["vramguard"], "vramguard": runs[0]}
+    assert remedies.work_note(res).endswith(unseen)
+
+
+def test_settings_follow_the_card():
+    from vramguard import PRESETS
+
+    assert remedies.settings(PRESETS["T4"])["autocast"] == "float16"
+    assert remedies.settings(PRESETS["L4"])["autocast"] == "bfloat16"
+    assert remedies.env_for(["autocast", "checkpoint", "optimizer"], CHOSEN) == {
+        "VRAMGUARD_DRYRUN_REMEDIES": "autocast:float16,checkpoint,optimizer:8bit", "VRAMGUARD_DRYRUN_WORK": "1"}
+
+
+# ------------------------------------------------------------ the OOM report's command
+
+
+def test_card_flags():
+    assert oom_dryrun.card_flags("Tesla T4", 15_828_320_256) == ["--gpu", "T4"]
+    assert oom_dryrun.card_flags("NVIDIA A10G", 23_836_033_024) == ["--memory", "23836033024"]
+
+
+def test_command_for_a_script(tmp_path, monkeypatch):
+    script = tmp_path / "my train.py"
+    script.write_text("")
+    monkeypatch.setattr(sys, "argv", [str(script), "--batch", "64"])
+    monkeypatch.setattr(oom_dryrun, "_notebook_path", lambda: None)
+    assert oom_dryrun.command_line("Tesla T4", 1) == (
+        f"Measure the remedies on this script, without a GPU: python -m vramguard dryrun --gpu T4 --remedies "
+        f"'{script}' --batch 64")
+
+
+@pytest.mark.parametrize("path, tail", [
+    ("/c/nb.ipynb", "python -m vramguard dryrun --gpu T4 --remedies /c/nb.ipynb"),
+    ("", "python -m vramguard dryrun --gpu T4 --remedies NOTEBOOK.ipynb")])
+def test_command_for_a_notebook(monkeypatch, path, tail):
+    monkeypatch.setattr(oom_dryrun, "_notebook_path", lambda: path)
+    line = oom_dryrun.command_line("Tesla T4", 1)
+    assert line == ("Measure the remedies on this notebook, without a GPU (the whole notebook: its cells depend "
+                    f"on the ones before): {tail}")
+
+
+def test_command_when_the_program_is_not_known(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["-c"])
+    monkeypatch.setattr(oom_dryrun, "_notebook_path", lambda: None)
+    assert oom_dryrun.command_line(None, 0) == (
+        "Measure the remedies on the program, without a GPU: python -m vramguard dryrun --gpu T4 --remedies "
+        "SCRIPT.py ARGS...")
+    assert not os.path.isfile("-c")
