@@ -79,20 +79,20 @@ def test_fits_as_written():
 def test_nothing_fits_says_the_lowest_peak():
     rows = [row("autocast fp16", ["autocast"], False, 700 * MiB), row("checkpointing", ["checkpoint"], False, 650 * MiB)]
     r = result(rows)
-    assert r["remedies"]["sentence"] == ("Nothing tried fits on the T4: the lowest peak, checkpointing, still "
+    assert r["remedies"]["sentence"] == ("Nothing tried fits on a T4: the lowest peak, checkpointing, still "
                                          "reserves 650.00 MiB; a smaller batch or a larger card is needed.")
 
 
 def test_nothing_applied():
     r = result([row("checkpointing", ["checkpoint"], None, 1, applied=False, why_not={"checkpoint": "no blocks"})])
     assert r["remedies"]["sentence"] == ("No remedy could be applied to this program (the rows say why): nothing "
-                                         "tried fits on the T4.")
+                                         "tried fits on a T4.")
 
 
 @pytest.mark.parametrize("largest, sentence", [
-    (16, "No remedy tried fits BATCH=64 on the T4; the largest BATCH any allows is 16, with gradient "
+    (16, "No remedy tried fits BATCH=64 on a T4; the largest BATCH any allows is 16, with gradient "
          "accumulation to keep the batch (the rows)."),
-    (None, "No remedy tried fits even the smallest BATCH on the T4.")])
+    (None, "No remedy tried fits even the smallest BATCH on a T4.")])
 def test_sweep_nothing_fits(largest, sentence):
     sweep = {"name": "BATCH", "values": [8, 16, 32, 64]}
     rows = [row("autocast fp16", ["autocast"], False, 700 * MiB, largest_value=largest,

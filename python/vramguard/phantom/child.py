@@ -618,7 +618,10 @@ class Run:
         torch = self.torch
         if isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
             return True
-        return isinstance(exc, RuntimeError) and "out of memory" in str(exc)
+        # A library that cannot get device memory for itself (cuBLAS's handle
+        # in a new thread, at the peak; cuDNN's) is out of memory too.
+        return isinstance(exc, RuntimeError) and ("out of memory" in str(exc)
+                                                  or any(s in str(exc) for s in _LIBRARY_OOM))
 
     # --------------------------------------------------------- after
 
@@ -835,6 +838,10 @@ class Run:
         # and its stack) is often the costliest step of all.
         out["host_peak_rss_bytes"] = _peak_rss_bytes()
         return out
+
+
+#: How a library's out-of-memory reaches the script: its status, in PyTorch's error.
+_LIBRARY_OOM = ("CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED")
 
 
 def _peak_rss_bytes():

@@ -1597,7 +1597,8 @@ def _dryrun(runner, script, args, preset, device, context, allocators, min_memor
     if want_remedies:
         runner.say("measuring the remedies on the unchanged program")
         result["remedies"] = remedy_runs.measure(runner, result, preset, sweep_spec,
-                                                 _remedies_unmeasured(result[remedy_runs.allocator_of(result)]))
+                                                 _remedies_unmeasured(result[remedy_runs.allocator_of(result)]),
+                                                 device=_device(result))
     result["elapsed_s"] = round(time.monotonic() - started, 3)
     deciding = [result["vramguard"]] if "vramguard" in result else list(runs)
     result["fits"] = (True if all(r.get("fits") for r in deciding)

@@ -15,7 +15,7 @@ takes no part in the combinations.
 import importlib.util
 
 from .._core import format_size
-from ..render.words import count
+from ..render.words import a, count
 from .remedy_apply import REMEDIES_ENV
 from .work import WORK_ENV
 
@@ -181,9 +181,10 @@ def allocator_of(result):
     return "vramguard" if "vramguard" in allocators else allocators[0]
 
 
-def measure(runner, result, preset, sweep_spec, unmeasured=None):
+def measure(runner, result, preset, sweep_spec, unmeasured=None, device=None):
     """Every row, the cheapest that fits and its code: result["remedies"].
-    unmeasured: why the program as written leaves nothing to measure."""
+    unmeasured: why the program as written leaves nothing to measure;
+    device: the card's words in the sentences ("T4", "T4 of 1.00 GiB")."""
     allocator = allocator_of(result)
     baseline = result[allocator]
     if unmeasured:
@@ -204,6 +205,7 @@ def measure(runner, result, preset, sweep_spec, unmeasured=None):
             if rows[-1].get("fits"):
                 break
     out = {"measured": True, "allocator": allocator, "settings": chosen, "rows": rows, "program": program,
+           "device": device or result["gpu"],
            "target": m.target, "sweep_name": sweep_spec[0] if sweep_spec else None,
            "sweep_values": list(sweep_spec[1]) if sweep_spec else None}
     out.update(choose(result, out))
@@ -245,13 +247,16 @@ def _skipped_row(kind, chosen, allocator, why):
 # ---------------------------------------------------------------- the choice
 
 
-def _as_written_fits(result, sweep):
-    native = result.get("native")
-    if native is None:
-        return False
-    if sweep:
-        return native.get("largest_value") == max(sweep["values"])
-    return bool(native.get("fits"))
+def _as_written(result, remedies):
+    """Whether the program as written fits (the sweep's largest value where
+    swept): with PyTorch's default allocator where it was run, else with the
+    remedies' own; and the words for that allocator."""
+    name = "native" if result.get("native") else remedies["allocator"]
+    run = result.get(name) or {}
+    fits = (run.get("largest_value") == remedies["target"]) if result.get("sweep") else bool(run.get("fits"))
+    words = ("PyTorch's default allocator" if name == "native"
+             else f"the {name} allocator (PyTorch's default was not run)")
+    return fits, words
 
 
 def _allocator_rows(result, remedies):
@@ -271,10 +276,11 @@ def _allocator_rows(result, remedies):
 def choose(result, remedies):
     """{"cheapest": the row's name or None, "sentence", "code": lines}."""
     sweep = result.get("sweep")
-    if _as_written_fits(result, sweep):
+    fits, allocator = _as_written(result, remedies)
+    if fits:
         what = (f"{sweep['name']}={max(sweep['values'])} fits" if sweep else "it fits")
         return {"cheapest": None, "code": [],
-                "sentence": f"As written {what} with PyTorch's default allocator: nothing needs changing; "
+                "sentence": f"As written {what} with {allocator}: nothing needs changing; "
                             "the rows say what each remedy would free."}
     fitting = [r for r in _allocator_rows(result, remedies) + remedies["rows"]
                if r.get("fits") and r.get("applied", True) and not r.get("as_written")]
@@ -292,19 +298,19 @@ def choose(result, remedies):
 
 
 def _nothing_fits(result, remedies):
-    gpu = result["gpu"]
+    gpu = a(remedies.get("device") or result["gpu"])
     tried = [r for r in remedies["rows"] if r.get("applied")]
     if not tried:
-        return f"No remedy could be applied to this program (the rows say why): nothing tried fits on the {gpu}."
+        return f"No remedy could be applied to this program (the rows say why): nothing tried fits on {gpu}."
     if remedies.get("sweep_name"):
         best = max((r.get("largest_value") or 0) for r in tried)
         name = remedies["sweep_name"]
         if best:
-            return (f"No remedy tried fits {name}={remedies['target']} on the {gpu}; the largest {name} any allows "
+            return (f"No remedy tried fits {name}={remedies['target']} on {gpu}; the largest {name} any allows "
                     f"is {best}, with gradient accumulation to keep the batch (the rows).")
-        return f"No remedy tried fits even the smallest {name} on the {gpu}."
+        return f"No remedy tried fits even the smallest {name} on {gpu}."
     low = min(tried, key=lambda r: r.get("peak_reserved_bytes") or 0)
-    return (f"Nothing tried fits on the {gpu}: the lowest peak, {low['name']}, still reserves "
+    return (f"Nothing tried fits on {gpu}: the lowest peak, {low['name']}, still reserves "
             f"{format_size(low.get('peak_reserved_bytes') or 0)}; a smaller batch or a larger card is needed.")
 
 

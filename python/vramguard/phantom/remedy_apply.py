@@ -193,30 +193,36 @@ def _from_trainer():
 
 def _watch_models(torch, seen, checkpoint):
     """At each model's first forward (the outermost module called that no
-    earlier one contains): what it is, and the checkpoint remedy."""
-    done = weakref.WeakSet()
+    earlier one contains): what it is; and the checkpoint remedy at its
+    first forward in training (an evaluation may come first)."""
+    observed, tried = weakref.WeakSet(), weakref.WeakSet()
 
     def first_forward(module, args):
-        if module in done:
-            return None
-        for m in module.modules():
-            done.add(m)
-        if not seen.trainer and _from_trainer():
-            seen.trainer = True
-        hf = _hf_model(module)
-        seen.models.append({"class": type(module).__name__, "huggingface": hf is not None,
-                            "checkpointing": bool(hf is not None and _hf_checkpointing_on(hf))
-                            or _already_wrapped(module)})
-        if checkpoint and module.training and any(p.requires_grad for p in module.parameters()):
+        if module not in observed:
+            observed.update(module.modules())
+            _observe(module, seen)
+        if checkpoint and module not in tried and module.training and any(
+                p.requires_grad for p in module.parameters()):
+            tried.update(module.modules())
             record = _checkpoint_model(torch, module, seen)
-            if seen.checkpoint is None or (record.get("applied") and not seen.checkpoint.get("applied")):
+            # the first trained model's record, unless a later one's applied where it did not
+            if seen.checkpoint.get("untrained") or (record.get("applied") and not seen.checkpoint.get("applied")):
                 seen.checkpoint = record
         return None
 
     torch.nn.modules.module.register_module_forward_pre_hook(first_forward)
     if checkpoint:
-        seen.checkpoint = {"applied": False, "why": "no model was trained (no forward of a module in training "
-                                                    "mode with parameters that need gradients)"}
+        seen.checkpoint = {"applied": False, "untrained": True,
+                           "why": "no model was trained (no forward of a module in training mode with parameters "
+                                  "that need gradients)"}
+
+
+def _observe(module, seen):
+    if not seen.trainer and _from_trainer():
+        seen.trainer = True
+    hf = _hf_model(module)
+    seen.models.append({"class": type(module).__name__, "huggingface": hf is not None,
+                        "checkpointing": bool(hf is not None and _hf_checkpointing_on(hf)) or _already_wrapped(module)})
 
 
 # ---------------------------------------------------------------- the optimizer

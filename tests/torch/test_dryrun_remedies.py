@@ -1,0 +1,202 @@
+"""dryrun --remedies on real programs: each remedy applied from outside to
+the unchanged script (its file is not touched), measured under vramguard's
+allocator, its work counted; the combination chosen fits; a Hugging Face
+model through Trainer takes its own checkpointing path, a plain module the
+wrapper on its repeated blocks, a model with none says so; a script that
+fails or never uses the GPU gets one line and no remedy runs."""
+import hashlib
+import io
+import subprocess
+
+import pytest
+
+from test_dryrun import MiB, _env, dryrun, report, write
+
+pytestmark = pytest.mark.torch
+
+GPT = """
+    import sys, torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class Block(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.attn = nn.MultiheadAttention(d, 4, batch_first=True)
+            self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+        def forward(self, x):
+            h = self.ln1(x)
+            x = x + self.attn(h, h, h, need_weights=False)[0]
+            return x + self.mlp(self.ln2(x))
+
+    class GPT(nn.Module):
+        def __init__(self, vocab, d, layers, seq):
+            super().__init__()
+            self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(seq, d)
+            self.blocks = nn.ModuleList(Block(d) for _ in range(layers))
+            self.head = nn.Linear(d, vocab)
+
+        def forward(self, idx):
+            x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+            for block in self.blocks:
+                x = block(x)
+            return self.head(x)
+
+    B, S, D, L, V = int(sys.argv[1]), 256, 256, 4, 4096
+    model = GPT(V, D, L, S).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)  # fp32, foreach
+    for _ in range(2):
+        idx = torch.randint(0, V, (B, S), device="cuda")
+        F.cross_entropy(model(idx).flatten(0, 1), idx.flatten()).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+"""
+
+
+def _hash(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _rows(result):
+    return {r["name"]: r for r in result["remedies"]["rows"]}
+
+
+def test_a_gpt_that_does_not_fit_gets_a_combination_that_does(tmp_path):
+    script = write(tmp_path, "gpt.py", GPT)
+    before = _hash(script)
+    # 875 MiB, 475 for tensors: as written a step needs about 1 GiB; no single remedy is enough
+    result, _ = dryrun(tmp_path, "--allocator", "vramguard", "--no-snapshot", "--memory", "875MiB",
+                       "--remedies", "gpt.py", "32", expect=1)
+    assert _hash(script) == before
+    rows = _rows(result)
+    written, amp, ckpt, opt8 = (rows[n] for n in ("as written", "autocast fp16", "checkpointing", "8-bit AdamW"))
+    assert written["fits"] is False and written["peaks_on_larger_phantom"] == 8 * 875 * MiB
+    # each single measured, whole (on the larger phantom where the card ran out)
+    assert all(r["applied"] and r["peak_allocated_bytes"] for r in (amp, ckpt, opt8))
+    assert amp["peak_allocated_bytes"] < written["peak_allocated_bytes"]  # half the activations
+    assert ckpt["peak_allocated_bytes"] < amp["peak_allocated_bytes"]  # only the blocks' inputs kept
+    assert ckpt["how"]["checkpoint"] == {"applied": True, "model": "GPT", "how": "wrapper", "blocks": 4,
+                                         "block_class": "Block"}
+    assert opt8["how"]["optimizer"]["to"] == "bitsandbytes.optim.AdamW8bit"
+    # 8-bit states: 2 x (4 - 1) bytes less per parameter
+    params = 2 * 4096 * 256 + 4096 + 256 * 256 + 4 * (12 * 256 * 256 + 13 * 256)
+    saved = written["peak_allocated_bytes"] - opt8["peak_allocated_bytes"]
+    assert 5 * params <= saved <= 6 * params + 8 * MiB
+    assert not any(r["fits"] for r in (amp, ckpt, opt8))
+    combos = [r for r in result["remedies"]["rows"] if len(r["remedies"]) > 1]
+    assert combos and combos[-1]["fits"] is True
+    assert combos[0]["remedies"][:2] == ["checkpoint", "autocast"]  # the most saving first
+    assert result["remedies"]["cheapest"] == combos[-1]["name"]
+    lines = report(result).splitlines()
+    assert lines[lines.index(result["remedies"]["sentence"]) + 1] == (
+        "    import vramguard; vramguard.install()  # before the first CUDA call")
+    assert "    apply_activation_checkpointing(model, check_fn=lambda m: isinstance(m, Block))" in lines
+
+
+def test_work_counts_are_exact_and_checkpointing_costs_what_theory_says(tmp_path):
+    write(tmp_path, "gpt.py", GPT)
+    result, _ = dryrun(tmp_path, "--allocator", "vramguard", "--no-snapshot", "--memory", "4GiB",
+                       "--remedies", "gpt.py", "8", expect=0)
+    work = result["vramguard"]["work"]
+    tokens, d, vocab = 8 * 256, 256, 4096
+    forward = 4 * 2 * tokens * 12 * d * d + 2 * tokens * d * vocab  # the blocks' Linears and the head
+    # a step: the forward's GEMMs, and twice them in the backward (inputs' and weights' gradients); two steps
+    assert work["gemm_flops"] == 2 * 3 * forward
+    assert work["operator_gemm_flops"] == work["gemm_flops"]  # the two counts agree on eager code
+    attention = work["operator_other_flops"] // 2
+    assert work["step_flops"] == 3 * forward + attention
+    ratio = _rows(result)["checkpointing"]["work_ratio"]
+    # the blocks' forward again (PyTorch stops recomputing once the last saved tensor is back): at most
+    # a third more than a step's GEMMs
+    assert 1.1 < ratio <= round(1 + (4 * 2 * tokens * 12 * d * d + attention) / work["step_flops"], 3)
+    assert _rows(result)["autocast fp16"]["work_ratio"] == 1.0
+    assert result["remedies"]["sentence"].startswith("As written it fits with the vramguard allocator")
+
+
+MLP = """
+    import torch
+    model = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 8)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for _ in range(2):
+        model(torch.randn(4, 4096, device="cuda")).sum().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+"""
+
+
+def test_fused_adamw_frees_the_foreach_temporaries_and_a_model_without_blocks_says_so(tmp_path, monkeypatch):
+    """Without bitsandbytes the optimizer remedy is PyTorch's fused AdamW:
+    the foreach step's temporary (a copy of every parameter) is gone."""
+    import vramguard
+    from vramguard.phantom import remedies
+
+    for key, value in _env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(remedies, "settings", lambda preset: {"autocast": "float16", "optimizer": "fused"})
+    write(tmp_path, "mlp.py", MLP)
+    err = io.StringIO()
+    result = vramguard.dryrun(str(tmp_path / "mlp.py"), gpu="T4", allocators="native,vramguard", memory="2GiB",
+                              out=str(tmp_path / "out"), stdout=io.StringIO(), stderr=err, snapshot=False,
+                              remedies=True)
+    rows = _rows(result)
+    params = (4096 * 4096 + 4096 + 4096 * 8 + 8) * 4
+    fused = rows["fused AdamW"]
+    assert fused["how"]["optimizer"] == {"applied": True, "to": "torch.optim.AdamW(fused=True)", "from": "AdamW"}
+    # as written the step holds weights, gradients, two states and the foreach temporary: 5 x the
+    # parameters; fused, 4 x (its peak is then the backward's, with cuBLAS's workspace of 8 MiB)
+    assert 5 * params <= rows["as written"]["peak_allocated_bytes"] <= 5 * params + MiB
+    assert 4 * params <= fused["peak_allocated_bytes"] <= 4 * params + 9 * MiB
+    assert rows["checkpointing"]["applied"] is False
+    assert rows["checkpointing"]["why_not"]["checkpoint"].startswith("no repeated blocks in Sequential")
+    text = str(result)
+    assert "checkpointing: not applied: no repeated blocks in Sequential (a ModuleList or Sequential" in text
+    assert result["remedies"]["sentence"] == ("As written it fits with PyTorch's default allocator: nothing needs "
+                                              "changing; the rows say what each remedy would free.")
+
+
+TRAINER = """
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+
+    config = LlamaConfig(vocab_size=2048, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128)
+    rows = [{"input_ids": torch.arange(128), "labels": torch.arange(128)} for _ in range(8)]
+    args = TrainingArguments(output_dir="out", per_device_train_batch_size=4, max_steps=2, report_to="none",
+                             save_strategy="no")
+    Trainer(model=LlamaForCausalLM(config), args=args, train_dataset=rows).train()
+"""
+
+
+def test_a_huggingface_model_through_trainer_takes_its_own_checkpointing(tmp_path):
+    write(tmp_path, "train.py", TRAINER)
+    result, _ = dryrun(tmp_path, "--allocator", "vramguard", "--no-snapshot", "--memory", "1GiB",
+                       "--remedies", "train.py", expect=0)
+    program = result["remedies"]["program"]
+    assert program["trainer"] is True and program["huggingface"] is True
+    ckpt = _rows(result)["checkpointing"]
+    assert ckpt["applied"] is True and ckpt["how"]["checkpoint"]["how"] == "huggingface"
+    assert ckpt["how"]["checkpoint"]["model"] == "LlamaForCausalLM"
+    assert ckpt["peak_allocated_bytes"] < _rows(result)["as written"]["peak_allocated_bytes"]
+    assert ckpt["work_ratio"] > 1.0
+    from vramguard.phantom.remedies import code_for
+
+    assert code_for(ckpt, result["remedies"]) == [
+        "import vramguard; vramguard.install()  # before the first CUDA call",
+        "TrainingArguments(..., gradient_checkpointing=True)"]
+
+
+@pytest.mark.parametrize("code, status, why", [
+    ("import torch\nx = torch.empty(1 << 20, device='cuda')\nraise SystemExit('broken')\n", 3,
+     "Remedies: not measured: the script failed before its end as written (below): a remedy's run would fail "
+     "there too."),
+    ("print('no GPU here')\n", 4,
+     "Remedies: not measured: the program never used the GPU: there is no memory for a remedy to free.")])
+def test_nothing_to_measure_is_one_line_and_no_remedy_runs(tmp_path, code, status, why):
+    write(tmp_path, "s.py", code)
+    result, err = dryrun(tmp_path, "--allocator", "vramguard", "--no-snapshot", "--remedies", "s.py", expect=status)
+    assert report(result).splitlines().count(why) == 1
+    assert "autocast" not in err and result["remedies"]["rows"] == []
+    left = subprocess.run(["pgrep", "-f", str(tmp_path / "s.py")], capture_output=True, text=True)
+    assert left.stdout == ""
