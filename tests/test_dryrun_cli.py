@@ -73,6 +73,18 @@ def test_min_memory_and_sweep_do_not_combine(script):
                   "--min-memory and --sweep cannot be combined")
 
 
+def test_remedies_and_min_memory_do_not_combine(script):
+    check_refused(dryrun("--remedies", "--min-memory", "train.py", cwd=script),
+                  "--remedies and --min-memory cannot be combined: run --min-memory on its own")
+
+
+def test_remedies_is_true_or_false():
+    from vramguard.phantom.dryrun import DryRunInputError, dryrun as api
+
+    with pytest.raises(DryRunInputError, match=r"^remedies= is True or False, got 'yes'$"):
+        api("train.py", remedies="yes")
+
+
 def test_a_bad_memory_size(script):
     check_refused(dryrun("--memory", "lots", "train.py", cwd=script), "--memory 'lots'")
 

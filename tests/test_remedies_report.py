@@ -195,3 +195,25 @@ def test_command_when_the_program_is_not_known(monkeypatch):
         "Measure the remedies on the program, without a GPU: python -m vramguard dryrun --gpu T4 --remedies "
         "SCRIPT.py ARGS...")
     assert not os.path.isfile("-c")
+
+
+@pytest.mark.parametrize("program, kind, why", [
+    ({"autocast_regions": 1, "checkpointing": False, "optimizers": ["AdamW"]}, "autocast",
+     "the program already runs under autocast (1 region entered), and its own regions keep their dtype"),
+    ({"autocast_regions": 12, "checkpointing": False, "optimizers": ["AdamW"]}, "autocast",
+     "the program already runs under autocast (12 regions entered), and its own regions keep their dtype"),
+    ({"autocast_regions": 0, "checkpointing": True, "optimizers": ["AdamW"]}, "checkpoint",
+     "the program already turns activation checkpointing on"),
+    ({"autocast_regions": 0, "checkpointing": False, "optimizers": ["SGD"]}, "optimizer",
+     "the program's optimizer is SGD, not torch.optim.Adam or AdamW"),
+    ({"autocast_regions": 0, "checkpointing": False, "optimizers": ["PagedAdamW8bit", "SGD"]}, "optimizer",
+     "the program's optimizer is PagedAdamW8bit, SGD, not torch.optim.Adam or AdamW"),
+    ({"autocast_regions": 0, "checkpointing": False, "optimizers": []}, "optimizer",
+     "the program built no optimizer")])
+def test_what_the_program_already_does_is_not_run_again(program, kind, why):
+    assert remedies._skip(kind, program, CHOSEN) == why
+
+
+def test_a_plain_program_skips_nothing():
+    plain = {"autocast_regions": 0, "checkpointing": False, "optimizers": ["SGD", "AdamW"]}
+    assert [remedies._skip(k, plain, CHOSEN) for k in remedies.SINGLES] == [None, None, None]

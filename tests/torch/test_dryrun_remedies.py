@@ -152,6 +152,9 @@ def test_fused_adamw_frees_the_foreach_temporaries_and_a_model_without_blocks_sa
     assert rows["checkpointing"]["why_not"]["checkpoint"].startswith("no repeated blocks in Sequential")
     text = str(result)
     assert "checkpointing: not applied: no repeated blocks in Sequential (a ModuleList or Sequential" in text
+    html = result._repr_html_()
+    assert "<pre>Remedies, each run on the unchanged program with the vramguard allocator:" in html
+    assert "fused AdamW" in html
     assert result["remedies"]["sentence"] == ("As written it fits with PyTorch's default allocator: nothing needs "
                                               "changing; the rows say what each remedy would free.")
 

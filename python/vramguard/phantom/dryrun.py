@@ -1137,6 +1137,9 @@ def report_html(result):
     lines = (_card_line(result) + _verdict(result) + _managed_lines(result) + _need_lines(result)
              + _margin_note(result) + _notes(result))
     body = "".join(f"<div>{escape(line)}</div>" for line in lines)
+    remedies = remedy_runs.table_lines(result)
+    if remedies:  # a table of its own, in the text's columns
+        body += f"<pre>{escape(chr(10).join(remedies))}</pre>"
     where = (f"<div style='font-size:11px;color:#555'>snapshots and logs: {escape(result['out_dir'])}</div>"
              if result.get("out_dir") else "")
     badge = verdict_badge(bool(fits)) if fits is not None else ""

@@ -3,9 +3,10 @@ user's unchanged program in a dry run's child (dryrun --remedies; the
 parent's side is remedies.py), and what the program does of its own:
 
 - autocast: the whole program under torch.autocast("cuda", dtype), set as
-  the main thread's default (torch.set_autocast_enabled/dtype), with the
-  cast cache off: a default that never exits would keep every cast weight;
-  the program's own autocast regions keep their own settings;
+  the default of the main thread and of the threads the program starts
+  (torch.set_autocast_enabled/dtype), with the cast cache off: a default
+  that never exits would keep every cast weight; the program's own autocast
+  regions keep their own settings;
 - checkpoint: activation checkpointing at each model's first forward: a
   Hugging Face model through its own activation_checkpointing_enable()
   (gradient_checkpointing_enable() before transformers 5), any other
@@ -106,7 +107,30 @@ def _autocast_everywhere(torch, seen, dtype_name):
     except (AttributeError, TypeError, RuntimeError) as exc:  # before torch 2.4: no per-device setters
         seen.autocast = {"applied": False, "why": f"this PyTorch cannot set autocast's default ({exc})"}
         return
+    _in_new_threads(torch, dtype)
     seen.autocast = {"applied": True, "dtype": str(dtype_name)}
+
+
+def _in_new_threads(torch, dtype):
+    """Autocast's state is per thread: the threads the program starts (a
+    training loop on one, as some frameworks and notebook tools run it) get
+    the same default. PyTorch's autograd threads run the backward, which
+    autocast does not touch."""
+    import threading
+
+    original = threading.Thread.run
+    if getattr(original, "_vramguard_autocast", False):
+        return
+
+    @functools.wraps(original)
+    def run(self):
+        torch.set_autocast_enabled("cuda", True)
+        torch.set_autocast_dtype("cuda", dtype)
+        torch.set_autocast_cache_enabled(False)
+        return original(self)
+
+    run._vramguard_autocast = True
+    threading.Thread.run = run
 
 
 # ---------------------------------------------------------------- checkpointing
