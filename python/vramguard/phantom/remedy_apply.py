@@ -219,13 +219,15 @@ def _watch_models(torch, seen, checkpoint):
     """At each model's first forward (the outermost module called that no
     earlier one contains): what it is; and the checkpoint remedy at its
     first forward in training (an evaluation may come first)."""
-    observed, tried = weakref.WeakSet(), weakref.WeakSet()
+    observed, outermost, tried = weakref.WeakSet(), weakref.WeakSet(), weakref.WeakSet()
 
     def first_forward(module, args):
         if module not in observed:
             observed.update(module.modules())
+            outermost.add(module)
             _observe(module, seen)
-        if checkpoint and module not in tried and module.training and any(
+        # a model: a module first called from outside any other (its blocks are not models)
+        if checkpoint and module in outermost and module not in tried and module.training and any(
                 p.requires_grad for p in module.parameters()):
             tried.update(module.modules())
             record = _checkpoint_model(torch, module, seen)
