@@ -89,16 +89,59 @@ def test_nothing_applied():
                                          "tried fits on a T4.")
 
 
-@pytest.mark.parametrize("largest, sentence", [
-    (16, "No remedy tried fits BATCH=64 on a T4; the largest BATCH any allows is 16, with gradient "
-         "accumulation to keep the batch (the rows)."),
-    (None, "No remedy tried fits even the smallest BATCH on a T4.")])
-def test_sweep_nothing_fits(largest, sentence):
+def test_sweep_nothing_fits():
     sweep = {"name": "BATCH", "values": [8, 16, 32, 64]}
-    rows = [row("autocast fp16", ["autocast"], False, 700 * MiB, largest_value=largest,
-                accumulation=remedies.accumulation(64, largest))]
-    r = result(rows, sweep=sweep, native={"largest_value": 8})
+    rows = [row("autocast fp16", ["autocast"], False, 700 * MiB, largest_value=None, accumulation=None)]
+    r = result(rows, sweep=sweep, native={"largest_value": None})
+    assert r["remedies"]["sentence"] == "No remedy tried fits even the smallest BATCH on a T4."
+    assert r["remedies"]["code"] == []
+
+
+SWEEP = {"name": "BATCH", "values": [8, 16, 32, 64]}
+
+
+@pytest.mark.parametrize("native, rows, sentence", [
+    # accumulation alone is one change and no extra work: the cheapest
+    (8, [row("checkpointing", ["checkpoint"], True, 500 * MiB, 1.24, largest_value=64,
+             accumulation=remedies.accumulation(64, 64))],
+     "Cheapest change that makes up BATCH=64: gradient accumulation, BATCH=8 over 8 accumulation steps "
+     "(1 change, no extra work)."),
+    # nothing fits as written: a remedy and accumulation, two changes
+    (None, [row("checkpointing", ["checkpoint"], False, 500 * MiB, 1.24, largest_value=16,
+                accumulation=remedies.accumulation(64, 16))],
+     "Cheapest change that makes up BATCH=64: checkpointing, BATCH=16 over 4 accumulation steps (2 changes, "
+     "1.24x the work) (measured with the vramguard allocator, which the code installs too)."),
+    # one remedy that fits the whole batch beats one with accumulation at the same work
+    (None, [row("autocast fp16", ["autocast"], False, 500 * MiB, 1.0, largest_value=32,
+                accumulation=remedies.accumulation(64, 32)),
+            row("8-bit AdamW", ["optimizer"], True, 600 * MiB, 1.0, largest_value=64,
+                accumulation=remedies.accumulation(64, 64))],
+     "Cheapest change that makes up BATCH=64: 8-bit AdamW (1 change, no extra work) (measured with the vramguard "
+     "allocator, which the code installs too)."),
+    # an effective batch above the one asked for is said
+    (None, [row("checkpointing", ["checkpoint"], False, 500 * MiB, 1.2, largest_value=24,
+                accumulation=remedies.accumulation(64, 24))],
+     "Cheapest change that makes up BATCH=64: checkpointing, BATCH=24 over 3 accumulation steps (an effective 72) "
+     "(2 changes, 1.20x the work) (measured with the vramguard allocator, which the code installs too).")])
+def test_sweep_choice_with_accumulation(native, rows, sentence):
+    sweep = dict(SWEEP, values=[8, 16, 24, 32, 64])
+    r = result(rows, sweep=sweep, native={"largest_value": native})
     assert r["remedies"]["sentence"] == sentence
+
+
+def test_accumulation_code():
+    rows = [row("checkpointing", ["checkpoint"], False, 500 * MiB, 1.24, largest_value=16,
+                accumulation=remedies.accumulation(64, 16), how={"checkpoint": {"how": "huggingface",
+                                                                               "method": "gradient_checkpointing_enable"}})]
+    plain = result(rows, sweep=SWEEP, native={"largest_value": None})
+    assert plain["remedies"]["code"] == [
+        "import vramguard; vramguard.install()  # before the first CUDA call",
+        "model.gradient_checkpointing_enable()  # before training",
+        "# BATCH=16: the loss divided by 4, backward() every batch, optimizer.step() and zero_grad() every 4 batches"]
+    trainer = result(rows, sweep=SWEEP, native={"largest_value": None}, program={"trainer": True})
+    assert trainer["remedies"]["code"][1:] == [
+        "TrainingArguments(..., gradient_checkpointing=True)",
+        "TrainingArguments(..., per_device_train_batch_size=16, gradient_accumulation_steps=4)"]
 
 
 def test_sweep_accumulation_in_table_and_code():
@@ -107,7 +150,7 @@ def test_sweep_accumulation_in_table_and_code():
                 accumulation=remedies.accumulation(64, 8)),
             row("8-bit AdamW", ["optimizer"], True, 500 * MiB, 1.0, largest_value=64,
                 accumulation=remedies.accumulation(64, 64))]
-    r = result(rows, sweep=sweep, native={"largest_value": 8}, program={"trainer": True})
+    r = result(rows, sweep=sweep, native={"largest_value": None}, program={"trainer": True})
     assert remedies.accumulation(64, 24) == {"batch": 24, "steps": 3, "effective": 72}
     assert r["remedies"]["code"][-1] == 'TrainingArguments(..., optim="adamw_bnb_8bit")'
     lines = remedies.table_lines(r)

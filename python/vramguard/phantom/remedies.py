@@ -262,18 +262,38 @@ def _as_written(result, remedies):
     return fits, words
 
 
-def _allocator_rows(result, remedies):
-    """The program as written under each allocator, as candidate changes."""
-    sweep = result.get("sweep")
-    rows = []
-    for name in ("expandable", "vramguard"):
+def _steps(row):
+    acc = row.get("accumulation")
+    return acc["steps"] if acc else 1
+
+
+def _changes(row):
+    """What a user changes: each remedy, another allocator, accumulation."""
+    return len(row["remedies"]) + (row["allocator"] != "native" and not row["remedies"]) + (_steps(row) > 1)
+
+
+def _candidates(result, remedies):
+    """Every setting that reaches the goal: the program as written under an
+    allocator, or a row of remedies, that fits; with a sweep, that fits a
+    value (its accumulation making up the largest value asked for)."""
+    sweep, target = result.get("sweep"), remedies["target"]
+    out = []
+    for name in ("native", "expandable", "vramguard"):
         run = result.get(name)
-        if run is None:
+        if not run or (not sweep and (name == "native" or not run.get("fits"))):
             continue
-        fits = (run.get("largest_value") == remedies["target"]) if sweep else run.get("fits")
-        rows.append({"name": f"{name} allocator", "remedies": [], "allocator": name, "fits": fits,
-                     "work_ratio": 1.0, "peak_reserved_bytes": run.get("peak_reserved_bytes")})
-    return rows
+        if sweep and not run.get("largest_value"):
+            continue
+        what = "gradient accumulation" if name == "native" else f"{name} allocator"
+        out.append({"name": what, "remedies": [], "allocator": name, "work_ratio": 1.0,
+                    "peak_reserved_bytes": run.get("peak_reserved_bytes"),
+                    "accumulation": accumulation(target, run["largest_value"]) if sweep else None})
+    for r in remedies["rows"]:
+        if r.get("as_written") or not r.get("applied"):
+            continue
+        if (sweep and r.get("largest_value")) or (not sweep and r.get("fits")):
+            out.append(r)
+    return out
 
 
 def choose(result, remedies):
@@ -285,19 +305,25 @@ def choose(result, remedies):
         return {"cheapest": None, "code": [],
                 "sentence": f"As written {what} with {allocator}: nothing needs changing; "
                             "the rows say what each remedy would free."}
-    fitting = [r for r in _allocator_rows(result, remedies) + remedies["rows"]
-               if r.get("fits") and r.get("applied", True) and not r.get("as_written")]
+    fitting = _candidates(result, remedies)
     if not fitting:
         return {"cheapest": None, "code": [], "sentence": _nothing_fits(result, remedies)}
-    best = min(fitting, key=lambda r: (max(1, len(r["remedies"])), r.get("work_ratio") or 1.0,
+    # fewest changes, then least work, then no accumulation (fewer, larger batches), then the lower peak
+    best = min(fitting, key=lambda r: (_changes(r), round(r.get("work_ratio") or 1.0, 2), _steps(r),
                                        r.get("peak_reserved_bytes") or 0))
-    changes = max(1, len(best["remedies"]))
     cost = best.get("work_ratio")
     work = (f", {cost:.2f}x the work" if cost and abs(cost - 1) >= 0.005 else ", no extra work" if cost else "")
     under = (f" (measured with the {best['allocator']} allocator, which the code installs too)"
              if best["remedies"] and best["allocator"] != "native" else "")
+    goal, how = "fits", best["name"]
+    if sweep:
+        name, acc = sweep["name"], best["accumulation"]
+        goal = f"makes up {name}={remedies['target']}"
+        if acc["steps"] > 1:
+            how += (f", {name}={acc['batch']} over {acc['steps']} accumulation steps"
+                    + (f" (an effective {acc['effective']})" if acc["effective"] != remedies["target"] else ""))
     return {"cheapest": best["name"], "code": code_for(best, remedies),
-            "sentence": f"Cheapest change that fits: {best['name']} ({count(changes, 'change')}{work}){under}."}
+            "sentence": f"Cheapest change that {goal}: {how} ({count(_changes(best), 'change')}{work}){under}."}
 
 
 def _nothing_fits(result, remedies):
@@ -306,12 +332,7 @@ def _nothing_fits(result, remedies):
     if not tried:
         return f"No remedy could be applied to this program (the rows say why): nothing tried fits on {gpu}."
     if remedies.get("sweep_name"):
-        best = max((r.get("largest_value") or 0) for r in tried)
-        name = remedies["sweep_name"]
-        if best:
-            return (f"No remedy tried fits {name}={remedies['target']} on {gpu}; the largest {name} any allows "
-                    f"is {best}, with gradient accumulation to keep the batch (the rows).")
-        return f"No remedy tried fits even the smallest {name} on {gpu}."
+        return f"No remedy tried fits even the smallest {remedies['sweep_name']} on {gpu}."
     low = min(tried, key=lambda r: r.get("peak_reserved_bytes") or 0)
     return (f"Nothing tried fits on {gpu}: the lowest peak, {low['name']}, still reserves "
             f"{format_size(low.get('peak_reserved_bytes') or 0)}; a smaller batch or a larger card is needed.")
@@ -320,22 +341,18 @@ def _nothing_fits(result, remedies):
 def code_for(row, remedies):
     """The lines a user adds for the row's change."""
     program, chosen = remedies.get("program") or {}, remedies.get("settings") or {}
-    lines = []
-    if not row["remedies"]:
-        return _allocator_code(row["allocator"])
-    if row["allocator"] == "vramguard":
-        lines += _allocator_code("vramguard")
-    elif row["allocator"] == "expandable":
-        lines += _allocator_code("expandable")
+    lines = _allocator_code(row["allocator"])
     for kind in row["remedies"]:
         lines += _remedy_code(kind, row, program, chosen)
     acc = row.get("accumulation")
     if acc and acc["steps"] > 1:
         name = remedies.get("sweep_name") or "batch"
-        lines.append(f"# {name}={acc['batch']}, with gradients accumulated over {acc['steps']} steps "
-                     f"(an effective {acc['effective']})"
-                     + (f": TrainingArguments(..., gradient_accumulation_steps={acc['steps']})"
-                        if program.get("trainer") else ""))
+        if program.get("trainer"):
+            lines.append(f"TrainingArguments(..., per_device_train_batch_size={acc['batch']}, "
+                         f"gradient_accumulation_steps={acc['steps']})")
+        else:
+            lines.append(f"# {name}={acc['batch']}: the loss divided by {acc['steps']}, backward() every batch, "
+                         f"optimizer.step() and zero_grad() every {acc['steps']} batches")
     return lines
 
 
