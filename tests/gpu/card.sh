@@ -14,9 +14,13 @@
 #      largest batch under the T4 preset's budget;
 #   4. what time is left: bash tests/gpu/run.sh's own side-by-side runs.
 #
+#   (between 2 and 3: each remedy of dryrun --remedies applied to one program
+#   on the card, tests/gpu/remedies_on_card.py, 120 s at most)
+#
 # The phantom's side of the comparison runs on any machine afterwards, with
 # the torch the card used (the results name it):
 #   python bench/zoo_fidelity.py --compare RESULTS/gpu_zoo --gpu <preset> --out RESULTS/fidelity
+#   python tests/gpu/remedies_on_card.py --compare RESULTS
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 SECONDS_ALL=${1:-480}
@@ -43,6 +47,10 @@ timeout "$(( $(left) < 150 ? $(left) : 150 ))" $PY -m pytest -q -rs -p no:cachep
 echo "== tests/gpu/test_arena.py with VRAMGUARD_ARENA=1 ($(left) s left)"
 VRAMGUARD_ARENA=1 timeout 60 $PY -m pytest -q -rs -p no:cacheprovider tests/gpu/test_arena.py 2>&1 \
   | tee "$RESULTS/gpu_arena.log" || status=1
+
+echo "== each remedy of dryrun --remedies on the card ($(left) s left)"
+timeout "$(( $(left) < 120 ? $(left) : 120 ))" $PY tests/gpu/remedies_on_card.py --out "$RESULTS" 2>&1 \
+  | tee "$RESULTS/remedies_card.log" || status=1
 
 echo "== the zoo on the card ($(left) s left)"
 $PY bench/zoo_card.py --out "$RESULTS" --seconds "$(( $(left) - 40 ))" ${ZOO_CARD_ARGS:-} || status=1
