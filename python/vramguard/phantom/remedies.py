@@ -227,8 +227,7 @@ def _skip(kind, program, chosen):
     """Why a remedy is not run at all (what the program as written already
     does), or None."""
     if kind == "autocast" and program["autocast_regions"]:
-        return (f"the program already runs under autocast ({count(program['autocast_regions'], 'region')} "
-                "entered), and its own regions keep their dtype")
+        return "the program already runs under autocast, and its own regions keep their dtype"
     if kind == "checkpoint" and program["checkpointing"]:
         return "the program already turns activation checkpointing on"
     if kind == "optimizer":
