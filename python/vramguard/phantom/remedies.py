@@ -50,8 +50,14 @@ def env_for(kinds, chosen):
 
 
 def work_of(run):
-    """The work of one optimizer step of a run (work.py), or None."""
-    return ((run or {}).get("work") or {}).get("step_flops")
+    """The work of one optimizer step of a run (work.py); for a program
+    that takes no step (inference), of the whole run that ended; or None."""
+    work = (run or {}).get("work") or {}
+    if work.get("step_flops"):
+        return work["step_flops"]
+    if work.get("steps_marked") == 0 and run.get("fits"):
+        return work.get("total_flops")
+    return None
 
 
 class Measure:
@@ -89,10 +95,13 @@ class Measure:
         return row
 
     def _peaks(self, row, run):
+        """The row's peaks from its run on the larger phantom: its steps'
+        where they ran whole; none, with the size, where they ran out even
+        there; none at all where that run failed otherwise."""
         whole = run.get("fits") is True
         row.update(peak_allocated_bytes=run.get("peak_allocated_bytes") if whole else None,
                    peak_reserved_bytes=run.get("peak_reserved_bytes") if whole else None,
-                   peaks_on_larger_phantom=run.get("device_bytes_asked"))
+                   peaks_on_larger_phantom=run.get("device_bytes_asked") if run.get("fits") is not None else None)
 
     def _row(self, kinds, name, run):
         applied = ((run.get("remedies_seen") or {}).get("applied") or {})
@@ -406,7 +415,8 @@ def work_note(result):
     kernels = sorted({name for r in runs for name in (r.get("extensions") or {})})
     if kernels:
         unseen.insert(0, f"the custom kernels of {', '.join(kernels)}")
-    return ("Work: floating-point operations of one optimizer step relative to the program as written, a count "
+    return ("Work: floating-point operations of one optimizer step (of the whole run for a program that takes "
+            "none) relative to the program as written, a count "
             "of work, not a time: matrix products from the cuBLAS calls (exact), attention and convolutions from "
             f"PyTorch's operator formulas; not counted: {'; '.join(unseen)}.")
 
