@@ -23,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 
 #: name -> (zoo model, batch at full size, batch at small size)
-MODELS = (("decoder", "gpt2-fp32", 16, 8), ("cnn", "resnet50", 256, 64), ("trainer", "bert-trainer", 64, 32))
+MODELS = (("decoder", "gpt2-fp32", 16, 8), ("cnn", "resnet50", 512, 64), ("trainer", "bert-trainer", 64, 32))
 
 
 def measure(model, batch, args):

@@ -245,6 +245,9 @@ def test_command_when_the_program_is_not_known(monkeypatch):
      "the program already runs under autocast, and its own regions keep their dtype"),
     ({"autocast_regions": 12, "checkpointing": False, "optimizers": ["AdamW"]}, "autocast",
      "the program already runs under autocast, and its own regions keep their dtype"),
+    ({"autocast_regions": 0, "autocast_off_regions": 3, "checkpointing": False, "optimizers": ["AdamW"]},
+     "autocast", "the program turns autocast off in its own region (torch.autocast(..., enabled=False)), which a "
+     "default cannot reach: enable it there"),
     ({"autocast_regions": 0, "checkpointing": True, "optimizers": ["AdamW"]}, "checkpoint",
      "the program already turns activation checkpointing on"),
     ({"autocast_regions": 0, "checkpointing": False, "optimizers": ["SGD"]}, "optimizer",

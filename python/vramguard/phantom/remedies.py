@@ -228,6 +228,7 @@ def program_of(run):
             "huggingface": any(m.get("huggingface") for m in models),
             "checkpointing": any(m.get("checkpointing") for m in models),
             "autocast_regions": seen.get("program_autocast_regions") or 0,
+            "autocast_off_regions": seen.get("program_autocast_off_regions") or 0,
             "optimizers": seen.get("optimizer_classes") or run.get("optimizers") or [],
             "models": [m.get("class") for m in models]}
 
@@ -235,8 +236,11 @@ def program_of(run):
 def _skip(kind, program, chosen):
     """Why a remedy is not run at all (what the program as written already
     does), or None."""
-    if kind == "autocast" and program["autocast_regions"]:
+    if kind == "autocast" and program.get("autocast_regions"):
         return "the program already runs under autocast, and its own regions keep their dtype"
+    if kind == "autocast" and program.get("autocast_off_regions"):
+        return ("the program turns autocast off in its own region (torch.autocast(..., enabled=False)), "
+                "which a default cannot reach: enable it there")
     if kind == "checkpoint" and program["checkpointing"]:
         return "the program already turns activation checkpointing on"
     if kind == "optimizer":

@@ -47,6 +47,7 @@ class Observed:
 
     def __init__(self):
         self.autocast_regions = 0      # the program's own enabled CUDA autocast regions
+        self.autocast_off_regions = 0  # and those that turn it off (torch.autocast(..., enabled=False))
         self.models = []               # per top-level model at its first forward: what it is
         self.trainer = False           # a first forward from Hugging Face's Trainer
         self.checkpoint = None         # the checkpoint remedy's record
@@ -56,7 +57,8 @@ class Observed:
         self.optimizer_classes = []    # every optimizer the program built, by class name, first seen first
 
     def figures(self):
-        return {"program_autocast_regions": self.autocast_regions, "models": self.models,
+        return {"program_autocast_regions": self.autocast_regions,
+                "program_autocast_off_regions": self.autocast_off_regions, "models": self.models,
                 "trainer": self.trainer, "applied": {k: v for k, v in (("autocast", self.autocast),
                                                                         ("checkpoint", self.checkpoint),
                                                                         ("optimizer", self.optimizer)) if v},
@@ -87,8 +89,11 @@ def _watch_autocast(torch, seen):
 
     @functools.wraps(original)
     def __enter__(self):
-        if getattr(self, "device", None) == "cuda" and getattr(self, "_enabled", False):
-            seen.autocast_regions += 1
+        if getattr(self, "device", None) == "cuda":
+            if getattr(self, "_enabled", False):
+                seen.autocast_regions += 1
+            else:
+                seen.autocast_off_regions += 1
         return original(self)
 
     __enter__._vramguard_watch = True
