@@ -23,6 +23,7 @@ says so. REMEDIES_ENV holds the remedies, comma-separated:
 "optimizer:fused".
 """
 import functools
+import sys
 import traceback
 import weakref
 
@@ -87,12 +88,22 @@ def _watch_autocast(torch, seen):
     if getattr(original, "_vramguard_watch", False):
         return
 
+    users = {}  # file name -> whether it is the user's
+
+    def by_user():
+        name = sys._getframe(2).f_code.co_filename
+        if name not in users:
+            from .child import is_user_file
+
+            users[name] = is_user_file(name)
+        return users[name]
+
     @functools.wraps(original)
     def __enter__(self):
         if getattr(self, "device", None) == "cuda":
             if getattr(self, "_enabled", False):
                 seen.autocast_regions += 1
-            else:
+            elif by_user():  # a library's own fp32 region (Llama's rotary embedding) is not the program's
                 seen.autocast_off_regions += 1
         return original(self)
 
