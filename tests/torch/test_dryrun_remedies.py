@@ -203,3 +203,33 @@ def test_nothing_to_measure_is_one_line_and_no_remedy_runs(tmp_path, code, statu
     assert "autocast" not in err and result["remedies"]["rows"] == []
     left = subprocess.run(["pgrep", "-f", str(tmp_path / "s.py")], capture_output=True, text=True)
     assert left.stdout == ""
+
+
+COMPILED = """
+    import torch
+    import torch.nn as nn
+    model = nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 512)).cuda()
+    compiled = torch.compile(model)
+    opt = torch.optim.AdamW(model.parameters())
+    for _ in range(2):
+        compiled(torch.randn(64, 512, device="cuda")).sum().backward()
+        opt.step()
+        opt.zero_grad()
+"""
+
+
+def test_a_compiled_program_compiles_as_written_and_its_gemms_are_counted(tmp_path):
+    """The remedies' hooks stay out of Dynamo's graphs (a global forward hook
+    is traced into them), and the operator count leaves before compiled code
+    runs: the cuBLAS count is the compiled program's, exactly."""
+    write(tmp_path, "compiled.py", COMPILED)
+    result, _ = dryrun(tmp_path, "--allocator", "vramguard", "--no-snapshot", "--remedies", "compiled.py", expect=0)
+    work = result["vramguard"]["work"]
+    assert work["operator_count_stopped_at_compile"] is True and work["operator_gemm_flops"] == 0
+    forward = 2 * (2 * 64 * 512 * 2048)
+    # the backward's: both weights' gradients and the hidden layer's input gradient (the input needs none)
+    assert work["step_flops"] == forward + 2 * forward - forward // 2
+    rows = _rows(result)
+    assert all(rows[n]["fits"] for n in ("as written", "autocast fp16", "8-bit AdamW"))
+    assert rows["checkpointing"]["why_not"]["checkpoint"].startswith("no repeated blocks in Sequential")
+    assert "attention and convolutions inside compiled code" in report(result)

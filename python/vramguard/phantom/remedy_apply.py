@@ -82,6 +82,11 @@ def install(torch, spec):
 
 # ---------------------------------------------------------------- autocast
 
+def _is_compiling(torch):
+    compiler = getattr(torch, "compiler", None)
+    return getattr(compiler, "is_compiling", None) or (lambda: False)
+
+
 def _watch_autocast(torch, seen):
     cls = torch.amp.autocast_mode.autocast
     original = cls.__enter__
@@ -98,9 +103,11 @@ def _watch_autocast(torch, seen):
             users[name] = is_user_file(name)
         return users[name]
 
+    compiling = _is_compiling(torch)
+
     @functools.wraps(original)
     def __enter__(self):
-        if getattr(self, "device", None) == "cuda":
+        if not compiling() and getattr(self, "device", None) == "cuda":
             if getattr(self, "_enabled", False):
                 seen.autocast_regions += 1
             elif by_user():  # a library's own fp32 region (Llama's rotary embedding) is not the program's
@@ -208,7 +215,7 @@ def _checkpoint_model(torch, module, seen):
             return {"applied": False, "model": name, "how": "huggingface",
                     "why": f"{name}.{method}() failed: {type(exc).__name__}: {exc}"}
         return {"applied": True, "model": name, "how": "huggingface", "method": method}
-    name = type(module).__name__
+    name = type(getattr(module, "_orig_mod", module)).__name__  # a compiled module's own class
     if _already_wrapped(module):
         return {"applied": False, "model": name, "how": "wrapper", "already": True,
                 "why": "the program already wraps blocks in PyTorch's checkpoint wrapper"}
@@ -236,8 +243,15 @@ def _watch_models(torch, seen, checkpoint):
     earlier one contains): what it is; and the checkpoint remedy at its
     first forward in training (an evaluation may come first)."""
     observed, outermost, tried = weakref.WeakSet(), weakref.WeakSet(), weakref.WeakSet()
+    compiling = _is_compiling(torch)
 
     def first_forward(module, args):
+        # Dynamo traces global hooks into the graphs it builds: this one's
+        # bookkeeping is not for tracing (is_compiling() reads True there,
+        # and the rest is left out); the compiled module's own call, eager,
+        # has done it
+        if compiling():
+            return None
         if module not in observed:
             observed.update(module.modules())
             outermost.add(module)
