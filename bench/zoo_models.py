@@ -17,7 +17,11 @@ path a GPU takes.
 Two entries are driven by a library's own loop (bert-trainer: HF
 transformers' Trainer; lightning: lightning.Trainer): the loop runs on a
 thread and pauses after each optimizer step, so that their step() too is
-one optimizer step (_LoopStepper).
+one optimizer step (_LoopStepper). The QLoRA entries (llama2-7b-qlora and
+its -adamw) load their model in 4 bits with bitsandbytes from a checkpoint
+of shapes only, written from the config (no weights downloaded or made),
+and train it with peft's LoRA under the Trainer; they, and llama-1b-lora,
+take a sequence length (build's seq, zoo_run.py --seq).
 """
 import atexit
 import random
@@ -162,15 +166,17 @@ def llama(torch, batch, size):
     return _train_step(torch, model, opt, loss_fn)
 
 
-def llama_lora(torch, batch, size):
+def llama_lora(torch, batch, size, seq=None):
     """LoRA fine-tuning (peft) of the Llama-style decoder: the base's weights
-    in bf16 and frozen, rank-16 adapters (kept in fp32 by peft) on every
-    attention and MLP projection, bf16 autocast, gradient checkpointing,
-    only the adapters' parameters in AdamW."""
+    in bf16 and frozen (no quantization), rank-16 adapters (kept in fp32 by
+    peft) on every attention and MLP projection, bf16 autocast, gradient
+    checkpointing, only the adapters' parameters in AdamW. seq: tokens per
+    sequence (default 1024, 128 small)."""
     import peft
     import transformers
 
-    config, seq = _llama_config(transformers, size)
+    config, default_seq = _llama_config(transformers, size)
+    seq = seq or default_seq
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     # Not reentrant: the frozen embedding's output needs no grad for the
     # adapters inside each checkpointed layer to get theirs.
@@ -381,6 +387,87 @@ def lightning(torch, batch, size):
     return stepper
 
 
+#: Llama-2-7B's published config (meta-llama/Llama-2-7b-hf), as
+#: examples/train_qlora.py has it; "small": a tiny Llama for CI's CPUs.
+LLAMA2_7B = dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                 num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096,
+                 rms_norm_eps=1e-5)
+LLAMA_TINY = dict(vocab_size=32000, hidden_size=256, intermediate_size=704, num_hidden_layers=2,
+                  num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=4096,
+                  rms_norm_eps=1e-5)
+
+
+class _RandomTokens:
+    """A causal-LM dataset of random ids of one length (the Trainer's
+    batches; memory depends on shapes only)."""
+
+    def __init__(self, torch, rows, seq, vocab):
+        g = torch.Generator().manual_seed(0)
+        self.ids = torch.randint(0, vocab, (rows, seq), generator=g)
+        self.mask = torch.ones(seq, dtype=torch.long)
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "attention_mask": self.mask, "labels": self.ids[i]}
+
+
+def llama2_7b_qlora(torch, batch, size, seq=None, optim="paged_adamw_8bit"):
+    """QLoRA as the Colab tutorials write it (examples/train_qlora.py): a
+    Llama-2-7B-shaped model (a tiny Llama small) loaded in 4-bit NF4 with
+    double quantization and fp16 compute (bitsandbytes) from a checkpoint of
+    shapes only (a sparse safetensors file: no weights anywhere),
+    prepare_model_for_kbit_training, LoRA r=16 on every linear layer (peft),
+    gradient checkpointing, HF Trainer with fp16 and `optim` (the paged 8-bit
+    AdamW, or "adamw_torch": torch.optim.AdamW over the adapters). seq:
+    tokens per sequence (default 512, 128 small)."""
+    import peft
+    import transformers
+
+    from vramguard.phantom.weightless import sparse_checkpoint_from_config
+
+    seq = seq or (128 if size == "small" else 512)
+    shape = LLAMA_TINY if size == "small" else LLAMA2_7B
+    out = tempfile.TemporaryDirectory(prefix="zoo-qlora-")
+    with torch.device("cpu"):  # the checkpoint is written on the meta device, the data made on the host
+        folder = sparse_checkpoint_from_config(transformers.LlamaConfig(**shape), f"{out.name}/model",
+                                               dtype=torch.float16)
+        quant = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                bnb_4bit_use_double_quant=True,
+                                                bnb_4bit_compute_dtype=torch.float16)
+        model = transformers.AutoModelForCausalLM.from_pretrained(folder, quantization_config=quant,
+                                                                  dtype=torch.float16, device_map={"": 0})
+        model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=True)
+        model = peft.get_peft_model(model, peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05,
+                                                           target_modules="all-linear", task_type="CAUSAL_LM"))
+        data = _RandomTokens(torch, 8 * batch, seq, shape["vocab_size"])
+        args = transformers.TrainingArguments(
+            output_dir=f"{out.name}/out", per_device_train_batch_size=batch, max_steps=10**9,
+            learning_rate=2e-4, fp16=True, gradient_checkpointing=True, optim=optim,
+            report_to="none", save_strategy="no", eval_strategy="no", logging_nan_inf_filter=False,
+            disable_tqdm=True, dataloader_drop_last=True, seed=0)
+        stepper = None
+
+        class Pause(transformers.TrainerCallback):
+            def on_step_end(self, args, state, control, **kwargs):
+                if stepper.pause():
+                    control.should_training_stop = True
+
+        trainer = transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=[Pause()])
+        trainer.remove_callback(transformers.PrinterCallback)  # stdout is zoo_run.py's (its JSON)
+    stepper = _LoopStepper(trainer.train)
+    stepper.trainer, stepper.output_dir = trainer, out
+    stepper.optimizer_steps = lambda: trainer.state.global_step
+    return stepper
+
+
+def llama2_7b_qlora_adamw(torch, batch, size, seq=None):
+    """llama2-7b-qlora with torch.optim.AdamW (optim="adamw_torch") instead
+    of the paged 8-bit AdamW: its state in PyTorch's allocator, in fp32."""
+    return llama2_7b_qlora(torch, batch, size, seq, optim="adamw_torch")
+
+
 def _vision(torch, batch, size, arch, bf16, opt_kind):
     import torchvision
 
@@ -420,6 +507,8 @@ MODELS = {
     "gpt2-generate": (gpt2_generate, 16, 2),
     "llama-1b": (llama, 4, 2),
     "llama-1b-lora": (llama_lora, 4, 2),
+    "llama2-7b-qlora": (llama2_7b_qlora, 1, 2),
+    "llama2-7b-qlora-adamw": (llama2_7b_qlora_adamw, 1, 2),
     "bert": (bert, 32, 4),
     "bert-trainer": (bert_trainer, 32, 4),
     "lightning": (lightning, 64, 8),
@@ -434,9 +523,16 @@ def default_batch(name, size="full"):
     return full if size == "full" else small
 
 
-def build(torch, name, batch=None, size="full"):
+#: The entries that take a sequence length (build's seq).
+WITH_SEQ = ("llama-1b-lora", "llama2-7b-qlora", "llama2-7b-qlora-adamw")
+
+
+def build(torch, name, batch=None, size="full", seq=None):
     """The step function of zoo model `name`, its model and data made on
-    the current CUDA device. batch None: the model's default for `size`."""
+    the current CUDA device. batch None: the model's default for `size`;
+    seq None: the model's own sequence length (only WITH_SEQ take one)."""
+    if seq is not None and name not in WITH_SEQ:
+        raise ValueError(f"zoo model {name!r} has no sequence length option: only {', '.join(WITH_SEQ)}")
     if name not in MODELS:
         raise ValueError(f"unknown zoo model {name!r}: one of {', '.join(MODELS)}")
     if size not in SIZES:
@@ -445,4 +541,4 @@ def build(torch, name, batch=None, size="full"):
     batch = batch or default_batch(name, size)
     torch.manual_seed(0)
     with torch.device("cuda"):
-        return builder(torch, batch, size)
+        return builder(torch, batch, size) if seq is None else builder(torch, batch, size, seq=seq)

@@ -126,7 +126,7 @@ def run(args):
     times, cpu, calls = [], [], []
     phantom = _phantom()
     try:
-        step = zoo_models.build(torch, args.model, args.batch, args.size)
+        step = zoo_models.build(torch, args.model, args.batch, args.size, args.seq)
         for _ in range(args.steps):
             torch.cuda.synchronize()
             before = _device_calls(phantom) if phantom else 0
@@ -150,6 +150,7 @@ def run(args):
         result["fits"] = False
         result["oom"] = str(exc).splitlines()[0][:300]
     result["batch"] = args.batch or zoo_models.default_batch(args.model, args.size)
+    result["seq"] = args.seq  # None: the model's own
     result["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
     result["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
     result["host_peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -192,6 +193,8 @@ def main(argv=None):
     ap.add_argument("--allocator", choices=ALLOCATORS, default="native")
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--size", choices=zoo_models.SIZES, default="full")
+    ap.add_argument("--seq", type=int, default=None,
+                    help=f"tokens per sequence (only {', '.join(zoo_models.WITH_SEQ)}; default: the model's)")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--budget", default=None, help="a size or preset: vramguard's budget, or a memory fraction")
     ap.add_argument("--history", type=int, default=0,

@@ -1,6 +1,8 @@
 """The zoo's entries driven by a library's own training loop or adapters
 (bench/zoo_models.py: llama-1b-lora through peft, bert-trainer through HF
-transformers' Trainer, lightning through lightning.Trainer), each at its
+transformers' Trainer, lightning through lightning.Trainer, llama2-7b-qlora:
+a 4-bit bitsandbytes load of a shapes-only checkpoint, peft's LoRA, HF
+Trainer with the paged 8-bit AdamW), each at its
 small size on a phantom T4 through bench/zoo_run.py, under PyTorch's
 allocator and vramguard's: both fit, hold the same tensors (peak allocated
 within 1%, but for PyTorch's unsplit blocks) and ran every step asked for.
@@ -26,6 +28,7 @@ NEEDS = {
     "llama-1b-lora": ("transformers", "peft"),
     "bert-trainer": ("transformers",),
     "lightning": ("lightning",),
+    "llama2-7b-qlora": ("transformers", "peft", "bitsandbytes"),
 }
 
 # zoo_run.py's main, unchanged, with the step function it builds kept, so
@@ -46,7 +49,9 @@ DRIVE = textwrap.dedent("""
         print("optimizer steps", step.optimizer_steps(), "states", len(optimizer.state))
         folder = step.output_dir and step.output_dir.name
         step.close()
-        print("threads after close", threading.active_count())
+        # the loop's own thread (others may live on: tqdm's monitor, started by
+        # transformers' loading bar, is a daemon of its own)
+        print("loop threads after close", sum(t.name == "zoo-training-loop" for t in threading.enumerate()))
         print("output folder left", bool(folder) and __import__("os").path.exists(folder))
         try:
             step()
@@ -96,13 +101,18 @@ def test_zoo_entry_on_a_phantom_t4(model, tmp_path):
             # its optimizer stepped once per call, and has its state (AdamW's moments)
             assert lines[0].startswith(f"optimizer steps {STEPS} states "), (allocator, out)
             assert int(lines[0].split()[-1]) > 0, (allocator, out)
-            assert lines[1:] == ["threads after close 1", "output folder left False",
+            assert lines[1:] == ["loop threads after close 0", "output folder left False",
                                  "after close: the training loop has ended"], out
-    # The same tensors: within 1%. PyTorch's allocator counts a cached block
-    # whole when it serves a request leaving 1 MiB or less over (it does not
-    # split it), so it may count more, never less; at the small size those
-    # remainders can pass 1% (llama-1b-lora: 3 MiB of 133, its requested
-    # bytes' peak 0.002% from vramguard's), hence the few MiB.
+    # The same tensors: the bytes requested at the peak within 0.01% (the
+    # order of frees and allocations may differ by a few bytes between the
+    # allocators' runs). Peak allocated: PyTorch's allocator counts a cached
+    # block whole when it serves a request leaving 1 MiB or less over (it
+    # does not split it), so it may count more, never less; at the small
+    # size those remainders pass 1% (llama-1b-lora: 3 MiB of 133;
+    # llama2-7b-qlora: 4.1 MiB of 174.5 for the same 182,887,224 bytes
+    # requested), hence no closer bound on it.
+    requested = [runs[a]["peak_requested_bytes"] for a in ("native", "vramguard")]
+    assert min(requested) > 0 and max(requested) - min(requested) <= max(requested) // 10000, requested
     native, ours = runs["native"]["peak_allocated_bytes"], runs["vramguard"]["peak_allocated_bytes"]
-    assert ours > 0
-    assert 0 <= native - ours <= max(ours // 100, 4 * MiB), (native, ours)
+    assert ours >= min(requested)
+    assert 0 <= native - ours <= max(ours // 10, 16 * MiB), (native, ours)

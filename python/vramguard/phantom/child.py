@@ -367,6 +367,7 @@ class Run:
         self.remedies = None  # remedy_apply's record: what the program does, what was applied
         self.work = None  # work.WorkCount: the FLOPs of the run (dryrun --remedies)
         self.optimizers_stepped = []  # the classes of the optimizers that stepped, in order first seen
+        self.llm_int8 = None  # llm_int8's record: the layers whose memory depends on values
         # The phantom's counters when the script starts: what the set-up did is not the script's.
         self.gpu_work_at_start = 0
         self.unsupported_at_start = 0
@@ -420,6 +421,9 @@ class Run:
         from . import adjust_accelerate
 
         self.accelerate = adjust_accelerate.install()
+        from . import llm_int8
+
+        self.llm_int8 = llm_int8.install()
         self.hook_grad_scaler()
         if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
             self.adjust_ddp()
@@ -806,6 +810,8 @@ class Run:
             "accelerate_unpadded": self.accelerate.unpadded if self.accelerate else 0,
             "auto_batch_sizes": self.accelerate.batch_sizes if self.accelerate else [],
             "auto_batch_size": self.accelerate.batch_size if self.accelerate else None,
+            # bitsandbytes' LLM.int8 layers with an outlier threshold: buffers sized by values
+            "llm_int8_layers": self.llm_int8.outlier_layers if self.llm_int8 else 0,
             "device_peak_bytes": device_peak,
             "context_bytes": _context_bytes(),
             "host_peak_rss_bytes": None,  # below, once the snapshot is written

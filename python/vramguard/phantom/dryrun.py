@@ -31,7 +31,7 @@ import time
 
 from .._core import format_size
 from .._presets import PRESETS, find_preset, preset_names
-from . import adjust_accelerate, argnames, managed
+from . import adjust_accelerate, argnames, llm_int8, managed
 from . import remedies as remedy_runs
 from .fake_world import WORLD_ENV, check_world, world_env, world_notes
 from .weightless import NO_WEIGHTS_ENV, weightless_notes
@@ -977,6 +977,7 @@ def _notes(result):
                      f"step (zeros here): the dry run gave its {count(max(adjusted), 'DDP module')} init_sync=False "
                      f"and find_unused_parameters=True, the same gradient buckets in their first order.")
     notes += adjust_accelerate.notes(runs, max([len(r.get("ranks") or []) for r in runs] + [1]))
+    notes += filter(None, [llm_int8.note(runs)])
     if result.get("no_compile"):
         notes.append("torch.compile was turned off (--no-compile): the figures are eager mode's, usually "
                      "more than a compiled model's (no fusion).")
