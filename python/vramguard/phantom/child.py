@@ -452,7 +452,7 @@ class Run:
             return
         from . import remedy_apply
 
-        self.remedies = remedy_apply.install(self.torch, os.environ.get(REMEDIES_ENV, ""))
+        self.remedies = remedy_apply.install(self.torch, os.environ.get(REMEDIES_ENV, ""), is_user_file)
         self.work = WorkCount(self.torch)
         self.work.install()
 

@@ -66,12 +66,17 @@ class Observed:
                 "adam_built": self.optimizers_built, "optimizer_classes": self.optimizer_classes}
 
 
-def install(torch, spec):
+def _outside_site_packages(filename):
+    return not any(part in filename for part in ("site-packages", "dist-packages", "<frozen"))
+
+
+def install(torch, spec, is_user_file=_outside_site_packages):
     """Watch the program and apply the remedies `spec` names; returns the
-    Observed record the child reads into its result."""
+    Observed record the child reads into its result. is_user_file(name):
+    whether a source file is the program's own (not a library's)."""
     remedies = parse(spec)
     seen = Observed()
-    _watch_autocast(torch, seen)
+    _watch_autocast(torch, seen, is_user_file)
     _watch_optimizer_classes(torch, seen)
     _watch_models(torch, seen, remedies.get("checkpoint"))
     _watch_optimizers(torch, seen, remedies.get("optimizer"))
@@ -87,7 +92,7 @@ def _is_compiling(torch):
     return getattr(compiler, "is_compiling", None) or (lambda: False)
 
 
-def _watch_autocast(torch, seen):
+def _watch_autocast(torch, seen, is_user_file):
     cls = torch.amp.autocast_mode.autocast
     original = cls.__enter__
     if getattr(original, "_vramguard_watch", False):
@@ -98,8 +103,6 @@ def _watch_autocast(torch, seen):
     def by_user():
         name = sys._getframe(2).f_code.co_filename
         if name not in users:
-            from .child import is_user_file
-
             users[name] = is_user_file(name)
         return users[name]
 
