@@ -263,3 +263,14 @@ def test_what_the_program_already_does_is_not_run_again(program, kind, why):
 def test_a_plain_program_skips_nothing():
     plain = {"autocast_regions": 0, "checkpointing": False, "optimizers": ["SGD", "AdamW"]}
     assert [remedies._skip(k, plain, CHOSEN) for k in remedies.SINGLES] == [None, None, None]
+
+
+@pytest.mark.parametrize("chosen, built, lines", [
+    ({"autocast": "float16", "optimizer": "8bit"}, "Adam",
+     ["import bitsandbytes as bnb", "optimizer = bnb.optim.Adam8bit(model.parameters(), lr=...)  # instead of "
+                                    "torch.optim.Adam"]),
+    ({"autocast": "float16", "optimizer": "fused"}, "AdamW",
+     ["optimizer = torch.optim.AdamW(model.parameters(), lr=..., fused=True)"])])
+def test_optimizer_code_names_the_class_the_program_built(chosen, built, lines):
+    r = row("opt", ["optimizer"], True, 1, how={"optimizer": {"applied": True, "from": built}}, allocator="native")
+    assert remedies.code_for(r, {"program": {}, "settings": chosen}) == lines

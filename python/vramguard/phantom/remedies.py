@@ -397,14 +397,15 @@ def _remedy_code(kind, row, program, chosen):
         block = how.get("block_class") or "Block"
         return ["from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing",
                 f"apply_activation_checkpointing(model, check_fn=lambda m: isinstance(m, {block}))"]
+    original = ((row.get("how") or {}).get("optimizer") or {}).get("from") or "AdamW"  # Adam or AdamW
     if chosen.get("optimizer") == "8bit":
         if trainer:
             return ['TrainingArguments(..., optim="adamw_bnb_8bit")']
         return ["import bitsandbytes as bnb",
-                "optimizer = bnb.optim.AdamW8bit(model.parameters(), lr=...)  # instead of torch.optim.AdamW"]
+                f"optimizer = bnb.optim.{original}8bit(model.parameters(), lr=...)  # instead of torch.optim.{original}"]
     if trainer:
         return ['TrainingArguments(..., optim="adamw_torch_fused")']
-    return ["optimizer = torch.optim.AdamW(model.parameters(), lr=..., fused=True)"]
+    return [f"optimizer = torch.optim.{original}(model.parameters(), lr=..., fused=True)"]
 
 
 # ---------------------------------------------------------------- the report
