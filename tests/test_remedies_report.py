@@ -155,10 +155,10 @@ def test_sweep_accumulation_in_table_and_code():
     assert r["remedies"]["code"][-1] == 'TrainingArguments(..., optim="adamw_bnb_8bit")'
     lines = remedies.table_lines(r)
     assert lines[1:5] == [
-        "Remedy       Peak allocated  Peak reserved  Fits  Largest BATCH  Accumulation   Work",
-        "-----------  --------------  -------------  ----  -------------  ------------  -----",
-        "as written       890.00 MiB     900.00 MiB    no              8         8 x 8  1.00x",
-        "8-bit AdamW      490.00 MiB     500.00 MiB   yes             64             -  1.00x"]
+        "Remedy       Peak allocated  Peak reserved  Fits BATCH=64  Largest BATCH  Accumulation   Work",
+        "-----------  --------------  -------------  -------------  -------------  ------------  -----",
+        "as written       890.00 MiB     900.00 MiB             no              8         8 x 8  1.00x",
+        "8-bit AdamW      490.00 MiB     500.00 MiB            yes             64             -  1.00x"]
 
 
 def test_rows_that_could_not_be_applied_and_larger_phantom_peaks():

@@ -451,7 +451,7 @@ def table_lines(result):
     if not remedies.get("measured"):
         return [f"Remedies: not measured: {remedies['why']}."]
     sweep = remedies.get("sweep_name")
-    headers = ["Remedy", "Peak allocated", "Peak reserved", "Fits"]
+    headers = ["Remedy", "Peak allocated", "Peak reserved", f"Fits {sweep}={remedies['target']}" if sweep else "Fits"]
     if sweep:
         headers += [f"Largest {sweep}", "Accumulation"]
     headers += ["Work"]
