@@ -145,9 +145,13 @@ def test_fused_adamw_frees_the_foreach_temporaries_and_a_model_without_blocks_sa
     fused = rows["fused AdamW"]
     assert fused["how"]["optimizer"] == {"applied": True, "to": "torch.optim.AdamW(fused=True)", "from": "AdamW"}
     # as written the step holds weights, gradients, two states and the foreach temporary: 5 x the
-    # parameters; fused, 4 x (its peak is then the backward's, with cuBLAS's workspace of 8 MiB)
-    assert 5 * params <= rows["as written"]["peak_allocated_bytes"] <= 5 * params + MiB
-    assert 4 * params <= fused["peak_allocated_bytes"] <= 4 * params + 9 * MiB
+    # parameters; fused, 4 x. cuBLAS's workspaces (8 MiB per thread's handle) come on top where
+    # PyTorch's allocator holds them: in allocated on torch 2.10 (about 17 MiB, both), and in
+    # fused's backward peak on 2.15 (8 MiB): the temporary freed is a copy of the parameters less that
+    written = rows["as written"]["peak_allocated_bytes"]
+    assert 5 * params <= written <= 5 * params + 18 * MiB
+    assert 4 * params <= fused["peak_allocated_bytes"] <= 4 * params + 18 * MiB
+    assert params - 9 * MiB <= written - fused["peak_allocated_bytes"] <= params
     assert rows["checkpointing"]["applied"] is False
     assert rows["checkpointing"]["why_not"]["checkpoint"].startswith("no repeated blocks in Sequential")
     text = str(result)
