@@ -209,12 +209,16 @@ def test_a_failure_in_the_phantom_is_the_phantoms(tmp_path):
 
 def test_the_rank_that_ran_out_is_named_with_its_figures(tmp_path):
     """Two ranks; rank 1 runs out, torchrun ends rank 0 (SIGTERM): which
-    rank, where, its figures, and what the other left."""
+    rank, where, its figures, and what the other left. Rank 1 runs out only
+    once rank 0 has allocated (on a busy machine rank 0 could otherwise be
+    ended before its first tensor)."""
     write(tmp_path, "ranks.py", """
         import os, time, torch
         rank = int(os.environ["LOCAL_RANK"])
         torch.cuda.set_device(rank)
         x = torch.empty((1 + rank) << 28, dtype=torch.uint8, device="cuda")
+        open(f"allocated-{rank}", "w").close()
+        while rank == 1 and not os.path.exists("allocated-0"): time.sleep(0.05)
         if rank == 1:
             y = torch.empty(8 << 30, dtype=torch.uint8, device="cuda")
         time.sleep(60)
@@ -222,11 +226,11 @@ def test_the_rank_that_ran_out_is_named_with_its_figures(tmp_path):
     result, _ = dryrun(tmp_path, "--allocator", "native", "--memory", "4GiB", "--nproc", "2", "--no-snapshot",
                        "ranks.py", expect=1)
     run = result["native"]
-    assert run["fits"] is False and run["first_oom"]["rank"] == 1 and run["first_oom"]["line"] == "ranks.py:7"
+    assert run["fits"] is False and run["first_oom"]["rank"] == 1 and run["first_oom"]["line"] == "ranks.py:9"
     rank0, rank1 = run["ranks"]
     assert rank1["peak_allocated_bytes"] == 512 * MiB and rank1["fits"] is False
     assert rank0["peak_allocated_bytes"] == 256 * MiB and rank0["ended"] == "SIGTERM"
-    assert ("native: rank 0 ended by SIGTERM at ranks.py:8 (torchrun ends the other ranks when one fails), "
-            "peak allocated 256.00 MiB, reserved 256.00 MiB; rank 1 ran out of memory at ranks.py:7 "
+    assert ("native: rank 0 ended by SIGTERM at ranks.py:10 (torchrun ends the other ranks when one fails), "
+            "peak allocated 256.00 MiB, reserved 256.00 MiB; rank 1 ran out of memory at ranks.py:9 "
             "(request 8.00 GiB), peak allocated 512.00 MiB, reserved 512.00 MiB.") in report(result)
     assert "before its figures were written" not in report(result)
