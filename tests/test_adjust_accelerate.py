@@ -6,6 +6,7 @@ import types
 
 import pytest
 
+from vramguard.phantom import after_import
 from vramguard.phantom import adjust_accelerate
 from vramguard.phantom.adjust_accelerate import notes
 
@@ -77,7 +78,7 @@ def fake_accelerate(monkeypatch):
     for module in (operations, memory, utils, accelerator):
         monkeypatch.setitem(sys.modules, module.__name__, module)
     yield utils, accelerator
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, adjust_accelerate._AfterImport)]
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, after_import._AfterImport)]
 
 
 def test_adjustments_on_loaded_modules(fake_accelerate):

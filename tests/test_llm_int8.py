@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+from vramguard.phantom import after_import
 from vramguard.phantom import llm_int8
 from vramguard.phantom.dryrun import DryRunResult, format_report
 
@@ -43,7 +44,7 @@ def fake_bitsandbytes(tmp_path, monkeypatch):
     for name in ("bitsandbytes", "bitsandbytes.nn", llm_int8.MODULES):
         monkeypatch.delitem(sys.modules, name, raising=False)
     yield
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, llm_int8._AfterImport)]
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, after_import._AfterImport)]
     for name in ("bitsandbytes", "bitsandbytes.nn", llm_int8.MODULES):
         sys.modules.pop(name, None)
 

@@ -19,9 +19,9 @@ Installed from the child before the script runs: accelerate may be imported
 later, so an import hook patches its modules as they load.
 """
 import functools
-import importlib.abc
 import sys
 
+from .after_import import patch_after_import
 from ..render.words import count, plural
 
 OPERATIONS = "accelerate.utils.operations"
@@ -86,47 +86,13 @@ def _patch(module_name, record):
         setattr(module, name, current)
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Patches each of accelerate's modules that matter right after it runs."""
-
-    def __init__(self, record):
-        self.record = record
-        self.names = {m for modules in BINDERS.values() for m in modules}
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname not in self.names:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                spec.loader = _Loader(spec.loader, self.record)
-                return spec
-        return None
-
-
-class _Loader(importlib.abc.Loader):
-    def __init__(self, loader, record):
-        self.loader = loader
-        self.record = record
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module):
-        self.loader.exec_module(module)
-        _patch(module.__name__, self.record)
-
-
 def install():
     """The record that the adjustments fill; accelerate's modules already
-    loaded are patched now, the others as they load."""
+    loaded are patched now, the others as they load (the defining modules
+    first: the others bind what those define)."""
     record = Record()
-    for name in (OPERATIONS, MEMORY, "accelerate.utils", "accelerate.accelerator"):
-        if name in sys.modules:
-            _patch(name, record)
-    sys.meta_path.insert(0, _AfterImport(record))
+    patch_after_import((OPERATIONS, MEMORY, "accelerate.utils", "accelerate.accelerator"),
+                       lambda name: _patch(name, record))
     return record
 
 

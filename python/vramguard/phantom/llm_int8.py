@@ -16,9 +16,9 @@ same for a model loaded by transformers or built by hand); the report says
 so when there were any.
 """
 import functools
-import importlib.abc
 import sys
 
+from .after_import import patch_after_import
 from ..render.words import count
 
 #: the module that defines Linear8bitLt
@@ -49,45 +49,11 @@ def _patch(module, record):
     cls.__init__ = __init__
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Patches bitsandbytes' module of layers right after it runs."""
-
-    def __init__(self, record):
-        self.record = record
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != MODULES:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                spec.loader = _Loader(spec.loader, self.record)
-                return spec
-        return None
-
-
-class _Loader(importlib.abc.Loader):
-    def __init__(self, loader, record):
-        self.loader = loader
-        self.record = record
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module):
-        self.loader.exec_module(module)
-        _patch(module, self.record)
-
-
 def install():
     """The record the counting fills: bitsandbytes' layers are patched now
     if loaded, else as they load."""
     record = Record()
-    if MODULES in sys.modules:
-        _patch(sys.modules[MODULES], record)
-    sys.meta_path.insert(0, _AfterImport(record))
+    patch_after_import((MODULES,), lambda name: _patch(sys.modules[name], record))
     return record
 
 
