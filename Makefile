@@ -152,10 +152,20 @@ PY_SOURCES = $(wildcard csrc/*/*.c csrc/*/*.cc $(HDRS) python/vramguard/*.py pyt
 $(VENV)/.installed: $(PY_SOURCES)
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	VRAMGUARD_WERROR=1 $(VENV)/bin/python -m pip install -q -e ".[test]"
+	$(PRUNE_PIP_CACHE)
 	touch $@
 
+# pytest's workers (pytest-xdist): every test has folders of its own and
+# its children pick free ports, so tests run side by side; the default is
+# this machine's cores (PYTEST_JOBS=0 runs them in pytest's own process).
+# At most 4: each worker's tests start PyTorch processes of their own.
+PYTEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+PYTEST_PAR = $(if $(filter 0,$(PYTEST_JOBS)),,-n $(PYTEST_JOBS) --dist worksteal)
+# Each tier's slowest tests, for the table in docs/development.md.
+DURATIONS = --durations=25
+
 pytest: $(VENV)/.installed
-	$(VENV)/bin/python -m pytest -q -rs
+	$(VENV)/bin/python -m pytest -q -rs $(PYTEST_PAR) $(DURATIONS)
 
 check: test-c test-c-san test-c-tsan pytest
 
@@ -165,6 +175,7 @@ check: test-c test-c-san test-c-tsan pytest
 # (tests/check_other_pythons.sh; a version not installed is skipped with a
 # line that says so).
 OTHER_PYTHONS ?= python3.12 python3.13
+OTHER_PYTEST_ARGS ?= $(PYTEST_PAR)
 check-other-pythons:
 	tests/check_other_pythons.sh $(PYTHON) build/wheel $(OTHER_PYTHONS) -- $(OTHER_PYTEST_ARGS)
 
@@ -172,15 +183,35 @@ check-other-pythons:
 # the pinned PyTorch, the reduced model zoo's goals, then the tier on the
 # CUDA 12 PyTorch. The tiers' environments are 5.9 and 7.4 GB (PyTorch and
 # its NVIDIA libraries), and pip would keep their wheels besides: with
-# SPARE_DISK=1 (CI sets it) pip keeps no wheels and the first tier's
-# environment is removed once the zoo is done with it, so that the disk
-# holds one tier at a time (docs/development.md).
+# SPARE_DISK=1 (CI sets it) pip's cache is the run's own (build/pip-cache),
+# from which every file over 100 MB is dropped after each install (PyTorch's,
+# Triton's and NVIDIA's wheels: no two tiers share one), while the wheels
+# the environments share (the test tools, transformers, accelerate, ...) are
+# downloaded once; and the first tier's environment is removed once the zoo
+# is done with it, so that the disk holds one tier at a time
+# (docs/development.md).
 ifneq ($(SPARE_DISK),)
-export PIP_NO_CACHE_DIR = 1
+export PIP_CACHE_DIR = $(CURDIR)/build/pip-cache
+PRUNE_PIP_CACHE = find $(PIP_CACHE_DIR) -type f -size +100M -delete 2>/dev/null || true
 endif
-test: check check-torch check-zoo
+#
+# Each step is timed (tests/timed_step.sh) and the run ends with the table of
+# steps (tests/steps_table.sh; docs/development.md keeps it). Independent
+# work uses both cores: the three C builds and their tests side by side,
+# pytest's workers in every suite, the zoo's runs two at a time.
+STEP = tests/timed_step.sh
+SUBMAKE = $(MAKE) --no-print-directory
+export STEPS_FILE ?= $(CURDIR)/build/steps.tsv
+test:
+	@mkdir -p build && rm -f $(STEPS_FILE)
+	$(STEP) "C tests: build, run plain, ASan+UBSan, TSan" $(SUBMAKE) -j2 test-c test-c-san test-c-tsan
+	$(STEP) "fast suite: install" $(SUBMAKE) $(VENV)/.installed
+	$(STEP) "fast suite: pytest" $(SUBMAKE) pytest
+	$(SUBMAKE) check-torch
+	$(STEP) "reduced zoo" $(SUBMAKE) check-zoo
 	$(if $(SPARE_DISK),rm -rf $(TORCH_VENV))
-	$(MAKE) --no-print-directory check-torch-cu12
+	$(SUBMAKE) check-torch-cu12
+	@tests/steps_table.sh
 
 # Fuzzing (not in CI): libFuzzer harnesses, built with clang under ASan and
 # UBSan, each run FUZZ_SECONDS from a corpus kept in build/fuzz/corpus;
@@ -238,4 +269,4 @@ bench-zoo: $(TORCH_VENV)/.installed
 CI_ZOO_MODELS ?= gpt2
 check-zoo: $(TORCH_VENV)/.installed
 	$(TORCH_VENV)/bin/python bench/zoo.py --size small --models $(CI_ZOO_MODELS) --gpus T4 --steps 4 \
-		--timing-rounds 0 --out build/zoo-ci --check --quiet
+		--timing-rounds 0 --jobs 2 --out build/zoo-ci --check --quiet

@@ -29,7 +29,7 @@ FC_CFLAGS = -O2 -g -fPIC -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
             -Wstrict-prototypes -Wmissing-prototypes
 FC_HDRS = $(wildcard $(FC_SRC)/*.h) $(FC_SRC)/shim/crt/host_defines.h tests/c/rerun.h
 
-.PHONY: fakecuda fakecuda-tests test-fakecuda test-fakecuda-san check-torch check-torch-cu12
+.PHONY: fakecuda fakecuda-tests test-fakecuda test-fakecuda-san check-torch check-torch-cu12 check-torch-cu12-full
 
 fakecuda:
 	$(TORCH_PYTHON) $(FC_SRC)/build.py --out $(FAKECUDA) --cc "$(CC)"
@@ -116,19 +116,33 @@ $(TORCH_VENV)/.installed: $(TORCH_REQUIREMENTS) $(PY_SOURCES)
 	test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
 	$(TORCH_VENV)/bin/python -m pip install -q -r $(TORCH_REQUIREMENTS)
 	VRAMGUARD_WERROR=1 $(TORCH_VENV)/bin/python -m pip install -q -e ".[test]"
+	$(PRUNE_PIP_CACHE)
 	touch $@
 
 # The fake's own tests first, plain and under ASan+UBSan, then PyTorch on
-# it. pytest's exit code 5 (nothing ran) fails this like any other.
-check-torch: $(TORCH_VENV)/.installed
-	$(MAKE) --no-print-directory test-fakecuda TORCH_PYTHON=$(TORCH_VENV)/bin/python FAKECUDA=$(FAKECUDA)
-	$(MAKE) --no-print-directory test-fakecuda-san TORCH_PYTHON=$(TORCH_VENV)/bin/python FAKECUDA=$(FAKECUDA)
-	LD_PRELOAD="$$(cat $(FAKECUDA)/LD_PRELOAD)" $(TORCH_VENV)/bin/python -m pytest -q -rs -m torch tests/torch
+# it, each a timed step (tests/timed_step.sh) named after the tier's torch.
+# pytest's exit code 5 (nothing ran) fails this like any other. TORCH_MARK
+# selects the tier's tests: all of them here, those marked torch_version in
+# the CUDA 12 tier.
+TORCH_MARK = torch
+TIER = torch $(shell sed -n 's/^torch==//p' $(TORCH_REQUIREMENTS))
+check-torch:
+	$(STEP) "$(TIER): install" $(SUBMAKE) $(TORCH_VENV)/.installed
+	$(STEP) "$(TIER): phantom C tests, plain and ASan+UBSan" $(SUBMAKE) test-fakecuda test-fakecuda-san \
+		TORCH_PYTHON=$(TORCH_VENV)/bin/python FAKECUDA=$(FAKECUDA)
+	$(STEP) "$(TIER): pytest -m '$(TORCH_MARK)'" env LD_PRELOAD="$$(cat $(FAKECUDA)/LD_PRELOAD)" \
+		$(TORCH_VENV)/bin/python -m pytest -q -rs -m "$(TORCH_MARK)" $(PYTEST_PAR) $(DURATIONS) tests/torch
 
 # The same tier on the newest PyTorch whose PyPI wheel is built for CUDA 12
 # (what Colab ships is of that kind): the fake's CUDA 12 build, and
 # vramguard on an older PyTorch. A test that calls what this PyTorch lacks
 # is skipped, naming it (tests/torch/torchfeature.py).
+#
+# CI runs here only the tests whose outcome can depend on the torch version
+# (marked torch_version; docs/development.md says which and why the rest
+# cannot differ); check-torch-cu12-full runs the whole tier, for releases.
+CU12 = TORCH_VENV=.venv-torch-cu12 TORCH_REQUIREMENTS=tests/torch-cu12-requirements.txt FAKECUDA=build/fakecuda-cu12
 check-torch-cu12:
-	$(MAKE) --no-print-directory check-torch TORCH_VENV=.venv-torch-cu12 \
-		TORCH_REQUIREMENTS=tests/torch-cu12-requirements.txt FAKECUDA=build/fakecuda-cu12
+	$(SUBMAKE) check-torch $(CU12) TORCH_MARK="torch and torch_version"
+check-torch-cu12-full:
+	$(SUBMAKE) check-torch $(CU12)

@@ -11,7 +11,8 @@ import pytest
 
 from fakegpu import MiB, run
 
-pytestmark = pytest.mark.torch
+# torch_version: runs in the CUDA 12 tier too (docs/development.md)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 
 ARENA = "arena (virtual memory, 2 MiB pages)"
 NO_ARENA_IN_BUILD = "segments (virtual memory not supported: the arena is not in this build)"

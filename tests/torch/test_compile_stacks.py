@@ -7,7 +7,8 @@ import pytest
 
 from test_dryrun import built_phantom, dryrun, needs_matmul, write  # noqa: F401  (fixtures too)
 
-pytestmark = pytest.mark.torch
+# torch_version: runs in the CUDA 12 tier too (docs/development.md)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 
 MiB = 1 << 20
 

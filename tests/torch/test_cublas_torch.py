@@ -17,7 +17,8 @@ import pytest
 from fakegpu import MiB, run
 from torchfeature import lacking
 
-pytestmark = pytest.mark.torch
+# torch_version: runs in the CUDA 12 tier too (docs/development.md)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 
 # After a backward, PyTorch's autograd thread may still be dropping its last
 # graph task when the interpreter finalizes, and then std::terminate()s

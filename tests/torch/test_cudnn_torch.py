@@ -19,7 +19,8 @@ import pytest
 from fakegpu import EPILOGUE, run as run_vramguard
 from test_fakecuda_torch import MiB, preload, run, values
 
-pytestmark = pytest.mark.torch
+# torch_version: runs in the CUDA 12 tier too (docs/development.md)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 
 # After test_fakecuda_torch.PRELUDE: the stand-in's counters.
 CUDNN = """

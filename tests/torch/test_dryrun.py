@@ -64,6 +64,7 @@ def report(result):
 # ------------------------------------------------------------------ the flow
 
 
+@pytest.mark.torch_version
 def test_a_script_end_to_end(tmp_path):
     """torch.empty and elementwise ops: the same peak allocated to the byte
     under the three allocators, the JSON's keys, the script's arguments and
@@ -128,6 +129,7 @@ def test_the_python_api_returns_a_result_with_html(tmp_path, monkeypatch):
     assert str(result).startswith("vramguard dryrun: ")
 
 
+@pytest.mark.torch_version
 def test_a_notebook(tmp_path):
     """Code cells in order in an IPython shell: line and cell magics and
     shell lines run as IPython runs them; the out-of-memory named by cell
@@ -246,6 +248,7 @@ def test_a_crashing_script_passes_its_error_and_status_through(tmp_path):
     assert result["native"]["exit_status"] == 3 and result["native"]["fits"] is None
 
 
+@pytest.mark.torch_version
 def test_reading_device_values_and_extensions_add_notes(tmp_path):
     write(tmp_path, "reads.py", """
         import sys, types, torch
@@ -365,6 +368,7 @@ def test_a_script_that_ends_itself_is_not_a_ctrl_c(tmp_path, code, error, at):
     assert f"native: the script failed: {error}{where} (exit status 130)." in text
 
 
+@pytest.mark.torch_version
 def test_the_users_allocator_settings_and_preloads_are_kept(tmp_path):
     write(tmp_path, "env.py", """
         import os, torch
@@ -532,6 +536,7 @@ def test_the_mlp_example(tmp_path, needs_matmul):
     assert "values read back from a phantom device are zeros" in report(result)  # loss.item()
 
 
+@pytest.mark.torch_version
 def test_the_gpt2_example(tmp_path, needs_matmul):
     pytest.importorskip("transformers")
     result, stderr = dryrun(tmp_path, "--no-snapshot", "--allocator", "vramguard",
@@ -601,6 +606,7 @@ def test_a_phantom_jupyter_kernel(tmp_path):
     assert not (prefix / "share" / "jupyter" / "kernels" / "vramguard-phantom-t4").exists()
 
 
+@pytest.mark.torch_version
 def test_a_script_that_installs_vramguard_itself(tmp_path):
     """The native run's memory history waits for CUDA to start, so the
     script's own vramguard.install() still works there, and the report says
@@ -618,6 +624,7 @@ def test_a_script_that_installs_vramguard_itself(tmp_path):
     assert "the native run ran under vramguard too" in report(result)
 
 
+@pytest.mark.torch_version
 def test_torch_compile_builds_its_kernels_on_the_cpu(tmp_path, needs_matmul):
     """A compiled training loop runs on a phantom T4: Triton finds the
     phantom driver (TRITON_LIBCUDA_PATH), builds its kernels with its own

@@ -10,7 +10,8 @@ import pytest
 
 from test_dryrun import MiB, _env, dryrun, report, write
 
-pytestmark = pytest.mark.torch
+# torch_version: runs in the CUDA 12 tier too (docs/development.md)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 
 SCRIPT = """
     import ctypes, sys, torch

@@ -126,6 +126,7 @@ MLP = """
 """
 
 
+@pytest.mark.torch_version
 def test_fused_adamw_frees_the_foreach_temporaries_and_a_model_without_blocks_says_so(tmp_path, monkeypatch):
     """Without bitsandbytes the optimizer remedy is PyTorch's fused AdamW:
     the foreach step's temporary (a copy of every parameter) is gone."""

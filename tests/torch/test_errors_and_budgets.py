@@ -6,7 +6,8 @@ import pytest
 from fakegpu import GiB, MiB, run
 from torchfeature import has
 
-pytestmark = pytest.mark.torch
+# torch_version: runs in the CUDA 12 tier too (docs/development.md)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 
 DETECTORS = """
 from accelerate.utils.memory import should_reduce_batch_size

@@ -11,7 +11,8 @@ import pytest
 
 from fakegpu import MiB, run
 
-pytestmark = pytest.mark.torch
+# torch_version: runs in the CUDA 12 tier too (docs/development.md)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 
 # A step: ("alloc", name, bytes, stream), ("free", name) or ("empty_cache",).
 # Stream 0 is the default stream; 1 and 2 are side streams.

@@ -12,7 +12,8 @@ import pytest
 
 from test_dryrun import ROOT, built_phantom, dryrun, report, write  # noqa: F401  (a fixture too)
 
-pytestmark = pytest.mark.torch
+# torch_version: runs in the CUDA 12 tier too (docs/development.md)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 
 KERNELS_C = r"""
 #include <stddef.h>

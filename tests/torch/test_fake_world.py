@@ -14,7 +14,8 @@ import pytest
 
 from test_dryrun import _env
 
-pytestmark = pytest.mark.torch
+# torch_version: runs in the CUDA 12 tier too (docs/development.md)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 
 ROOT = Path(__file__).resolve().parents[2]
 

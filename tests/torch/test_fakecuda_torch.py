@@ -19,7 +19,8 @@ import pytest
 
 from torchfeature import lacking
 
-pytestmark = pytest.mark.torch
+# torch_version: runs in the CUDA 12 tier too (docs/development.md)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 
 ROOT = Path(__file__).resolve().parents[2]
 MiB = 1 << 20

@@ -4,7 +4,8 @@ import pytest
 
 from fakegpu import run
 
-pytestmark = pytest.mark.torch
+# torch_version: runs in the CUDA 12 tier too (docs/development.md)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 
 
 def test_the_report_of_a_fraction_of_zero_says_so():

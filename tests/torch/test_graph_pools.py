@@ -16,7 +16,8 @@ import pytest
 from hookrun import run
 from torchfeature import has, need_capture_inside_pool, need_private_pool_stats
 
-pytestmark = pytest.mark.torch
+# torch_version: runs in the CUDA 12 tier too (docs/development.md)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 
 MiB = 1 << 20
 

@@ -13,7 +13,8 @@ import pytest
 from hookrun import run
 from test_fakecuda_torch import fakecuda_dir
 
-pytestmark = pytest.mark.torch
+# torch_version: runs in the CUDA 12 tier too (docs/development.md)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 
 MiB = 1 << 20
 

@@ -5,7 +5,8 @@ import pytest
 
 from fakegpu import GiB, MiB, run
 
-pytestmark = pytest.mark.torch
+# torch_version: runs in the CUDA 12 tier too (docs/development.md)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 
 
 def test_install_before_cuda_use_with_settings_from_the_environment():

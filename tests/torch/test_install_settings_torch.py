@@ -6,7 +6,8 @@ import pytest
 
 from fakegpu import GiB, MiB, run
 
-pytestmark = pytest.mark.torch
+# torch_version: runs in the CUDA 12 tier too (docs/development.md)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 
 
 def test_a_later_install_keeps_what_it_leaves_out():

@@ -7,7 +7,8 @@ import pytest
 
 from hookrun import run
 
-pytestmark = pytest.mark.torch
+# torch_version: runs in the CUDA 12 tier too (docs/development.md)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 
 SCRIPT = """\
 import torch

@@ -12,7 +12,8 @@ import pytest
 from hookrun import PRELUDE, run
 from test_fakecuda_torch import preload
 
-pytestmark = pytest.mark.torch
+# torch_version: runs in the CUDA 12 tier too (docs/development.md)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 
 OOM = """
 vramguard.install()

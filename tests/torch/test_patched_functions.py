@@ -7,7 +7,8 @@ import pytest
 from fakegpu import GiB, MiB, run
 from torchfeature import need
 
-pytestmark = pytest.mark.torch
+# torch_version: runs in the CUDA 12 tier too (docs/development.md)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 
 # The statistics install() replaces, and PyTorch's wrappers over them.
 CUDA_READERS = ["memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",

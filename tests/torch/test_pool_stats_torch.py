@@ -6,7 +6,8 @@ import pytest
 from fakegpu import MiB, run
 from torchfeature import has
 
-pytestmark = pytest.mark.torch
+# torch_version: runs in the CUDA 12 tier too (docs/development.md)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 
 
 def test_a_private_pool_counts_in_the_device_statistics():

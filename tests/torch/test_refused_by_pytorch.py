@@ -8,7 +8,8 @@ import pytest
 from fakegpu import MiB, run
 from torchfeature import has
 
-pytestmark = pytest.mark.torch
+# torch_version: runs in the CUDA 12 tier too (docs/development.md)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 
 UNSUPPORTED = "CUDAPluggableAllocator does not yet support {}. If you need it, please file an issue " \
               "describing your use case."

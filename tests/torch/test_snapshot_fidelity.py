@@ -9,7 +9,8 @@ import vramguard
 from vramguard.report.replay_report import format_replay_report, replay_report
 from fakegpu import MiB, run
 
-pytestmark = pytest.mark.torch
+# torch_version: runs in the CUDA 12 tier too (docs/development.md)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 
 PROGRAM = """
 dev = "cuda"

@@ -13,7 +13,8 @@ import pytest
 from fakegpu import MiB, run
 from torchfeature import has
 
-pytestmark = pytest.mark.torch
+# torch_version: runs in the CUDA 12 tier too (docs/development.md)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 
 from vramguard import load_trace
 from vramguard.trace.format import ALLOC, FREE

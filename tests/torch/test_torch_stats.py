@@ -5,7 +5,8 @@ import pytest
 
 from fakegpu import MiB, run
 
-pytestmark = pytest.mark.torch
+# torch_version: runs in the CUDA 12 tier too (docs/development.md)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 
 # Small tensors only: the native allocator and vramguard's segments policy
 # give them 2 MiB segments and split them the same way, so every counter can

@@ -179,6 +179,7 @@ def _run(cmd, tmp_path, extra_args):
     return json.loads(proc.stdout)
 
 
+@pytest.mark.torch_version
 def test_a_dry_run_without_weights_measures_what_the_real_load_does(tmp_path):
     src = _tiny_llama(tmp_path / "model")
     common = ["--gpu", "T4", "--allocator", "native,vramguard"]
