@@ -11,6 +11,7 @@ builder) travel in the package as vramguard/_phantom_src, built on the
 user's machine on first use (vramguard.phantom.gpu), for the PyTorch there.
 """
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -30,21 +31,45 @@ C_FLAGS = ["-std=c11", "-O2"] + WARNINGS
 CXX_FLAGS = ["-std=c++17", "-O2"] + WARNINGS
 
 
+def _jobs():
+    """Compiles at once: VRAMGUARD_BUILD_JOBS, else the CPUs this process may use."""
+    given = os.environ.get("VRAMGUARD_BUILD_JOBS", "")
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 class build_ext_per_language(build_ext):
-    """setuptools gives every source the same flags; C and C++ need their own."""
+    """setuptools gives every source the same flags; C and C++ need their own.
+    And it compiles one source at a time: here every CPU compiles (the
+    sources are independent; the link waits for all of them)."""
 
     def build_extension(self, ext):
-        compile_one = self.compiler._compile
+        compiler = self.compiler
+        compile_one, compile_all = compiler._compile, compiler.compile
 
         def compile_with_language_flags(obj, src, ext_name, cc_args, extra_postargs, pp_opts):
             flags = CXX_FLAGS if src.endswith(".cc") else C_FLAGS
             compile_one(obj, src, ext_name, cc_args, list(extra_postargs) + flags, pp_opts)
 
-        self.compiler._compile = compile_with_language_flags
+        def compile_in_parallel(sources, output_dir=None, macros=None, include_dirs=None, debug=False,
+                                extra_preargs=None, extra_postargs=None, depends=None):
+            # distutils' CCompiler.compile, its loop over the objects run by a pool
+            macros, objects, extra_postargs, pp_opts, build = compiler._setup_compile(
+                output_dir, macros, include_dirs, sources, depends, extra_postargs)
+            cc_args = compiler._get_cc_args(pp_opts, debug, extra_preargs)
+            todo = [(obj, build[obj]) for obj in objects if obj in build]
+            with ThreadPoolExecutor(max_workers=_jobs()) as pool:
+                for done in [pool.submit(compiler._compile, obj, src, ext_name, cc_args, extra_postargs, pp_opts)
+                             for obj, (src, ext_name) in todo]:
+                    done.result()  # the first failure, as the serial loop would raise it
+            return objects
+
+        compiler._compile, compiler.compile = compile_with_language_flags, compile_in_parallel
         try:
             super().build_extension(ext)
         finally:
-            self.compiler._compile = compile_one
+            compiler._compile, compiler.compile = compile_one, compile_all
 
 
 # What vramguard.phantom.gpu needs to build the phantom: everything in

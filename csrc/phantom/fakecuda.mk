@@ -106,7 +106,9 @@ endif
 endif
 
 # The real PyTorch on the fake. Its own environment, so that `make check`
-# stays free of PyTorch; pip's cache makes the reinstall cheap. TORCH_VENV,
+# stays free of PyTorch; pip's cache makes the reinstall cheap. No bytecode
+# at install (--no-compile): Python compiles the modules the tests import,
+# once, instead of pip compiling all of PyTorch's and transformers'. TORCH_VENV,
 # TORCH_REQUIREMENTS and FAKECUDA name one tier's; check-torch-cu12 passes
 # its own.
 TORCH_VENV = .venv-torch
@@ -114,7 +116,7 @@ TORCH_REQUIREMENTS = tests/torch-requirements.txt
 
 $(TORCH_VENV)/.installed: $(TORCH_REQUIREMENTS) $(PY_SOURCES)
 	test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
-	$(TORCH_VENV)/bin/python -m pip install -q -r $(TORCH_REQUIREMENTS)
+	$(TORCH_VENV)/bin/python -m pip install -q --no-compile -r $(TORCH_REQUIREMENTS)
 	VRAMGUARD_WERROR=1 $(TORCH_VENV)/bin/python -m pip install -q -e ".[test]"
 	$(PRUNE_PIP_CACHE)
 	touch $@
