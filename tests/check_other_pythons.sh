@@ -45,7 +45,7 @@ for entry in "${found[@]}"; do
     venv=.venv-$name
     echo "== $name ($path): $(basename "$wheel")"
     [ -x "$venv/bin/python" ] || "$path" -m venv "$venv"
-    "$venv/bin/python" -m pip install -q --force-reinstall "$wheel[test]"
+    tests/pip_install.sh "$venv/bin/python" -q --force-reinstall -- "$wheel[test]"
     # the wheel's extension, not a source tree's
     (cd / && "$OLDPWD/$venv/bin/python" -c "import sys, vramguard._core as c; print(sys.version.split()[0], c.__file__)")
     "$venv/bin/python" -m pytest -q -rs "${pytest_args[@]}"

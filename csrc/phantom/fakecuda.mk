@@ -116,9 +116,8 @@ TORCH_REQUIREMENTS = tests/torch-requirements.txt
 
 $(TORCH_VENV)/.installed: $(TORCH_REQUIREMENTS) $(PY_SOURCES)
 	test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
-	$(TORCH_VENV)/bin/python -m pip install -q --no-compile -r $(TORCH_REQUIREMENTS)
-	VRAMGUARD_WERROR=1 $(TORCH_VENV)/bin/python -m pip install -q -e ".[test]"
-	$(PRUNE_PIP_CACHE)
+	tests/pip_install.sh $(TORCH_VENV)/bin/python -q --no-compile -- -r $(TORCH_REQUIREMENTS)
+	VRAMGUARD_WERROR=1 tests/pip_install.sh $(TORCH_VENV)/bin/python -q -- -e ".[test]"
 	touch $@
 
 # The fake's own tests first, plain and under ASan+UBSan, then PyTorch on
