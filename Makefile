@@ -154,11 +154,13 @@ $(VENV)/.installed: $(PY_SOURCES)
 	VRAMGUARD_WERROR=1 tests/pip_install.sh $(VENV)/bin/python -q -- -e ".[test]"
 	touch $@
 
+# Work done side by side (make test): this machine's cores, at most 4, as
+# each pytest worker's tests start PyTorch processes of their own.
+JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 # pytest's workers (pytest-xdist): every test has folders of its own and
-# its children pick free ports, so tests run side by side; the default is
-# this machine's cores (PYTEST_JOBS=0 runs them in pytest's own process).
-# At most 4: each worker's tests start PyTorch processes of their own.
-PYTEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+# its children pick free ports, so tests run side by side (PYTEST_JOBS=0
+# runs them in pytest's own process).
+PYTEST_JOBS ?= $(JOBS)
 PYTEST_PAR = $(if $(filter 0,$(PYTEST_JOBS)),,-n $(PYTEST_JOBS) --dist worksteal)
 # Each tier's slowest tests, for the table in docs/development.md.
 DURATIONS = --durations=25
@@ -178,10 +180,11 @@ OTHER_PYTEST_ARGS ?= $(PYTEST_PAR)
 check-other-pythons:
 	tests/check_other_pythons.sh $(PYTHON) build/wheel $(OTHER_PYTHONS) -- $(OTHER_PYTEST_ARGS)
 
-# The README's test command: the fast suite, then the real-PyTorch tier on
-# the pinned PyTorch, the reduced model zoo's goals, then the tier on the
-# CUDA 12 PyTorch. The tiers' environments are 5.9 and 7.4 GB (PyTorch and
-# its NVIDIA libraries), and pip would keep their wheels besides: with
+# The README's test command: the C tests and the fast suite, then the
+# real-PyTorch tier on the pinned PyTorch, the reduced model zoo's goals,
+# then the tier's torch_version tests on the CUDA 12 PyTorch. The tiers'
+# environments are 5.9 and 7.4 GB (PyTorch and its NVIDIA libraries), and
+# pip would keep their wheels besides: with
 # SPARE_DISK=1 (CI sets it) pip installs from a wheelhouse of the run's own
 # (build/wheelhouse, tests/pip_install.sh), from which every file over
 # 100 MB is dropped after each install (PyTorch's, Triton's and NVIDIA's
@@ -198,14 +201,14 @@ endif
 #
 # Each step is timed (tests/timed_step.sh) and the run ends with the table of
 # steps (tests/steps_table.sh; docs/development.md keeps it). Independent
-# work uses both cores: the three C builds and their tests side by side,
-# pytest's workers in every suite, the zoo's runs two at a time.
+# work uses every core (JOBS): the three C builds and their tests side by
+# side, pytest's workers in every suite, the zoo's runs JOBS at a time.
 STEP = tests/timed_step.sh
 SUBMAKE = $(MAKE) --no-print-directory
 export STEPS_FILE ?= $(CURDIR)/build/steps.tsv
 test:
 	@mkdir -p build && rm -f $(STEPS_FILE)
-	$(STEP) "C tests: build, run plain, ASan+UBSan, TSan" $(SUBMAKE) -j2 test-c test-c-san test-c-tsan
+	$(STEP) "C tests: build, run plain, ASan+UBSan, TSan" $(SUBMAKE) -j$(JOBS) test-c test-c-san test-c-tsan
 	$(STEP) "fast suite: install" $(SUBMAKE) $(VENV)/.installed
 	$(STEP) "fast suite: pytest" $(SUBMAKE) pytest
 	$(SUBMAKE) check-torch
@@ -273,4 +276,4 @@ TORCH_TEST_CACHE = $(CURDIR)/build/torch-test-cache
 CI_ZOO_MODELS ?= gpt2
 check-zoo: $(TORCH_VENV)/.installed
 	XDG_CACHE_HOME=$(TORCH_TEST_CACHE) $(TORCH_VENV)/bin/python bench/zoo.py --size small --models $(CI_ZOO_MODELS) --gpus T4 --steps 4 \
-		--timing-rounds 0 --jobs 2 --out build/zoo-ci --check --quiet
+		--timing-rounds 0 --jobs $(JOBS) --out build/zoo-ci --check --quiet

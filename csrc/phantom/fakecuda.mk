@@ -106,17 +106,19 @@ endif
 endif
 
 # The real PyTorch on the fake. Its own environment, so that `make check`
-# stays free of PyTorch; pip's cache makes the reinstall cheap. No bytecode
-# at install (--no-compile): Python compiles the modules the tests import,
-# once, instead of pip compiling all of PyTorch's and transformers'. TORCH_VENV,
-# TORCH_REQUIREMENTS and FAKECUDA name one tier's; check-torch-cu12 passes
-# its own.
+# stays free of PyTorch; pip's cache, where it keeps wheels, makes the
+# reinstall cheap. pip compiles the bytecode at install (38 s a tier) and
+# must: where PYTHONDONTWRITEBYTECODE is set, as on these machines, a
+# module without it is compiled again by every process that imports it
+# (with --no-compile the 2.15 tier's pytest took 3 minutes more).
+# TORCH_VENV, TORCH_REQUIREMENTS and FAKECUDA name one tier's;
+# check-torch-cu12 passes its own.
 TORCH_VENV = .venv-torch
 TORCH_REQUIREMENTS = tests/torch-requirements.txt
 
 $(TORCH_VENV)/.installed: $(TORCH_REQUIREMENTS) $(PY_SOURCES)
 	test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
-	tests/pip_install.sh $(TORCH_VENV)/bin/python -q --no-compile -- -r $(TORCH_REQUIREMENTS)
+	tests/pip_install.sh $(TORCH_VENV)/bin/python -q -- -r $(TORCH_REQUIREMENTS)
 	VRAMGUARD_WERROR=1 tests/pip_install.sh $(TORCH_VENV)/bin/python -q -- -e ".[test]"
 	touch $@
 
