@@ -149,9 +149,15 @@ bench-oom-compare:
 VENV = .venv
 PY_SOURCES = $(wildcard csrc/*/*.c csrc/*/*.cc $(HDRS) python/vramguard/*.py python/vramguard/*/*.py) setup.py pyproject.toml
 
+# The source tree's bytecode, compiled once: an editable install leaves it
+# to each process, and where PYTHONDONTWRITEBYTECODE is set (as on these
+# machines) every dry run's child would compile vramguard's modules again.
+COMPILE_SOURCES = -m compileall -q python/vramguard csrc/phantom
+
 $(VENV)/.installed: $(PY_SOURCES)
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	VRAMGUARD_WERROR=1 tests/pip_install.sh $(VENV)/bin/python -q -- -e ".[test]"
+	$(VENV)/bin/python $(COMPILE_SOURCES) >/dev/null
 	touch $@
 
 # Work done side by side (make test): this machine's cores, at most 4, as
