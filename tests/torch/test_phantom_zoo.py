@@ -57,7 +57,13 @@ def test_zoo_model_on_a_phantom_t4(model, tmp_path):
         assert size >= context + allocated[name]
 
 
-def test_more_than_12_gib_on_the_device_costs_the_host_under_1_gib():
+# PyTorch's teardown aborts now and then while autograd's device threads
+# finish (bench/zoo_run.py says why that file cannot skip it); a run whose
+# figures were written before it stands, as in bench/zoo.py.
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
+def test_more_than_12_gib_on_the_device_costs_the_host_under_1_gib(tmp_path):
     """GPT-2 small, batch 8 x 1024, bf16 autocast, AdamW, on a phantom
     A100-40GB: its tensors take more than 12 GiB of the device and the
     process's resident memory grows by less than 1 GiB from before the
@@ -68,10 +74,13 @@ def test_more_than_12_gib_on_the_device_costs_the_host_under_1_gib():
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("VRAMGUARD_", "VG_FAKECUDA_")) and k != "PYTORCH_CUDA_ALLOC_CONF"}
     env.update(_phantom.environ("A100-40GB"))
-    proc = subprocess.run([sys.executable, str(ZOO_RUN), "gpt2", "--allocator", "native", "--steps", "2"],
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    figures = tmp_path / "gpt2.json"
+    proc = subprocess.run([sys.executable, str(ZOO_RUN), "gpt2", "--allocator", "native", "--steps", "2",
+                           "--json", str(figures)], env=env, capture_output=True, text=True, timeout=600)
+    teardown = proc.returncode == -6 and proc.stderr.rstrip().endswith(TEARDOWN_ABORT)
+    assert proc.returncode == 0 or teardown, proc.stderr[-3000:]
+    assert figures.is_file(), proc.stderr[-3000:]
+    r = json.loads(figures.read_text())
     assert r["fits"] and r["device"] == "NVIDIA A100-SXM4-40GB"
     assert r["peak_allocated_bytes"] > 12 * GiB
     assert r["host_peak_rss_bytes"] - r["host_rss_start_bytes"] < 1 * GiB, r
