@@ -83,9 +83,9 @@ def test_one_tensor_bigger_than_the_budget():
     assert text.splitlines()[0] == ("Out of memory on device 0: asked for 300.00 MiB (300.00 MiB as a block); "
                                     "the budget said no.")
     assert "1. One tensor is larger than the budget (no estimate)" in text
-    # the allocator sees no dtype: no 16-bit figure, and no batch-halving estimate that
-    # would call itself "enough alone" for a tensor larger than the whole budget
-    assert ("if it holds 32-bit floats, torch.autocast would keep it in 16 bits, half the size." in text)
+    # the allocator sees no dtype and no frame showed one: no 16-bit advice (a uint8
+    # tensor gains nothing), no batch-halving figure, nothing listed as left out
+    assert "autocast" not in text and "16 bits" not in text and "Not advised" not in text
     assert "150.00 MiB" not in text and "enough alone" not in text
     assert keys(out) == ["too_big"]
     assert "Short by: 44.00 MiB" in text
@@ -110,9 +110,9 @@ def test_free_memory_in_pieces():
     assert out["advice"][0][1] == 120 * MiB - (512 << 10) and out["advice"][0][2] is True
     # the activations: what the region added (8 MiB) and the request
     assert out["activations"] == 108 * MiB
-    # no tensor seen, no dtype known: mixed precision with no figure, after those with one
-    assert keys(out)[2:] == ["batch_size", "accumulation", "autocast", "checkpointing", "no_grad"]
-    assert [s for _, s, _ in out["advice"][2:5]] == [54 * MiB, 54 * MiB, None]
+    # no tensor seen, no dtype known: no mixed precision; no estimated figure for the rest
+    assert keys(out)[2:] == ["batch_size", "checkpointing", "accumulation", "no_grad"]
+    assert [s for _, s, _ in out["advice"][2:]] == [None, None, None, None]
     assert out["live_by_class"][0] == [512 << 10, MiB, 240, 120 * MiB]
     assert out["live_by_region"] == [["forward", 8 * MiB, 128 * MiB]]
     text = out["text"]
@@ -121,12 +121,30 @@ def test_free_memory_in_pieces():
     assert "Non-releasable memory: 120.00 MiB" in text
     assert "So what: it matters now" in text
     assert "1. Free dead tensors, then empty_cache() (saves up to 119.50 MiB)" in text
-    assert "2. Use the arena: install(arena=True) (saves about 119.50 MiB, enough alone)" in text
+    assert "2. Use the arena: install(arena=True) (saves up to 119.50 MiB)" in text
     assert "by region, forward: +8.00 MiB since it began" in text
-    assert ("5. Mixed precision: torch.autocast, if the activations are 32-bit floats (no estimate)\n"
-            "     If the model computes in 32-bit floats, with torch.autocast('cuda', dtype=torch.bfloat16) (or "
-            "float16) activations are kept in 16 bits, about half; tensors already in 16 bits or integers gain "
-            "nothing. vramguard sees no dtypes here, so it gives no figure.") in text
+    assert ("Not advised here:\n  Mixed precision (torch.autocast): vramguard saw no tensor in the failing call's "
+            "function frames, so it does not know their dtypes (autocast changes only 32-bit floats; a training "
+            "step in a function lets it see them).\n") in text
+    assert "saves about" not in text and "enough alone" not in text
+
+
+@pytest.mark.parametrize("classes, other", [(5, None), (6, "1 other class: 2.00 MiB in 1 block"),
+                                             (7, "2 other classes: 3.00 MiB in 2 blocks")])
+def test_every_live_byte_is_in_a_size_class_line(classes, other):
+    """The five largest classes one a line, the rest counted in one; under
+    the arena what is held is named as the error message names it."""
+    out = run(f"""
+        kept = [h.malloc((1 << k) * MiB) for k in range({7 - classes}, 7)]     # up to 64 MiB, a class each
+        oom(200 * MiB)
+        report()
+    """)
+    text = out["text"]
+    shown = [line for line in text.splitlines() if line.startswith("  by size class,")]
+    assert shown[:5] == [f"  by size class, {s}.00 MiB to {2 * s}.00 MiB: {s}.00 MiB in 1 block" for s in (64, 32, 16, 8, 4)]
+    assert shown[5:] == ([f"  by size class, {other}"] if other else [])
+    held = text.split("Cached (reserved but not allocated): ")[1].split("\n")[0]
+    assert " mapped in " in held and " range" in held and "segment" not in held
 
 
 def test_a_leak_comes_first():
@@ -147,7 +165,9 @@ def test_a_leak_comes_first():
     assert keys(out)[0] == "leak" and out["advice"][0][1] == 72 * MiB and out["advice"][0][2] is True
     assert "empty_cache" not in keys(out) and "arena" not in keys(out)
     text = out["text"]
-    assert "1. Fix the leak: +8.00 MiB per step (saves about 72.00 MiB, enough alone)" in text
+    # what the leak holds is measured; whether freeing it is enough only a run says
+    assert "1. Fix the leak: +8.00 MiB per step (frees 72.00 MiB)" in text
+    assert "enough alone" not in text
     assert "losses.append(loss)" in text
     assert "at the last step boundary (step 10): 80.00 MiB" in text
 
@@ -171,8 +191,9 @@ def test_a_batch_fit_names_the_largest_batch():
         report()
     """)
     assert keys(out)[0] == "batch_size"
-    assert out["advice"][0][1] == 30 * MiB * (10 - 8)   # (256 - 16) // 30 = 8
-    assert "Lower the batch size to 8 at most" in out["text"]
+    assert out["advice"][0][1] is None                  # a noted fit, no batch measured: no saving figure
+    assert "1. Lower the batch size to 8 at most (no estimate)" in out["text"]   # (256 - 16) // 30 = 8
+    assert "no batch was measured here" in out["text"]
 
 
 def test_only_what_the_failing_step_added_is_activations():
@@ -200,9 +221,52 @@ def test_a_batch_measured_to_fail_is_never_advised():
         report()
     """)
     assert keys(out)[0] == "batch_size"
-    assert out["advice"][0][1] == 30 * MiB * (10 - 6)   # the fit says 8; 7 was measured to fail
+    assert out["advice"][0][1] is None                  # the fit says 8; 7 was measured to fail
     assert "Lower the batch size to 6 at most" in out["text"]
     assert "batch 7 was measured to run out of memory" in out["text"]
+
+
+def test_a_batch_measured_to_fit_is_advised_as_measured():
+    """Only a batch find_max_batch ran and saw fit is called measured, and
+    never one above a batch measured to fail; the fit's line gives none."""
+    out = run("""
+        from vramguard.report import oom as _oom_report
+        _oom_report.note_batch_fit(16 * MiB, 30 * MiB, batch=10, failed=[9], fitted=[4, 8])
+        a = h.malloc(200 * MiB)
+        oom(100 * MiB)
+        report()
+        out["first"] = out["text"]
+        _oom_report.note_batch_fit(16 * MiB, 30 * MiB, batch=10, failed=[7, 9], fitted=[4, 8])
+        oom(101 * MiB)
+        report()
+    """)
+    first, second = out["first"], out["text"]
+    assert "1. Lower the batch size to 8 at most (measured to fit)" in first      # the fit's 8, measured
+    assert "Batch 8 was measured to fit in this step (find_max_batch); batch 9 was measured to run out" in first
+    assert "1. Lower the batch size to 4 at most (measured to fit)" in second     # 8 is above the failed 7
+    assert out["advice"][0][1] is None and "saves about" not in first + second
+
+
+def test_the_arena_is_named_and_a_retry_counts_its_free_pages():
+    """Under the arena the report says so, and the most one request could
+    have had is the allocator's own figure (the message's): that request is
+    then served, a page more is not."""
+    out = run("""
+        a = h.malloc(100 * MiB)
+        b = h.malloc(100 * MiB)
+        h.free(a)                                   # 100 MiB of free pages, unmapped by the failure
+        oom(200 * MiB)
+        r = report()
+        out["arena"] = r.arena
+        p = h.malloc(r.available)
+        out["served"] = True
+        h.free(p)
+        out["more"] = oom(r.available + 2 * MiB) is not None
+    """)
+    assert out["arena"] is True
+    assert (out["room"], out["available"], out["short_by"]) == (156 * MiB, 156 * MiB, 44 * MiB)
+    assert "Short by: 44.00 MiB (the most one request could have had: 156.00 MiB)" in out["text"]
+    assert out["served"] is True and out["more"] is True
 
 
 def test_a_fit_of_another_step_gives_no_batch_figure():

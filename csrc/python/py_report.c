@@ -85,7 +85,7 @@ static PyObject *record_dict(const vg_oom_record *r)
         return NULL;
     }
     PyObject *d = Py_BuildValue(
-        "{s:K,s:i,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:K,s:K,s:K,s:N,s:N}",
+        "{s:K,s:i,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:O,s:O,s:K,s:K,s:K,s:N,s:N}",
         "seq", (unsigned long long)r->seq, "device", o->device,
         "requested", (unsigned long long)o->requested, "rounded", (unsigned long long)o->rounded,
         "budget", (unsigned long long)o->budget, "device_total", (unsigned long long)o->device_total,
@@ -94,7 +94,9 @@ static PyObject *record_dict(const vg_oom_record *r)
         "largest_free_block", (unsigned long long)o->largest_free_block,
         "free_blocks", (unsigned long long)o->free_blocks,
         "free_bytes", (unsigned long long)o->free_bytes,
+        "largest_allocatable", (unsigned long long)o->largest_allocatable,
         "budget_refused", o->budget_refused ? Py_True : Py_False,
+        "arena", o->arena ? Py_True : Py_False,
         "segments", (unsigned long long)r->state.segments,
         "idle_segments", (unsigned long long)r->state.idle_segments,
         "idle_segment_bytes", (unsigned long long)r->state.idle_segment_bytes,

@@ -451,7 +451,8 @@ def find_max_batch(step_fn, start=1, limit=None, budget=None, *, tolerance=DEFAU
 
         # The next OOM report's "largest batch that fits", for a failure in
         # this step only, never at a batch measured to fail.
-        note_batch_fit(fit.fixed, fit.per_sample, step=step_fn, failed=[t.batch for t in tries if not t.fits])
+        note_batch_fit(fit.fixed, fit.per_sample, step=step_fn, failed=[t.batch for t in tries if not t.fits],
+                       fitted=[t.batch for t in tries if t.fits])
     result = BatchSearch(largest, tries, fit, budget=searched_under or None, limit=limit, start=start,
                          tolerance=tolerance, over_device=search_budget.over_device if search_budget else None)
     if result.stopped_at is not None:  # the cap is no measured maximum: a warning

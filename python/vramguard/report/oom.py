@@ -27,9 +27,14 @@ Figures, one definition each (the summary's names):
     two cells before is not this step's activations).
 
 Advice ranking: first what the numbers show to be the cause (a request
-larger than the limit; a leak; free memory in pieces), the larger estimated
-saving first; then what lowers the peak, a noted batch fit first, then by
-estimated saving, those without an estimate last in a fixed order.
+larger than the limit; a leak; free memory in pieces), the larger measured
+saving or bound first; then what lowers the peak, a batch measured to fit
+(or a noted fit) first, then in a fixed order. No advice states an estimated saving: a
+figure is measured (a leak), a bound that holds ("up to"), or a batch
+measured to fit. Where the failing call was (the backward pass, the
+optimizer's step: oom_phase.py), what autocast it ran under
+(torch/autocast_watch.py) and the dtypes its frames held (oom_frames.py)
+decide which advice applies; what does not is listed with the reason.
 """
 import html
 import sys
@@ -37,7 +42,10 @@ import sys
 from .. import _core
 from ..render.advice import fragmentation_so_what
 from ..render import words
-from .oom_frames import codes_of, failing_exception, frame_dtypes, holds_wide_floats
+from .oom_card import autocast_advice_dtype, card_of
+from .oom_frames import codes_of, failing_exception, frame_dtypes, holds_wide_floats, narrow_float_names
+from .oom_phase import BACKWARD, OPTIMIZER, PHASE_WORDS, failing_phase
+from ..torch.autocast_watch import autocast_dtype_of
 from .oom_notes import (  # what the next report adds, noted by find_max_batch and the regions
     _built, _fit, _lock, _regions_at_oom, clear_batch_fit, lines_by_line, note_batch_fit, note_region_at_oom,
 )
@@ -49,31 +57,30 @@ __all__ = ["Advice", "OOMReport", "last_oom", "note_batch_fit", "clear_batch_fit
 _EVAL_WORDS = ("eval", "valid", "test", "infer", "predict", "generat")
 
 
-def _arena_on():
-    from ..torch import install as _torch
-
-    settings = _torch._state.get("settings") or {}
-    return bool(settings.get("arena"))
-
-
 # ------------------------------------------------------------------ the report
 
 
 class Advice:
     """One piece of advice: `key` names it (too_big, leak, empty_cache,
-    arena, batch_size, autocast, checkpointing, accumulation, no_grad),
-    `saving` the bytes it should save (None: no estimate), `cause` whether
-    the numbers show it to be the cause."""
+    arena, batch_size, autocast, checkpointing, accumulation, no_grad,
+    optimizer), `saving` the bytes it frees as measured, or at most with
+    `up_to` (None: no figure), `measured` whether what it names was measured
+    to fit, `cause` whether the numbers show it to be the cause."""
 
-    __slots__ = ("key", "title", "detail", "saving", "cause", "up_to")
+    __slots__ = ("key", "title", "detail", "saving", "cause", "up_to", "measured")
 
-    def __init__(self, key, title, detail, saving=None, cause=False, up_to=False):
+    def __init__(self, key, title, detail, saving=None, cause=False, up_to=False, measured=False):
         self.key, self.title, self.detail, self.saving, self.cause = key, title, detail, saving, cause
-        self.up_to = up_to  # the saving is a bound, not an estimate
+        self.up_to = up_to  # the saving is a bound that holds, not an estimate
+        self.measured = measured  # what it names was measured to fit
 
     def __repr__(self):
         saving = format_size(int(self.saving)) if self.saving is not None else None
         return f"Advice({self.key!r}, saving={saving}, cause={self.cause})"
+
+
+#: Size classes shown one a line, the largest by bytes; the rest in one line.
+_CLASSES_SHOWN = 5
 
 
 def _budget_text(budget):
@@ -95,11 +102,16 @@ class OOMReport:
     line), what was cached and in how many pieces, the budget, and advice.
     str() is the text; a notebook shows it as HTML."""
 
-    def __init__(self, record, regions=(), lines=None, steps=None, fit=None, arena=False, dtypes=None,
-                 failed_batches=()):
+    def __init__(self, record, regions=(), lines=None, steps=None, fit=None, dtypes=None, failed_batches=(),
+                 fitted_batches=(), phase=None, autocast_dtype=None, card=None):
         """dtypes: {dtype name: bytes} of the failing frames' CUDA tensors
-        (oom_frames.frame_dtypes), None when unknown; failed_batches: batch
-        sizes measured to run out of memory (find_max_batch)."""
+        (oom_frames.frame_dtypes), None when unknown; failed_batches and
+        fitted_batches: batch sizes measured to run out of memory and to fit
+        (find_max_batch); phase: where the failing call was (oom_phase),
+        None when not known; autocast_dtype: the dtype of the CUDA autocast
+        region the error left (torch/autocast_watch.py), None when none was
+        seen; card: (name, compute capability) the advice is for, None when
+        not known."""
         r = record
         self.seq = r["seq"]
         self.device = r["device"]
@@ -132,12 +144,20 @@ class OOMReport:
         self.failed_batches = tuple(failed_batches)
         self.dtypes = dtypes
         self.wide_floats = holds_wide_floats(dtypes)
-        self.arena = arena
+        self.arena = bool(r["arena"])
+        self.fitted_batches = tuple(fitted_batches)
+        self.phase = phase
+        self.autocast_dtype = autocast_dtype
+        self.card = card
+        self.not_advised = []  # [(what, why)]: advice left out, and why
         room = max(self.limit - self.reserved, 0)
         if self.device_total and not self.budget_refused:
             room = min(room, self.device_free)
         self.room = room
-        self.available = max(self.largest_free_block, room + self.idle_segment_bytes)
+        # The allocator's own figure, the message's "largest block that could
+        # be allocated now": the largest free block, or the room and what a
+        # retry releases (idle segments; under the arena, free pages).
+        self.available = r.get("largest_allocatable", max(self.largest_free_block, room + self.idle_segment_bytes))
         self.short_by = max(self.rounded - self.available, 0)
         self.activations = self._activations()
         self.advice = rank(self._advice())
@@ -175,17 +195,22 @@ class OOMReport:
     # -------------------------------------------------------------- advice
 
     def _advice(self):
+        """Advice states no estimated saving: a figure is one the allocator
+        measured (a leak's bytes), a bound that holds ("up to": what the
+        free pieces hold, what a region added), or a batch measured to fit;
+        anything else has no figure, and what does not apply to this
+        failure (its phase, its dtypes) is listed in not_advised."""
         out = []
-        act = self.activations
         if self.too_big:
-            # No figure for 16 bits: the allocator never sees the request's
-            # dtype (a uint8 tensor gains nothing from autocast).
+            # The request's dtype is not known: 16 bits only from what the
+            # frames showed (a uint8 tensor gains nothing from autocast).
+            precision = (f" The failing frames hold {self._dtype_text()} tensors: {self._autocast_call()} would keep "
+                         f"32-bit float results in 16 bits." if self._autocast_applies() else "")
             out.append(Advice(
                 "too_big", f"One tensor is larger than {self.limit_name}",
                 f"The request ({format_size(self.rounded)}) alone is more than {self.limit_name} "
                 f"({format_size(self.limit)}): no cache setting fits it. Make that tensor smaller: a smaller batch or "
-                f"sequence length, or the operation in chunks; if it holds 32-bit floats, torch.autocast would "
-                f"keep it in 16 bits, half the size.",
+                f"sequence length, or the operation in chunks.{precision}",
                 None, cause=True))
         leak = self.leak
         if leak is not None:
@@ -209,9 +234,10 @@ class OOMReport:
                 out.append(Advice(
                     "arena", "Use the arena: install(arena=True)",
                     "The arena maps device pages into one address range, so free pieces join up whatever lies "
-                    f"between them: the {format_size(pieces)} cached free outside the largest block becomes usable.",
-                    pieces, cause=True))
-        out.extend(self._peak_advice(act))
+                    f"between them: of the {format_size(pieces)} cached free outside the largest block, the whole "
+                    "2 MiB pages become usable.",
+                    pieces, cause=True, up_to=True))
+        out.extend(self._peak_advice())
         return out
 
     def _largest_batch(self, fixed, per_sample):
@@ -222,69 +248,134 @@ class OOMReport:
             largest = min(largest, min(self.failed_batches) - 1)
         return largest
 
-    def _peak_advice(self, act):
+    def _peak_advice(self):
         if self.too_big:
             # One tensor over the limit: advice 1 says what shrinks it; no
-            # estimate of halving the rest can make it fit.
-            return [a for a in self._peak_advice_all(act) if a.key == "no_grad" and a.cause]
-        return self._peak_advice_all(act)
+            # change to the rest can make it fit, and none is listed as left out.
+            kept = [a for a in self._peak_advice_all() if a.key == "no_grad" and a.cause]
+            self.not_advised.clear()
+            return kept
+        return self._peak_advice_all()
 
-    def _peak_advice_all(self, act):
-        out = []
-        half = act // 2 if act is not None else None
+    def _not_advised(self, what, why):
+        if (what, why) not in self.not_advised:
+            self.not_advised.append((what, why))
+
+    def _peak_advice_all(self):
+        if self.phase == OPTIMIZER:
+            return self._optimizer_advice()
+        act = self.activations
         scope = self._failing_scope()
         act_text = (f"{scope[0]} had added {format_size(act)} (with the request)" if act is not None
-                    else "call vramguard.step() after each training step to size the activations")
-        if self.fit is not None:
-            fixed, per_sample, batch = self.fit
-            largest = self._largest_batch(fixed, per_sample)
-            saving = per_sample * (batch - largest) if batch is not None and batch > largest else per_sample
-            failed = (f"; batch {min(self.failed_batches):,} was measured to run out of memory"
-                      if self.failed_batches else "")
-            out.append(Advice(
-                "batch_size", f"Lower the batch size to {largest:,} at most",
-                f"The fit memory = {format_size(int(fixed))} + {format_size(int(per_sample))} x batch, measured on "
-                f"the step that failed, says a batch of {largest:,} fits in {self.limit_name} "
-                f"({format_size(self.limit)}){failed}"
-                + (f"; the batch in use was {batch:,}." if batch is not None else "; each sample less saves "
-                   f"{format_size(int(per_sample))}."), saving))
-        else:
-            out.append(Advice(
-                "batch_size", "Lower the batch size",
-                f"Activations grow with the batch; {act_text}: halving the batch saves about half of that. "
-                "vramguard.find_max_batch() finds the largest that fits.", half))
-        if self.wide_floats:
-            out.append(Advice(
-                "autocast", "Mixed precision: torch.autocast",
-                f"The failing frames hold {self._dtype_text()} tensors: with torch.autocast('cuda', "
-                f"dtype=torch.bfloat16) (or float16) activations are kept in 16 bits, about half; {act_text}.",
-                half))
-        else:
-            # The allocator sees bytes, not dtypes: no figure unless the
-            # frames showed 32-bit floats.
-            out.append(Advice(
-                "autocast", "Mixed precision: torch.autocast, if the activations are 32-bit floats",
-                "If the model computes in 32-bit floats, with torch.autocast('cuda', dtype=torch.bfloat16) (or "
-                "float16) activations are kept in 16 bits, about half; tensors already in 16 bits or integers "
-                "gain nothing. vramguard sees no dtypes here, so it gives no figure.", None))
+                    else "vramguard.step() after each training step measures what a step adds")
+        out = [self._batch_advice(act_text)]
+        autocast = self._autocast_advice()
+        if autocast is not None:
+            out.append(autocast)
         out.append(Advice(
             "checkpointing", "Gradient checkpointing",
             "torch.utils.checkpoint (model.gradient_checkpointing_enable() in transformers) keeps only the inputs "
-            "of each checkpointed block and recomputes the rest in backward: most of the activations"
-            + (f" (up to {format_size(act)})" if act is not None else "") + ", for about a third more compute.",
-            None))
+            "of each checkpointed block for backward and runs the block's forward again there to recompute the "
+            "rest; how much it frees depends on the model.", None))
         out.append(Advice(
             "accumulation", "Gradient accumulation",
             "Half the batch per forward, two forwards per optimizer step (loss / 2, optimizer.step() every 2): "
-            "the same effective batch with about half the activations.", half))
-        in_eval = any(any(w in name.lower() for w in _EVAL_WORDS) for name, _, _ in self.live_by_region)
-        out.append(Advice(
-            "no_grad", "torch.no_grad() for evaluation",
-            ("The failure came inside an evaluation region: without torch.no_grad() (or torch.inference_mode()) "
-             "every activation is kept for a backward that never comes." if in_eval else
-             "If this ran in evaluation: torch.no_grad() (or torch.inference_mode()) keeps no activations for "
-             "backward."), act if in_eval else None, cause=in_eval))
+            "the same effective batch, each forward's activations those of half the samples.", None))
+        no_grad = self._no_grad_advice(act)
+        if no_grad is not None:
+            out.append(no_grad)
         return out
+
+    def _batch_advice(self, act_text):
+        if self.fit is None:
+            return Advice(
+                "batch_size", "Lower the batch size",
+                f"Activations grow with the batch; {act_text}. vramguard.find_max_batch() measures the largest "
+                "batch that fits.", None)
+        fixed, per_sample, batch = self.fit
+        by_fit = self._largest_batch(fixed, per_sample)
+        failed = (f"; batch {min(self.failed_batches):,} was measured to run out of memory"
+                  if self.failed_batches else "")
+        in_use = f"; the batch in use was {batch:,}" if batch is not None else ""
+        measured = [b for b in self.fitted_batches if b <= by_fit]
+        if measured:
+            largest = max(measured)
+            return Advice(
+                "batch_size", f"Lower the batch size to {largest:,} at most",
+                f"Batch {largest:,} was measured to fit in this step (find_max_batch){failed}{in_use}. The fit "
+                f"memory = {format_size(int(fixed))} + {format_size(int(per_sample))} x batch, from the batches "
+                "that fitted, is what the search measured, not a promise for other inputs.", None, measured=True)
+        return Advice(
+            "batch_size", f"Lower the batch size to {by_fit:,} at most",
+            f"The fit noted for this step, memory = {format_size(int(fixed))} + {format_size(int(per_sample))} x "
+            f"batch, says a batch of {by_fit:,} fits in {self.limit_name} ({format_size(self.limit)}){failed}"
+            f"{in_use}; no batch was measured here: vramguard.find_max_batch() measures it.", None)
+
+    def _autocast_applies(self):
+        return self.autocast_dtype is None and self.wide_floats
+
+    def _autocast_call(self):
+        dtype = autocast_advice_dtype(self.card) or "float16"
+        return f"torch.autocast('cuda', dtype=torch.{dtype})"
+
+    def _autocast_advice(self):
+        what = "Mixed precision (torch.autocast)"
+        if self.autocast_dtype is not None:
+            self._not_advised(what, f"the failing call already ran under torch.autocast ({self.autocast_dtype})")
+            return None
+        narrow = narrow_float_names(self.dtypes)
+        if narrow:
+            self._not_advised(what, f"the failing frames already hold {' and '.join(narrow[:2])} tensors: the "
+                                    "program computes in 16 bits there")
+            return None
+        if not self.wide_floats:
+            why = ("the failing frames' tensors are not mostly 32-bit floats" if self.dtypes else
+                   "vramguard saw no tensor in the failing call's function frames, so it does not know their "
+                   "dtypes (autocast changes only 32-bit floats; a training step in a function lets it see them)")
+            self._not_advised(what, why)
+            return None
+        dtype = autocast_advice_dtype(self.card) or "float16"
+        if self.card is None:
+            card = "(bfloat16 instead on a card of compute capability 8.0 or more)"
+        elif dtype == "float16":
+            card = (f"({self.card[0]}, compute capability {self.card[1][0]}.{self.card[1][1]}, has no bfloat16 "
+                    "tensor cores; with float16, scale the loss: torch.amp.GradScaler)")
+        else:
+            card = f"({self.card[0]}, compute capability {self.card[1][0]}.{self.card[1][1]}, runs bfloat16)"
+        return Advice(
+            "autocast", "Mixed precision: torch.autocast",
+            f"The failing frames hold {self._dtype_text()} tensors: under {self._autocast_call()} {card} matrix "
+            "products and convolutions compute in 16 bits and keep 16-bit results for backward; what it frees "
+            "depends on the model, and the cast copies of the weights take memory too.", None)
+
+    def _no_grad_advice(self, act):
+        what = "torch.no_grad() for evaluation"
+        if self.phase == BACKWARD:
+            self._not_advised(what, "the failure came in the backward pass, which needs the activations "
+                                    "torch.no_grad() would not keep")
+            return None
+        in_eval = any(any(w in name.lower() for w in _EVAL_WORDS) for name, _, _ in self.live_by_region)
+        if in_eval:
+            return Advice(
+                "no_grad", what,
+                "The failure came inside an evaluation region: without torch.no_grad() (or "
+                "torch.inference_mode()) every activation is kept for a backward that never comes.",
+                act, cause=True, up_to=True)
+        return Advice(
+            "no_grad", what,
+            "If this ran in evaluation: torch.no_grad() (or torch.inference_mode()) keeps no activations for "
+            "backward.", None)
+
+    def _optimizer_advice(self):
+        self._not_advised("A smaller batch, torch.autocast, gradient checkpointing or accumulation",
+                          "the failure came in the optimizer's step, after backward had freed the activations "
+                          "they act on")
+        return [Advice(
+            "optimizer", "Smaller optimizer state",
+            "The failure came in the optimizer's step: what it holds is the parameters, their gradients and "
+            "the optimizer's state, which Adam and AdamW create at the first step, two values per parameter. "
+            "bitsandbytes' 8-bit optimizers (bitsandbytes.optim.AdamW8bit) keep each of those values in one byte; "
+            "foreach=False updates one parameter at a time instead of all of them at once.", None)]
 
     def _dtype_text(self):
         names = sorted(self.dtypes, key=lambda name: -self.dtypes[name])
@@ -307,10 +398,16 @@ class OOMReport:
             f"Budget: {limit}; room to reserve more: {format_size(self.room)}"
             + (f"; {format_size(self.device_free)} free on the device" if self.device_total else ""),
         ]
+        if self.phase is not None:
+            facts.append(f"Where: {PHASE_WORDS[self.phase]}")
         live = [f"Live: {format_size(self.live)} in {_blocks(self.live_blocks)}"]
-        for lower, upper, blocks, nbytes in self.live_by_class[:5]:
+        for lower, upper, blocks, nbytes in self.live_by_class[:_CLASSES_SHOWN]:
             span = f"{format_size(lower)} to {format_size(upper)}" if upper else f"{format_size(lower)} and more"
             live.append(f"  by size class, {span}: {format_size(nbytes)} in {_blocks(blocks)}")
+        rest = self.live_by_class[_CLASSES_SHOWN:]
+        if rest:  # every live byte is in some line: the smaller classes in one
+            live.append(f"  by size class, {words.count(len(rest), 'other class', 'other classes')}: "
+                        f"{format_size(sum(row[3] for row in rest))} in {_blocks(sum(row[2] for row in rest))}")
         for name, added, peak in self.live_by_region:
             live.append(f"  by region, {name}: +{format_size(max(added, 0))} since it began (its peak "
                         f"{format_size(peak)})")
@@ -322,9 +419,11 @@ class OOMReport:
         if self.steps is not None:
             steps, boundary, _, _, _ = self.steps
             live.append(f"  at the last step boundary (step {steps}): {format_size(boundary)}")
+        held = (f"mapped in {words.count(self.segments, 'range')}" if self.arena
+                else f"reserved in {words.count(self.segments, 'segment')}")  # the error message's words
         cached = [
             f"Cached (reserved but not allocated): {format_size(self.cached)} of {format_size(self.reserved)} "
-            f"reserved in {words.count(self.segments, 'segment')}",
+            f"{held}",
             f"Cached free: {format_size(self.free_bytes)} in {_blocks(self.free_blocks)}, largest free block "
             f"{format_size(self.largest_free_block)}",
             f"Cached free in pieces (1 - largest free block / cached free): {_pct(self.stats['fragmentation.external'])}",
@@ -337,13 +436,16 @@ class OOMReport:
     def _advice_lines(self):
         out = []
         for advice in self.advice:
-            if advice.saving is None:
+            # No "enough alone": what a change frees can merge with free
+            # neighbours, so only a run says whether the request then fits.
+            if advice.measured:
+                saves = "measured to fit"
+            elif advice.saving is None:
                 saves = "no estimate"
             elif advice.up_to:
                 saves = f"saves up to {format_size(int(advice.saving))}"
             else:
-                enough = "enough alone" if advice.saving >= self.short_by else "not enough alone"
-                saves = f"saves about {format_size(int(advice.saving))}, {enough}"
+                saves = f"frees {format_size(int(advice.saving))}"
             out.append((advice.title, saves, advice.detail))
         return out
 
@@ -357,6 +459,9 @@ class OOMReport:
         for n, (title, saves, detail) in enumerate(self._advice_lines(), 1):
             out.append(f"  {n}. {title} ({saves})")
             out.append(f"     {detail}")
+        if self.not_advised:
+            out.append("Not advised here:")
+            out += [f"  {what}: {why}." for what, why in self.not_advised]
         out.append(self.measure_line())
         return "\n".join(out)
 
@@ -386,11 +491,14 @@ class OOMReport:
         for title, saves, detail in self._advice_lines():
             parts.append(f"<li><b>{e(title)}</b> ({e(saves)})<br>{e(detail)}</li>")
         parts.append("</ol>")
+        if self.not_advised:
+            parts.append("<p><b>Not advised here</b></p><ul>"
+                         + "".join(f"<li>{e(what)}: {e(why)}.</li>" for what, why in self.not_advised) + "</ul>")
         parts.append(f"<p>{e(self.measure_line())}</p>")
         return "".join(parts)
 
 
-_FIXED_ORDER = ("batch_size", "autocast", "checkpointing", "accumulation", "no_grad")
+_FIXED_ORDER = ("optimizer", "batch_size", "autocast", "checkpointing", "accumulation", "no_grad")
 
 
 def rank(advice):
@@ -422,14 +530,15 @@ def _regions_for(record):
 
 
 def _fit_for(exc):
-    """(fit, failed batches) when the noted fit was measured on the step
-    that failed (its code is in the failure's traceback), or noted with no
-    step; (None, ()) otherwise."""
+    """(fit, failed batches, fitted batches) when the noted fit was measured
+    on the step that failed (its code is in the failure's traceback), or
+    noted with no step; (None, (), ()) otherwise."""
     with _lock:
-        fit, scoped, code, failed = _fit["value"], _fit["scoped"], _fit["step"], _fit["failed"]
+        fit, scoped, code = _fit["value"], _fit["scoped"], _fit["step"]
+        failed, fitted = _fit["failed"], _fit["fitted"]
     if fit is None or (scoped and (code is None or code not in codes_of(exc))):
-        return None, ()
-    return fit, failed
+        return None, (), ()
+    return fit, failed, fitted
 
 
 def last_oom(exc=None):
@@ -451,9 +560,10 @@ def last_oom(exc=None):
     failing = failing_exception(exc)
     if failing is not None and f"Tried to allocate {format_size(record['requested'])}" not in str(failing):
         failing = None  # another out-of-memory's exception: its frames say nothing of this one
-    fit, failed = _fit_for(failing)
+    fit, failed, fitted = _fit_for(failing)
     report = OOMReport(record, _regions_for(record), lines_by_line(record["device"]),
-                       _regions.step_figures(record["device"]), fit, _arena_on(), frame_dtypes(failing), failed)
+                       _regions.step_figures(record["device"]), fit, frame_dtypes(failing), failed, fitted,
+                       failing_phase(failing), autocast_dtype_of(failing), card_of(record))
     with _lock:
         _built["seq"], _built["report"] = record["seq"], report
     return report

@@ -11,7 +11,8 @@ nothing about the operation that failed.
 import inspect
 import sys
 
-__all__ = ["failing_exception", "codes_of", "frame_dtypes", "holds_wide_floats", "WIDE_FLOATS"]
+__all__ = ["failing_exception", "tracebacks", "codes_of", "frame_dtypes", "holds_wide_floats", "narrow_float_names",
+           "WIDE_FLOATS"]
 
 #: The dtypes that torch.autocast computes in 16 bits: what halves.
 WIDE_FLOATS = ("torch.float32", "torch.float64")
@@ -32,7 +33,10 @@ def failing_exception(exc=None):
     return None
 
 
-def _tracebacks(exc):
+def tracebacks(exc, context=True):
+    """The traceback entries of `exc`, outermost frame first, then those of
+    the exception it was raised from (__cause__), and with `context` of the
+    one being handled when it was raised (__context__)."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -40,13 +44,13 @@ def _tracebacks(exc):
         while tb is not None:
             yield tb
             tb = tb.tb_next
-        exc = exc.__cause__ or exc.__context__
+        exc = exc.__cause__ or (exc.__context__ if context else None)
 
 
 def codes_of(exc):
     """The code objects of every frame of `exc`'s traceback (and of the
     exceptions it chains to)."""
-    return {tb.tb_frame.f_code for tb in _tracebacks(exc)} if exc is not None else set()
+    return {tb.tb_frame.f_code for tb in tracebacks(exc)} if exc is not None else set()
 
 
 def _tensors(value, torch, depth=_DEPTH):
@@ -73,7 +77,7 @@ def frame_dtypes(exc):
     torch = sys.modules.get("torch")
     if exc is None or torch is None:
         return None
-    frames = [tb.tb_frame for tb in _tracebacks(exc)
+    frames = [tb.tb_frame for tb in tracebacks(exc)
               if tb.tb_frame.f_code.co_flags & inspect.CO_OPTIMIZED]
     for frame in reversed(frames):
         found = {}
@@ -98,3 +102,11 @@ def holds_wide_floats(dtypes):
     wide = sum(n for name, n in dtypes.items() if name in WIDE_FLOATS)
     narrow_floats = any(name in ("torch.float16", "torch.bfloat16") or "float8" in name for name in dtypes)
     return wide > 0 and not narrow_floats and wide * 2 > sum(dtypes.values())
+
+
+def narrow_float_names(dtypes):
+    """The 16- and 8-bit float dtypes among the frames' tensors ("float16",
+    "bfloat16", ...), largest first: a program that holds them already
+    computes in fewer bits there."""
+    names = [name for name in (dtypes or {}) if name in ("torch.float16", "torch.bfloat16") or "float8" in name]
+    return [name.replace("torch.", "") for name in sorted(names, key=lambda name: -dtypes[name])]

@@ -11,12 +11,12 @@ from .. import _core
 __all__ = ["note_batch_fit", "clear_batch_fit", "note_region_at_oom", "lines_by_line"]
 
 _lock = threading.Lock()
-_fit = {"value": None, "step": None, "scoped": False, "failed": ()}
+_fit = {"value": None, "step": None, "scoped": False, "failed": (), "fitted": ()}
 _regions_at_oom = {}  # seq -> [(device, name, live at entry, peak)], innermost first
 _built = {"seq": 0, "report": None}
 
 
-def note_batch_fit(fixed, per_sample, batch=None, *, step=None, failed=()):
+def note_batch_fit(fixed, per_sample, batch=None, *, step=None, failed=(), fitted=()):
     """A fit of memory = fixed + per_sample x batch (bytes), as
     find_max_batch measures it; `batch`: the batch size in use, when known.
     The next report says the largest batch that should fit.
@@ -24,7 +24,9 @@ def note_batch_fit(fixed, per_sample, batch=None, *, step=None, failed=()):
     step: the step function the fit was measured on: the report uses the
     fit only for a failure inside it (a batch figure from another
     computation would be false); None: any failure (a fit the user noted).
-    failed: batch sizes measured to run out of memory, never advised."""
+    failed: batch sizes measured to run out of memory, never advised;
+    fitted: batch sizes measured to fit, the only ones the report calls
+    measured."""
     for name, value in (("fixed", fixed), ("per_sample", per_sample)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
             raise ValueError(f"{name} must be a number of bytes >= 0, got {value!r}")
@@ -32,9 +34,10 @@ def note_batch_fit(fixed, per_sample, batch=None, *, step=None, failed=()):
         raise ValueError(f"per_sample must be more than 0 bytes, got {per_sample!r}")
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
         raise ValueError(f"batch must be an int >= 1 or None, got {batch!r}")
-    failed = tuple(failed)
-    if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in failed):
-        raise ValueError(f"failed must hold batch sizes (ints >= 1), got {failed!r}")
+    failed, fitted = tuple(failed), tuple(fitted)
+    for name, sizes in (("failed", failed), ("fitted", fitted)):
+        if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes):
+            raise ValueError(f"{name} must hold batch sizes (ints >= 1), got {sizes!r}")
     code = getattr(step, "__code__", None)
     if step is not None and code is None:  # functools.partial, a callable object
         inner = getattr(step, "func", None) or getattr(step, "__call__", None)
@@ -44,12 +47,13 @@ def note_batch_fit(fixed, per_sample, batch=None, *, step=None, failed=()):
         _fit["step"] = code if step is not None else None
         _fit["scoped"] = step is not None
         _fit["failed"] = failed
+        _fit["fitted"] = fitted
         _built["report"] = None
 
 
 def clear_batch_fit():
     with _lock:
-        _fit.update(value=None, step=None, scoped=False, failed=())
+        _fit.update(value=None, step=None, scoped=False, failed=(), fitted=())
         _built["report"] = None
 
 
