@@ -54,12 +54,18 @@ def test_summary_shows_current_peak_totals_and_counters():
     # the default is the arena: what it holds is mapped pages (50 for 100 MiB, 1 for the small pool)
     mapped = next(line for line in lines if line.startswith("| Mapped memory"))
     assert mapped.split("|")[2:6] == [" 102.00 MiB ", " 102.00 MiB ", " 102.00 MiB ", "    0 bytes "]
-    assert "from small pool" in text and "maps 2 (51 pages)" in text
+    assert "from small pool" in text and "maps 2 (51 pages)" in format_summary(heap.stats(), verbose=True)
+    assert "maps 2" not in text
     assert "Cached free in pieces (1 - largest free block / cached free)" in text
     # the policy's counters are the verbose form's, one more section of the same width
     assert "cache hits" not in text
     verbose = format_summary(heap.stats(), verbose=True).splitlines()
-    assert verbose[:len(lines) - 1] == lines[:-1] and all(len(line) == len(lines[0]) for line in verbose)
+    assert all(len(line) == len(lines[0]) for line in verbose)
+    # the arena's provider calls are one more row in the verbose form, after its memory line
+    maps = next(i for i, line in enumerate(verbose) if line.startswith("| maps 2 (51 pages)"))
+    assert verbose[maps - 1].startswith("| Memory: arena") and lines[maps - 1] == verbose[maps - 1]
+    verbose = verbose[:maps] + verbose[maps + 1:]
+    assert verbose[:len(lines) - 1] == lines[:-1]
     assert verbose[len(lines) - 1:len(lines)] == ["|" + "-" * 79 + "|"]
     assert verbose[len(lines)].startswith("| cache hits 0, cache misses 2, splits 2, merges 1, ")
     heap.free(b)
@@ -91,3 +97,21 @@ def test_format_size_picks_the_unit_after_rounding():
     assert vramguard.format_size(1000 * MiB) == "1000.00 MiB"
     assert vramguard.format_size(GiB - 6 * MiB) == "1018.00 MiB"
     assert vramguard.format_size((1 << 64) - 1) == "16.00 EiB"
+
+
+def test_no_summary_row_breaks_out_of_the_box():
+    """A row wider than the table (a long allocator line, counts in the
+    billions) wraps onto rows of the table's width; no word is lost."""
+    from vramguard.render.summary import _line
+
+    text = "allocator: " + " ".join(f"word{i}" for i in range(30))
+    rows = _line(text).splitlines()
+    assert len(rows) == 3 and all(len(row) == 81 and row.startswith("| ") and row.endswith(" |") for row in rows)
+    assert " ".join(" ".join(row[2:-2].split()) for row in rows) == text
+    assert _line("short").splitlines() == ["| short" + " " * 72 + " |"]
+    stats = Heap(1 << 30).stats()
+    stats.update({"num_ooms": 10 ** 12, "num_device_errors": 10 ** 12, "num_invalid_frees": 10 ** 12,
+                  "allocated_bytes.all.current": 1})
+    lines = format_summary(stats).splitlines()
+    assert all(len(line) == 81 for line in lines)
+    assert "1,000,000,000,000 invalid frees" in " ".join(lines)

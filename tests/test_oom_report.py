@@ -147,6 +147,28 @@ def test_every_live_byte_is_in_a_size_class_line(classes, other):
     assert " mapped in " in held and " range" in held and "segment" not in held
 
 
+@pytest.mark.parametrize("arena", [True, False])
+def test_non_releasable_is_what_empty_cache_leaves(arena):
+    """Free pieces beside live blocks: the report's non-releasable memory is
+    exactly what stays cached after empty_cache() (under the arena, the free
+    bytes of pages that hold live blocks)."""
+    out = run("""
+        ps = [h.malloc(512 << 10) for _ in range(16)]      # 8 MiB: 4 pages or segments
+        for p in ps[::2]:
+            h.free(p)                                       # 4 MiB free, every page still in use
+        big = h.malloc(150 * MiB)
+        oom(200 * MiB)
+        r = report()
+        out["non_releasable"] = r.non_releasable
+        h.free(big)
+        h.empty_cache()
+        s = h.stats()
+        out["left"] = s["reserved_bytes.all.current"] - s["allocated_bytes.all.current"]
+    """, arena=arena)
+    assert out["non_releasable"] == out["left"] == 4 * MiB
+    assert "Non-releasable memory: 4.00 MiB" in out["text"]
+
+
 def test_a_leak_comes_first():
     out = run("""
         kept = []

@@ -72,7 +72,9 @@ def test_summary_at_counts_0_1_2(n, policy):
     if policy == "arena":
         # the small blocks share one range (one per stream and pool), a page each
         assert "| Memory: arena, 2.00 MiB pages; 1 range reserved, 0 released " in text
-        assert f"| maps {n} ({n} page{'s' if n > 1 else ''}), unmaps 0 (0 pages), " in text
+        # its provider calls are counters: the verbose form's
+        assert f"| maps {n} ({n} page{'s' if n > 1 else ''}), unmaps 0 (0 pages), " in verbose
+        assert "| maps " not in text
     assert "cache hits" not in text and "cache hits" in verbose
     for p in kept:
         heap.free(p)
@@ -285,3 +287,23 @@ def test_oom_report_free_pieces():
     out = oom_texts(2, False, budget=4 * MiB, request=3 * MiB // 2)
     assert_good_english(out["report"])
     assert "2.00 MiB was cached free in 2 pieces between live tensors, the largest 1.00 MiB" in out["report"]
+
+
+@pytest.mark.parametrize("ooms, searched, said", [
+    (0, 0, None),
+    (1, 0, "So far: 1 out-of-memory error"),
+    (1, 1, "So far: 1 out-of-memory error (a find_max_batch try)"),
+    (5, 5, "So far: 5 out-of-memory errors (all find_max_batch's tries)"),
+    (5, 1, "So far: 5 out-of-memory errors (of which 1 was a find_max_batch try)"),
+    (5, 4, "So far: 5 out-of-memory errors (of which 4 were find_max_batch's tries)"),
+    (2, 9, "So far: 2 out-of-memory errors (all find_max_batch's tries)"),
+])
+def test_the_summary_says_which_oom_errors_were_the_search_s(ooms, searched, said):
+    from vramguard.render.summary import SEARCH_OOMS
+
+    stats = Heap(GiB).stats()
+    stats.update({"allocated_bytes.all.current": 1, "num_ooms": ooms, SEARCH_OOMS: searched})
+    text = format_summary(stats)
+    assert_good_english(text)
+    lines = [line.strip("| ") for line in text.splitlines() if "So far" in line]
+    assert lines == ([said] if said else [])

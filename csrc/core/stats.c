@@ -152,6 +152,21 @@ void vg_heap_fragmentation(vg_heap *h, vg_fragmentation *out)
     vg_lock_release(&h->lock);
 }
 
+uint64_t vg_heap_largest_allocatable(vg_heap *h)
+{
+    vg_fragmentation frag;
+    vg_lock_acquire(&h->lock);
+    vg__fragmentation_locked(h, &frag);
+    size_t ceiling = vg__ceiling(h), reserved = vg__reserved(h);
+    vg_lock_release(&h->lock);
+    uint64_t room = ceiling > reserved ? ceiling - reserved : 0;
+    size_t free_bytes = 0, total = 0;
+    /* the device is asked with no lock held; one that cannot say leaves
+     * the budget's room */
+    if (h->dev->ops->mem_info(h->dev, &free_bytes, &total) == VG_OK && room > free_bytes) room = free_bytes;
+    return vg__largest_allocatable(&frag, room);
+}
+
 _Static_assert(VG_NBINS == VG_SIZE_CLASSES, "heap.h's VG_SIZE_CLASSES is the number of bins");
 
 /* Returns what it wrote, never what exists: a caller that sized its buffers

@@ -342,6 +342,17 @@ static PyObject *Heap_stats(HeapObject *self, PyObject *unused)
     return d;
 }
 
+static PyObject *Heap_largest_allocatable(HeapObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (!vgpy_heap_ready(self)) return NULL;
+    uint64_t bytes;
+    Py_BEGIN_ALLOW_THREADS
+    bytes = vg_heap_largest_allocatable(self->heap);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromUnsignedLongLong(bytes);
+}
+
 static PyObject *Heap_segments(HeapObject *self, PyObject *unused)
 {
     (void)unused;
@@ -470,6 +481,9 @@ static PyMethodDef Heap_methods[] = {
     {"stats", (PyCFunction)Heap_stats, METH_NOARGS,
      "stats() -> dict\n\nFlat counters, with torch.cuda.memory_stats() key names where the "
      "quantity is the same."},
+    {"largest_allocatable", (PyCFunction)Heap_largest_allocatable, METH_NOARGS,
+     "largest_allocatable() -> int\n\nThe largest request the heap could serve now, its cache "
+     "released, within the budget and what the device says is free (the device is asked)."},
     {"segments", (PyCFunction)Heap_segments, METH_NOARGS,
      "segments() -> list\n\nEvery segment with its blocks and their state."},
     {"histogram", (PyCFunction)Heap_histogram, METH_NOARGS,

@@ -52,6 +52,7 @@ static PyObject *state_stats(const vg_oom_record *r)
     if (!rc) rc = set_u64(d, "fragmentation.largest_free_block", st->frag.largest_free_block);
     if (!rc) rc = set_u64(d, "fragmentation.free_blocks", st->frag.free_blocks);
     if (!rc) rc = set_u64(d, "fragmentation.pending_blocks", st->frag.pending_blocks);
+    if (!rc) rc = set_u64(d, "fragmentation.releasable_bytes", st->frag.releasable_bytes);
     if (!rc) rc = set_u64(d, "budget_bytes", r->info.budget);
     if (!rc) rc = set_u64(d, "device_total_bytes", r->info.device_total);
     if (rc) Py_CLEAR(d);

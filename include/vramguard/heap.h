@@ -271,6 +271,12 @@ size_t vg_heap_device_total(vg_heap *h);
 
 void vg_heap_stats(vg_heap *h, vg_stats *out);
 void vg_heap_fragmentation(vg_heap *h, vg_fragmentation *out);
+/* The largest request the heap could serve now, its cache released: as
+ * vg_fragmentation's largest_allocatable, with the room under the budget
+ * also capped by what the device says is free (the CUDA context, other
+ * processes), as an out-of-memory report computes it. Asks the device,
+ * outside the lock: for reports, not for the allocation path. */
+uint64_t vg_heap_largest_allocatable(vg_heap *h);
 /* How many size classes there are: a histogram of this many pairs holds
  * every class. (35 levels of 32 classes, from VG_ALIGN up to VG_MAX_REQUEST:
  * the levels are defined in csrc/core/heap_internal.h; the core derives its bins from this number and

@@ -164,6 +164,10 @@ def test_batch_advice_comes_only_from_the_step_that_failed():
             torch.empty(200 * MiB, dtype=torch.uint8, device="cuda")
         except torch.OutOfMemoryError:
             out["unrelated"] = report()["text"]
+        out["num_ooms"] = torch.cuda.memory_stats()["num_ooms"]
+        out["summary"] = str(vramguard.summary())
+        torch.cuda.reset_accumulated_memory_stats()
+        out["after_reset"] = str(vramguard.summary())
     """, devices=1, mem="1GiB")
     assert out["largest"] == 58 and out["failed"] == [59, 60, 64]
     assert out["fit_says"] == 59                     # the line alone would advise a batch that failed
@@ -171,6 +175,11 @@ def test_batch_advice_comes_only_from_the_step_that_failed():
     assert "batch 59 was measured to run out of memory" in out["in_step"]
     assert "Lower the batch size to" not in out["unrelated"]
     assert "Lower the batch size (no estimate)" in out["unrelated"]
+    assert "Lower the batch size to 58 at most (measured to fit)" in out["in_step"]
+    # the three tries that ran out count in num_ooms, and the summary says they were the search's
+    assert out["num_ooms"] == 5
+    assert "So far: 5 out-of-memory errors (of which 3 were find_max_batch's tries)" in out["summary"]
+    assert "So far" not in out["after_reset"]
 
 
 def test_precision_advice_only_for_wide_floats():
@@ -309,3 +318,27 @@ def test_autocast_is_not_advised_to_a_program_under_it():
     assert "Mixed precision: torch.autocast (no estimate)" in plain
     assert "under torch.autocast('cuda', dtype=torch.bfloat16) (" in plain and "runs bfloat16" in plain
     assert out["compiled"] == "torch.float16"
+
+
+def test_the_summary_largest_block_counts_what_the_device_has_free():
+    """At a memory fraction of 1.0 the budget is the whole card, but the
+    CUDA context holds part of it: the summary's largest block asks the
+    device, and exactly that block is served after it, a granule more is not."""
+    out = run("""
+        import re
+        vramguard.install()
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        keep = torch.empty(GiB, dtype=torch.uint8, device="cuda")
+        text = str(vramguard.summary())
+        out["line"] = re.search(r"Largest block that could be allocated now: ([^|]*?) +\\|", text).group(1)
+        out["within"] = "within the budget and what the device has free" in text
+        out["torch"] = str(torch.cuda.memory_summary()).count("what the device has free")
+        fits = vramguard._core.device_heap(0).largest_allocatable()
+        out["fits"], out["free"] = fits, torch.cuda.mem_get_info()[0]
+        out["served"] = error(torch.empty, fits, dtype=torch.uint8, device="cuda")
+        out["more"] = error(torch.empty, fits + (2 << 20), dtype=torch.uint8, device="cuda")
+    """, devices=1, mem="15828320256", VG_FAKECUDA_CONTEXT="400MiB")
+    free = 15828320256 - GiB - 400 * MiB                     # the context's 400 MiB is not room
+    assert out["free"] == free and out["fits"] == free // (2 * MiB) * (2 * MiB)   # whole granules
+    assert out["line"] == "13.35 GiB" and out["within"] is True and out["torch"] == 1
+    assert out["served"] is None and out["more"][0] == "OutOfMemoryError"

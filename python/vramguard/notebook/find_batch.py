@@ -20,7 +20,10 @@ The search leaves the session's peaks as they were: each try's peak is a
 probe's (report/regions.py PeakProbe), not a reset of PyTorch's, and the
 device's peaks saved before the first try are restored after the last
 (_core.restore_device_peaks), so torch.cuda.max_memory_allocated() and the
-summary read what they would had the search not run.
+summary's peaks read what they would had the search not run. The counters
+count the tries (num_ooms, the totals): the out-of-memory errors the search
+raised are noted (torch/search_ooms.py), and the summary says how many of
+its errors were the search's.
 """
 import gc
 import logging
@@ -365,24 +368,29 @@ def _over_device_sentence(budget, device):
 
 class _SessionPeaks:
     """The device's peaks saved before the search and restored after it:
-    the tries' peaks are the search's, not the session's."""
+    the tries' peaks are the search's, not the session's. The out-of-memory
+    errors raised meanwhile are noted as the search's (search_ooms.py)."""
 
     def __init__(self, device):
         self.device = device
         self.saved = None
+        self.ooms = 0
 
     def __enter__(self):
         from .. import _core
 
-        _core.device_heap(self.device)  # the heap exists, so there are peaks to save
+        heap = _core.device_heap(self.device)  # the heap exists, so there are peaks to save
         self.saved = _core.save_device_peaks(self.device)
+        self.ooms = heap.stats()["num_ooms"]
         return self
 
     def __exit__(self, *exc):
         from .. import _core
+        from ..torch import search_ooms
 
         if self.saved is not None:
             _core.restore_device_peaks(self.device, self.saved)
+            search_ooms.note(self.device, _core.device_heap(self.device).stats()["num_ooms"] - self.ooms)
         return False
 
 

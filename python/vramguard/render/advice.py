@@ -16,6 +16,16 @@ def _limit(stats):
     return stats.get("device_total_bytes", 0), "the device"
 
 
+def non_releasable(stats, arena):
+    """Cached bytes empty_cache() cannot give back: under segments the free
+    blocks in segments that hold live blocks (inactive_split_bytes); under
+    the arena the free bytes of pages that hold live blocks (a page is
+    unmapped whole), the cached free bytes less the free whole pages."""
+    if arena:
+        return max(stats.get("fragmentation.free_bytes", 0) - stats.get("fragmentation.releasable_bytes", 0), 0)
+    return stats.get("inactive_split_bytes.all.current", 0)
+
+
 def fragmentation_so_what(stats):
     """One sentence: does the cache's free memory being in pieces matter
     right now, and what to do about it.

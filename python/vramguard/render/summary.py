@@ -3,7 +3,7 @@ torch.cuda.memory_summary(), read from a stats dict (Heap.stats(),
 vramguard.stats())."""
 import textwrap
 
-from .advice import fragmentation_so_what
+from .advice import fragmentation_so_what, non_releasable
 from .words import a, count
 from .._core import BUDGET_NOTHING, format_size
 from .._units import format_size_column
@@ -49,7 +49,13 @@ _POLICY = [
 
 
 def _line(text=""):
-    return "| " + text.ljust(_WIDTH - 4) + " |"
+    """One row of the table; a text wider than the table wraps onto rows of
+    its own, indented, so that no row breaks out of the box."""
+    if len(text) <= _WIDTH - 4:
+        return "| " + text.ljust(_WIDTH - 4) + " |"
+    indent = " " * (len(text) - len(text.lstrip(" "))) + "  "
+    parts = textwrap.wrap(text, _WIDTH - 4, subsequent_indent=indent, drop_whitespace=True)
+    return "\n".join("| " + part.ljust(_WIDTH - 4) + " |" for part in parts)
 
 
 def _rule(char="-"):
@@ -100,32 +106,54 @@ def _fragmentation_rows(stats):
         _line(f"{'Reserved but not allocated (1 - allocated / reserved):':66}"
               f"{stats.get('fragmentation.unused', 0.0):>8.1%}"),
     ]
+    if stats.get("arena"):  # the table's non-releasable rows are the segments'
+        rows.append(_line(f"Non-releasable (free bytes in pages with live tensors): "
+                          f"{format_size(non_releasable(stats, True))}"))
     # What one request could have now, never the free address space (which
     # reads as memory beside an out-of-memory); the device is not asked, so
     # memory other processes hold on it is not counted.
     fits = stats.get("fragmentation.largest_allocatable")
     if fits is not None:
         rows.append(_line(f"Largest block that could be allocated now: {format_size(fits)}"))
-        rows += [_line(text) for text in textwrap.wrap(
-            "(within the budget and the device's capacity, the cache released; less if other processes "
-            "use the device)", _WIDTH - 4, initial_indent="  ", subsequent_indent="  ")]
+        within = ("(within the budget and what the device has free, the cache released)"
+                  if stats.get(DEVICE_ASKED) else
+                  "(within the budget and the device's capacity, the cache released; less if other processes "
+                  "use the device)")
+        rows += [_line(text) for text in textwrap.wrap(within, _WIDTH - 4, initial_indent="  ",
+                                                       subsequent_indent="  ")]
     so_what = textwrap.wrap(fragmentation_so_what(stats), _WIDTH - 4, subsequent_indent="  ")
     return rows + [_line(text) for text in so_what]
 
 
-def _arena_rows(stats):
-    """What the arena did: its provider calls, which cost tens of microseconds
-    each on a GPU, and the synchronizations that unmapping needed."""
+#: Set by with_device_room: the largest allocatable figure asked the device.
+DEVICE_ASKED = "fragmentation.largest_allocatable_device_asked"
+
+
+def with_device_room(stats, heap):
+    """`stats` with the largest block that could be allocated now as the
+    device heap computes it asking the device (the CUDA context and other
+    processes take memory the budget does not know of); returns `heap`."""
+    if heap is not None:
+        stats["fragmentation.largest_allocatable"] = heap.largest_allocatable()
+        stats[DEVICE_ASKED] = True
+    return heap
+
+
+def _arena_rows(stats, verbose):
+    """Which memory the heap runs on; verbose: what the arena did, its
+    provider calls, which cost tens of microseconds each on a GPU, and the
+    synchronizations that unmapping needed (counters, not for a first read)."""
     if not stats.get("arena"):
         return [_line("Memory: segments (no virtual memory arena)")]
     page = format_size(stats.get("page_size", 0))
-    return [
-        _line(f"Memory: arena, {page} pages; {count(stats.get('num_range_reserves', 0), 'range')} reserved, "
-              f"{stats.get('num_range_releases', 0):,} released"),
-        _line(f"maps {stats.get('num_maps', 0):,} ({count(stats.get('num_mapped_pages', 0), 'page')}), "
-              f"unmaps {stats.get('num_unmaps', 0):,} ({count(stats.get('num_unmapped_pages', 0), 'page')}), "
-              f"syncs before unmapping {stats.get('num_unmap_syncs', 0):,}"),
-    ]
+    rows = [_line(f"Memory: arena, {page} pages; {count(stats.get('num_range_reserves', 0), 'range')} reserved, "
+                  f"{stats.get('num_range_releases', 0):,} released")]
+    if verbose:
+        rows.append(_line(f"maps {stats.get('num_maps', 0):,} ({count(stats.get('num_mapped_pages', 0), 'page')}), "
+                          f"unmaps {stats.get('num_unmaps', 0):,} "
+                          f"({count(stats.get('num_unmapped_pages', 0), 'page')}), "
+                          f"syncs before unmapping {stats.get('num_unmap_syncs', 0):,}"))
+    return rows
 
 
 def _pool_rows(stats):
@@ -166,9 +194,32 @@ _INCIDENTS = [
 ]
 
 
+#: Of num_ooms, those vramguard's own searches raised (find_max_batch's
+#: tries; torch/search_ooms.py), where the caller knows them.
+SEARCH_OOMS = "num_search_ooms"
+
+
+def _searched_words(searched, n):
+    if searched == n:
+        return "a find_max_batch try" if n == 1 else "all find_max_batch's tries"
+    return "of which 1 was a find_max_batch try" if searched == 1 else \
+        f"of which {searched:,} were find_max_batch's tries"
+
+
 def _incidents(stats):
-    """"2 out-of-memory errors, 1 invalid free", or "" when none happened."""
-    return ", ".join(count(stats[key], word) for word, key in _INCIDENTS if stats.get(key))
+    """"2 out-of-memory errors, 1 invalid free", or "" when none happened;
+    the errors find_max_batch's tries raised are said as such."""
+    out = []
+    for word, key in _INCIDENTS:
+        n = stats.get(key)
+        if not n:
+            continue
+        text = count(n, word)
+        searched = min(stats.get(SEARCH_OOMS, 0), n) if key == "num_ooms" else 0
+        if searched:
+            text += f" ({_searched_words(searched, n)})"
+        out.append(text)
+    return ", ".join(out)
 
 
 def _subtitle(stats):
@@ -217,7 +268,7 @@ def format_summary(stats, title="vramguard memory summary", verbose=False):
     out += _metric_rows(stats)
     out += _fragmentation_rows(stats)
     incidents = [_line(f"So far: {_incidents(stats)}")] if _incidents(stats) else []
-    sections = [_arena_rows(stats), _pool_rows(stats), _policy_rows(stats) if verbose else incidents]
+    sections = [_arena_rows(stats, verbose), _pool_rows(stats), _policy_rows(stats) if verbose else incidents]
     for rows in filter(None, sections):
         out.append(_rule())
         out += rows

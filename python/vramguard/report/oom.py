@@ -40,7 +40,7 @@ import html
 import sys
 
 from .. import _core
-from ..render.advice import fragmentation_so_what
+from ..render.advice import fragmentation_so_what, non_releasable
 from ..render import words
 from .oom_card import autocast_advice_dtype, card_of
 from .oom_frames import codes_of, failing_exception, frame_dtypes, holds_wide_floats, narrow_float_names
@@ -134,7 +134,8 @@ class OOMReport:
         self.stats = dict(r["stats"])
         self.stats["fragmentation.external"] = (1 - self.largest_free_block / self.free_bytes) if self.free_bytes else 0.0
         self.stats["fragmentation.unused"] = (1 - self.live / self.reserved) if self.reserved else 0.0
-        self.non_releasable = self.stats.get("inactive_split_bytes.all.current", 0)
+        self.arena = bool(r["arena"])
+        self.non_releasable = non_releasable(self.stats, self.arena)
         self.live_blocks = sum(row[2] for row in r["live_by_class"])
         self.live_by_class = sorted(r["live_by_class"], key=lambda row: -row[3])
         self.live_by_region = [(name, self.live - entry, peak) for name, entry, peak in regions]
@@ -144,7 +145,6 @@ class OOMReport:
         self.failed_batches = tuple(failed_batches)
         self.dtypes = dtypes
         self.wide_floats = holds_wide_floats(dtypes)
-        self.arena = bool(r["arena"])
         self.fitted_batches = tuple(fitted_batches)
         self.phase = phase
         self.autocast_dtype = autocast_dtype

@@ -4,7 +4,8 @@ line saying which allocator runs, and who holds the memory (the stacks a
 recording kept: trace/stacks.py, trace/record.py, trace/replay.py).
 """
 from ..render.html import Report, summary_html
-from ..render.summary import _line as summary_line, format_summary, is_empty
+from ..render.summary import SEARCH_OOMS, _line as summary_line, format_summary, is_empty, with_device_room
+from ..torch import search_ooms
 from ..torch.install import _device_heap, _device_index, _require_installed, stats
 from ..trace.record import last_with_stacks
 from ..trace.replay import live_at_peak
@@ -21,8 +22,10 @@ def summary(device=None, verbose=False):
     _require_installed()
     index = _device_index(device)
     figures = stats(index)
+    heap = with_device_room(figures, _device_heap(index))
+    figures[SEARCH_OOMS] = search_ooms.count(index)
     title = f"vramguard memory summary, device {index}"
-    holders = holders_line(_device_heap(index), ("device", index))
+    holders = holders_line(heap, ("device", index))
     one_line = not verbose and is_empty(figures)
     text = _with_allocator_line(format_summary(figures, title=title, verbose=verbose), figures["allocator"])
     text += f"\n{holders}" if holders else ""

@@ -34,7 +34,8 @@ from .. import _core
 from . import stats as _torch_stats
 from .state import _state
 from ..render import words
-from ..render.summary import format_summary
+from ..render.summary import SEARCH_OOMS, format_summary, with_device_room
+from . import search_ooms
 
 
 def _existing_heap(index):
@@ -93,6 +94,7 @@ class CudaStats:
         index = self._used_index(device)
         if index is not None:
             _core.reset_device_accumulated(index)
+            search_ooms.clear(index)  # counted in num_ooms, reset with it
 
     def _used_index(self, device):
         """The device's index when vramguard has a heap for it, else None."""
@@ -104,6 +106,9 @@ class CudaStats:
         stats = {} if index is None else _heap_stats(index)
         if index is None:
             index = self.named_index(device)
+        else:
+            with_device_room(stats, _existing_heap(index))
+            stats[SEARCH_OOMS] = search_ooms.count(index)
         # PyTorch's full table unless abbreviated: every counter, zeros too.
         return format_summary(stats, title=f"vramguard memory summary, device {index}", verbose=not abbreviated)
 
@@ -231,6 +236,7 @@ class AcceleratorStats:
         index = self.index(device_index)
         if index is not None and _existing_heap(index) is not None:
             _core.reset_device_accumulated(index)
+            search_ooms.clear(index)
 
     def empty_cache(self):
         # torch.cuda's: the reset hook, once CUDA has started
