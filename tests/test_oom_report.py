@@ -387,6 +387,9 @@ def test_lines_from_recorded_stacks():
     # first seen at step 8 (n = 8); four steps later the line had grown by 4 x 8 MiB
     assert out["leak_lines"] == [["train.py:82 step", 32 * MiB, 4]]
     assert "train.py:82 step: +32.00 MiB in 4 blocks" in out["leak_text"]
+    # the headline counts from step 1, the lines from step 8 where stacks were first compared: both said
+    assert "(since step 1, 88.00 MiB so far; " in out["leak_text"]
+    assert "What accumulates, by line (from step 8 to step 12):\n  train.py:82 step" in out["leak_text"]
     assert "by line, train.py:82 step: 96.00 MiB in 12 blocks" in out["text"]
     assert "record(stacks=True) shows which lines" not in out["text"]
 
@@ -420,4 +423,6 @@ def test_a_leak_first_seen_as_stacks_begin_lists_no_line():
     assert ("What accumulates, by line:\n  which lines accumulate shows after another step with stacks recorded "
             "(vramguard compares each line's live memory between step boundaries)\n") in out["first"]
     assert "batch" not in out["first"]
-    assert "What accumulates, by line:\n  train.py:6 loss: +1.00 MiB in 1 block\nUsual" in out["next"]
+    # the lines' growth is counted from the step the leak was first seen, and says so
+    assert ("What accumulates, by line (from step 8 to step 9):\n  train.py:6 loss: +1.00 MiB in 1 block\nUsual"
+            in out["next"])

@@ -101,6 +101,13 @@ def test_recovered_figures_read_as_text():
     assert str(r) == ("vramguard recovered 3.00 GiB; 2.00 GiB still live, 4.00 MiB cached in segments "
                       "that live blocks share")
     assert repr(r) == "Recovered(freed=3.00 GiB, released=0 bytes, live=2.00 GiB, cached=4.00 MiB)"
+    # the cache given back is said where it is more than the tensors freed (a failed step's segments)
+    r = _recover.Recovered(freed=0, released=15 << 30, live=6 << 30, cached=0)
+    assert str(r) == ("vramguard recovered 0 bytes, and gave 15.00 GiB of cached memory back to the device; "
+                      "6.00 GiB still live")
+    r = _recover.Recovered(freed=1 << 30, released=3 << 30, live=0, cached=0)
+    assert str(r) == ("vramguard recovered 1.00 GiB, and gave 3.00 GiB of cached memory back to the device; "
+                      "0 bytes still live")
 
 
 def test_recovered_names_the_holders_per_device():

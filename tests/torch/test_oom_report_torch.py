@@ -235,7 +235,8 @@ def test_what_accumulates_is_ranked_by_growth_not_size():
     (label, grown, blocks), = out["lines"]
     assert label == out["loss_line"]                # the kept loss's line, not the batch's
     assert (grown, blocks) == (7 * MiB, 7)          # since the first boundary kept, step 1
-    accumulates = out["text"].split("What accumulates, by line:\n")[1].split("Usual causes")[0]
+    title, accumulates = out["text"].split("What accumulates, by line")[1].split("Usual causes")[0].split("\n", 1)
+    assert title == " (from step 1 to step 8):"     # the lines' growth since the first boundary kept
     assert accumulates.count("\n") == 1 and "+7.00 MiB in 7 blocks" in accumulates
 
 

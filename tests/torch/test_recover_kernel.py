@@ -269,6 +269,27 @@ def test_recover_in_a_script_drops_the_last_exception():
     assert out["last_value"] == "None" and out["reserved"] == 0
 
 
+def test_recover_in_an_except_block_frees_the_failed_call_s_tensors():
+    """recover() with no argument, in the except block as the docs show it:
+    the exception being handled holds the failed call's frames, and their
+    tensors; they are freed, and the cache they leave given back."""
+    out = run("""
+        vramguard.install(budget="256MiB")
+        def step():
+            x = torch.empty(200 * MiB, dtype=torch.uint8, device="cuda")
+            torch.empty(200 * MiB, dtype=torch.uint8, device="cuda")
+        try:
+            step()
+        except torch.OutOfMemoryError:
+            out["before"] = torch.cuda.memory_allocated()
+            r = vramguard.recover()
+            out["freed"], out["text"] = r.freed, str(r)
+            out["after"] = torch.cuda.memory_allocated()
+    """, devices=1, mem="1GiB")
+    assert out["before"] == 200 * MiB and out["freed"] == 200 * MiB and out["after"] == 0
+    assert out["text"] == "vramguard recovered 200.00 MiB; 0 bytes still live"
+
+
 def test_the_recovery_line_names_what_holds_the_memory_per_device():
     """What is still live: the variables holding the most, per device (the
     meter shows one device at a time), and PyTorch's own cuBLAS workspaces

@@ -77,6 +77,8 @@ class Recovered:
         if self.workspaces:
             text += (f" ({format_size(self.workspaces)} of it PyTorch's own cuBLAS workspaces, which it makes "
                      "again at the next matrix multiply)")
+        if self.released > self.freed:  # cache held before (a failed step's segments) came back too
+            text += f", and gave {format_size(self.released)} of cached memory back to the device"
         if len(self.devices) == 1:
             return f"{text}; {self.devices[0].text()}"
         # Several devices: each apart, as the meter shows one device at a time.
@@ -253,7 +255,9 @@ def recover(exc=None, shell=None, outputs=True):
     """Drop what the last exception and IPython's outputs hold, collect
     garbage, empty vramguard's cache; returns a Recovered with the figures.
 
-    exc: an exception being handled now (its frames are cleared too);
+    exc: an exception whose frames to clear too (default: the exception
+        being handled, so that recover() in an `except` block frees what
+        the failed call's frames hold; its own frame keeps running);
     shell: the IPython shell (default: the running one, if any);
     outputs: False keeps IPython's Out and _ (after an interrupt, which
     asked for no memory back, only the interrupted frames are dropped)."""
@@ -262,6 +266,8 @@ def recover(exc=None, shell=None, outputs=True):
     _torch._require_installed()
     devices = _torch._core.existing_devices()
     live_before, reserved_before = _totals(devices, _torch.stats)
+    if exc is None:
+        exc = sys.exc_info()[1]
     if exc is not None:
         clear_exception_frames(exc)
     drop_last_exception()

@@ -497,7 +497,8 @@ class Leak:
         "a growing cache keyed by step (hidden states, attention masks)",
     )
 
-    def __init__(self, bytes_per_step, since_step, steps, accumulated, live, lines=None, lines_note=None):
+    def __init__(self, bytes_per_step, since_step, steps, accumulated, live, lines=None, lines_note=None,
+                 lines_since=None):
         self.bytes_per_step = bytes_per_step
         self.since_step = since_step
         self.steps = steps
@@ -505,6 +506,15 @@ class Leak:
         self.live = live
         self.lines = lines
         self.lines_note = lines_note
+        # the step boundary the lines' growth is counted from (stacks are
+        # compared from where they were first kept, which may be later than
+        # since_step): the lines' figures cover lines_since to steps only
+        self.lines_since = lines_since
+
+    def _lines_title(self):
+        if self.lines and self.lines_since is not None:
+            return f"What accumulates, by line (from step {self.lines_since} to step {self.steps}):"
+        return "What accumulates, by line:"
 
     def headline(self):
         return (f"Leak: memory live at step boundaries grows by {format_size(self.bytes_per_step)} per step "
@@ -517,7 +527,7 @@ class Leak:
         return [self.lines_note or "vramguard.record(stacks=True) shows which lines allocate it."]
 
     def __str__(self):
-        out = [self.headline(), "What accumulates, by line:"]
+        out = [self.headline(), self._lines_title()]
         out += ["  " + t for t in self._line_texts()]
         out.append("Usual causes:")
         out += ["  - " + c for c in self.CAUSES]
@@ -529,7 +539,7 @@ class Leak:
     def _repr_html_(self):
         lines = "".join(f"<li>{html.escape(t)}</li>" for t in self._line_texts())
         causes = "".join(f"<li>{html.escape(c)}</li>" for c in self.CAUSES)
-        return (f"<p><b>{html.escape(self.headline())}</b></p><p>What accumulates, by line:</p><ul>{lines}</ul>"
+        return (f"<p><b>{html.escape(self.headline())}</b></p><p>{html.escape(self._lines_title())}</p><ul>{lines}</ul>"
                 f"<p>Usual causes:</p><ul>{causes}</ul>")
 
 
@@ -620,6 +630,7 @@ def _with_lines(target, leak):
             grown.append((label, nbytes - b_bytes, blocks - b_blocks))
     grown.sort(key=lambda row: -row[1])
     leak.lines = grown[:5] or None
+    leak.lines_since = baseline[0]
     if not grown:
         leak.lines_note = "no line's live memory grew since the leak was first seen"
     return leak
