@@ -321,7 +321,9 @@ SET_ASIDE = """
     second.stop()
     heap.free(seen["p0"]), heap.free(seen["p1"])
     for name, rec in (("first", first), ("second", second)):
-        out(name, [rec.trace.site_of(op) for op in range(len(rec.trace)) if rec.trace.kinds[op] == 1])
+        # the allocations made while it ran (the blocks live at its start come first, seeded)
+        out(name, [rec.trace.site_of(op) for op in range(rec.trace.meta["seeded_allocations"], len(rec.trace))
+                   if rec.trace.kinds[op] == 1])
     out("line", line)
     out("push_line", seen["push_line"])
 """

@@ -293,6 +293,28 @@ def test_recording_replays_to_the_same_peak():
     assert r.peak_reserved_bytes == heap.stats()["reserved_bytes.all.peak"]
 
 
+def test_what_was_live_before_recording_is_in_the_trace():
+    """Weights made before recording and never freed hold memory through
+    the whole trace: seeded at its start, so its peak is the heap's live
+    peak; a block live at the start and freed in it is seeded once; one
+    allocated after the start is not seeded."""
+    heap = Heap(1 << 40)
+    weights = heap.malloc(100 * MiB)            # live before, never freed
+    batch = heap.malloc(10 * MiB)               # live before, freed inside
+    heap.reset_peaks()
+    with vramguard.record(heap) as rec:
+        heap.free(batch)
+        x = heap.malloc(50 * MiB)
+        heap.free(x)
+        y = heap.malloc(30 * MiB)
+    t = rec.trace
+    assert t.meta["seeded_allocations"] == 2 and t.meta["recorded_live_start_bytes"] == 110 * MiB
+    assert t.counts()["alloc"] == 4                        # the two seeded, x and y
+    assert t.peak_live() == 150 * MiB == heap.stats()["requested_bytes.all.peak"]
+    heap.free(y)
+    heap.free(weights)
+
+
 def test_start_and_stop_recording():
     heap = Heap(1 << 40)
     vramguard.start_recording(heap)

@@ -321,6 +321,12 @@ class TraceAssembler:
         self.seeds.append((ALLOC, ident, size, stream, NO_EVENT, NO_STACK if stack is None else stack))
         return ident
 
+    def live_at_start(self, addr, size, stream):
+        """A block live when recording began, at `addr`: seeded, so that the
+        trace holds it from its start whether it is freed later or not (a
+        model's weights never are)."""
+        self.live[addr] = self.seed(size, stream)
+
     def empty_cache(self, event=None):
         self.ops.append((EMPTY_CACHE, 0, 0, 0, self._event(event)))
 

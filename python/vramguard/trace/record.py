@@ -5,9 +5,10 @@
     vramguard.save_trace(rec.trace, "step.vgtrace")
 
 The heap's event ring is off until recording starts and costs no allocation
-per event while on. Memory already live when recording started shows up as
-frees of unknown addresses; those allocations are seeded at the start of the
-trace, as for PyTorch snapshots.
+per event while on. Memory already live when recording started (a model's weights) is
+seeded at the start of the trace, read from the heap's live blocks as the
+recording begins, so that a replay's peak holds it whether it is freed
+later or not.
 
 With `stacks=True` each allocation also keeps the Python stack that made it
 (the innermost `stack_depth` frames of user code: not torch, vramguard or
@@ -76,11 +77,37 @@ def _stack_mapper(ops, captured):
     return trace_stack
 
 
-def trace_from_events(data, dropped=0, reserved_start=0, name="recording", stacks=None):
+def live_blocks(heap):
+    """{address: (requested bytes, stream)} of the heap's live blocks now."""
+    return {blk["address"]: (blk["requested"], seg["stream"]) for seg in heap.segments()
+            for blk in seg["blocks"] if blk["state"] == "live"}
+
+
+def _seed_live_at_start(ops, data, live_start):
+    """Seeds the blocks live when recording began. `live_start` was read
+    just after the ring started: a block whose first event is its
+    allocation was made after the start (the ring has it), any other was
+    live before and is seeded; its free, if any, then names it."""
+    first = {}
+    for _t, addr, _size, _requested, _stream, kind, _stack in _EVENT.iter_unpack(data):
+        if addr in live_start and addr not in first and kind in (EV_ALLOC, EV_FREE):
+            first[addr] = kind
+    seeded = 0
+    for addr, (requested, stream) in live_start.items():
+        if first.get(addr) != EV_ALLOC:
+            ops.live_at_start(addr, requested, stream)
+            seeded += requested
+    return seeded
+
+
+def trace_from_events(data, dropped=0, reserved_start=0, name="recording", stacks=None, live_start=None):
     """A Trace from packed heap events (Heap.history_take()'s bytes);
-    `stacks`, the extension's StackTable when the recording kept stacks."""
+    `stacks`, the extension's StackTable when the recording kept stacks;
+    `live_start`, live_blocks() of the heap as the recording began (None:
+    not known; what was live then shows only where it is freed)."""
     ops = TraceAssembler(name)
     trace_stack = _stack_mapper(ops, stacks)
+    live_start_bytes = _seed_live_at_start(ops, data, live_start) if live_start else 0
     reserved, peak, ooms, first_oom = reserved_start, reserved_start, 0, None
     for _t, addr, size, requested, stream, kind, stack in _EVENT.iter_unpack(data):
         if kind == EV_ALLOC:
@@ -107,6 +134,8 @@ def trace_from_events(data, dropped=0, reserved_start=0, name="recording", stack
         recorded_first_oom=None if first_oom is None else ops.finish_index(first_oom),
         dropped_events=dropped,
     )
+    if live_start_bytes:  # a recording that began on an empty heap reads as before
+        trace.meta["recorded_live_start_bytes"] = live_start_bytes
     return trace
 
 
@@ -147,6 +176,7 @@ class record:
         self._mode = None
         self._not_kept_start = 0
         self._stacks_here = False  # the tables are this interpreter's (the main one)
+        self._live_start = None  # live_blocks() as recording began
 
     def start(self):
         self._key = heap_key(self.heap)
@@ -161,6 +191,9 @@ class record:
                               "the main interpreter's threads only", RuntimeWarning, stacklevel=3)
             self._not_kept_start = _stacks_not_kept()
         self.heap.history_start(self.capacity, stacks=self.stacks)
+        # after the start, so that no block is missed; trace_from_events
+        # tells those allocated meanwhile by their events
+        self._live_start = live_blocks(self.heap)
         if self.stacks:
             self._mode = _enter_stack_mode()
         self._running = True
@@ -187,7 +220,8 @@ class record:
                           f"capacity={self.capacity:,}; record again with a larger capacity= (the trace's "
                           f"peak and pairs are wrong without them)", RuntimeWarning, stacklevel=2)
         captured = capture_table()[0] if self.stacks else None
-        self.trace = trace_from_events(data, dropped, self._reserved_start, self.name, captured)
+        self.trace = trace_from_events(data, dropped, self._reserved_start, self.name, captured,
+                                       None if dropped else self._live_start)
         global _last
         _last = self.trace
         if self.stacks:
