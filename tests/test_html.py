@@ -70,3 +70,23 @@ def test_replay_result_renders_its_verdict():
     html = vramguard.replay(t, budget="512MiB")._repr_html_()
     assert "DOES NOT FIT" in html and "First OOM at op 1" in html
     assert "600.00 MiB" in _cells(html)
+
+
+def test_summary_html_keeps_each_sentence_whole():
+    """The text wraps its sentences at 80 columns; the HTML's notes are one
+    div a sentence, never a sentence cut in two."""
+    heap = Heap("1GiB", policy="segments")
+    ps = [heap.malloc(512 << 10) for _ in range(64)]
+    for p in ps[::2]:
+        heap.free(p)
+    stats = heap.stats()
+    text = format_summary(stats)
+    so_what = [line for line in text.splitlines() if "So what" in line]
+    assert so_what and len(text.split("So what")[1].split("|\n|")) > 1     # wrapped in the text
+    notes = re.findall(r"<div>(.*?)</div>", summary_html(stats, "vramguard memory summary", text))
+    (whole,) = [n for n in notes if n.startswith("So what")]
+    assert whole.endswith(".") and not any(n.startswith(("  ", "(")) for n in notes)
+    rows = text.splitlines()
+    first = next(i for i, line in enumerate(rows) if line.startswith("| So what"))
+    end = next(i for i in range(first + 1, len(rows)) if not rows[i].startswith("|   "))
+    assert " ".join(row[2:-2].strip() for row in rows[first:end]) == whole.replace("&#x27;", "'")

@@ -67,6 +67,24 @@ _SUMMARY_ROWS = [
 ]
 
 
+def _text_notes(text, title):
+    """The fragmentation and counter lines of the summary's text, so that
+    the two forms never disagree: one note per sentence, the rows the text
+    wrapped to fit its 80 columns (indented) joined again."""
+    notes = []
+    for line in text.splitlines():
+        if not line.startswith("| ") or line.startswith("| Metric") or "|" in line[2:-1]:
+            continue
+        content = line[2:-1].rstrip()
+        if not content.strip() or title in content:
+            continue
+        if content.startswith("  ") and notes:
+            notes[-1] += " " + content.strip()
+        else:
+            notes.append(content.strip())
+    return notes
+
+
 def summary_html(stats, title, text):
     """The summary's table: one row per quantity (all pools) with current,
     peak and totals, a bar of allocated and reserved against the budget,
@@ -87,11 +105,7 @@ def summary_html(stats, title, text):
     bar = memory_bar(allocated, reserved, ceiling,
                      f"allocated {format_size(allocated)}, mapped {format_size(reserved)} of {format_size(ceiling)}"
                      if arena else None)
-    # The fragmentation and counter lines are the text's own, so the two
-    # forms never disagree.
-    tail = [line.strip("| ").rstrip() for line in text.splitlines()
-            if line.startswith("| ") and not line.startswith("| Metric") and "|" not in line[2:-1]]
-    notes = "".join(f"<div>{escape(line)}</div>" for line in tail if line and title not in line)
+    notes = "".join(f"<div>{escape(line)}</div>" for line in _text_notes(text, title))
     return (f"<div><b>{escape(title)}</b>{bar}"
             + table(["Memory", "Current", "Peak", "Total allocated", "Total freed"], rows)
             + f"<div style='font-size:12px'>{notes}</div></div>")
