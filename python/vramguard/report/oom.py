@@ -83,6 +83,16 @@ class Advice:
 _CLASSES_SHOWN = 5
 
 
+def _ipython_cell():
+    """The number of the IPython cell running now (its input is the last
+    the history holds: execution_count is that number or the next, by
+    IPython's version), or None outside IPython."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    history = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None)
+    return len(history) - 1 if history else None
+
+
 def _budget_text(budget):
     if budget == _core.BUDGET_NOTHING:  # what a memory fraction of 0 sets (heap.h)
         return "a budget of 0 bytes (torch.cuda.set_per_process_memory_fraction(0))"
@@ -150,6 +160,7 @@ class OOMReport:
         self.autocast_dtype = autocast_dtype
         self.card = card
         self.not_advised = []  # [(what, why)]: advice left out, and why
+        self.cell = _ipython_cell()  # the IPython cell running as the report is made, or None
         room = max(self.limit - self.reserved, 0)
         if self.device_total and not self.budget_refused:
             room = min(room, self.device_free)
@@ -465,9 +476,24 @@ class OOMReport:
         out.append(self.measure_line())
         return "\n".join(out)
 
+    def measure_remedies(self, cell=None, out=None):
+        """Measures the standard remedies on this session's cells (up to
+        `cell`, default the one this report was made in) on a phantom of
+        this card, in a CPU subprocess: the table and the cheapest change
+        that fits, shown in the cell as they come (oom_measure.py). Returns
+        a MeasuredRemedies."""
+        from .oom_measure import measure_remedies
+
+        return measure_remedies(self, cell, out)
+
     def measure_line(self):
-        """The dry-run command that measures the remedies on this program."""
+        """The call or the dry-run command that measures the remedies on
+        this program."""
         from .oom_dryrun import command_line
+
+        if self.cell is not None:  # an IPython session: its own cells, no path needed
+            return ("Measure the remedies on this session's cells, without a GPU: "
+                    "vramguard.last_oom().measure_remedies()")
 
         name = None
         torch = sys.modules.get("torch")  # an out-of-memory came from it: it is imported
