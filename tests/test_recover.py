@@ -108,6 +108,10 @@ def test_recovered_figures_read_as_text():
     r = _recover.Recovered(freed=1 << 30, released=3 << 30, live=0, cached=0)
     assert str(r) == ("vramguard recovered 1.00 GiB, and gave 3.00 GiB of cached memory back to the device; "
                       "0 bytes still live")
+    two = [_recover.DeviceLeft(0, 0, 0), _recover.DeviceLeft(1, 0, 0)]
+    r = _recover.Recovered(freed=0, released=1 << 30, live=0, cached=0, devices=two)
+    assert str(r) == "vramguard recovered 0 bytes, and gave 1.00 GiB of cached memory back to the devices; " \
+                     "0 bytes still live"
 
 
 def test_recovered_names_the_holders_per_device():

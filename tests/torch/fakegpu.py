@@ -76,3 +76,19 @@ def run(*code, devices=2, mem="1GiB,512MiB", **env):
     result = json.loads(lines[-1][len(MARK):])
     result["_stderr"] = proc.stderr
     return result
+
+
+def summary_rows(text):
+    """The summary table's rows, one string each: a row wider than the table
+    wraps onto indented rows of its own (render/summary.py), joined here
+    again. Rules (|---|, |===|) are left out."""
+    rows = []
+    for line in text.splitlines():
+        if not line.startswith("| "):
+            continue
+        content = line[2:-2].rstrip()
+        if content.startswith("  ") and rows and not rows[-1].startswith("Metric"):
+            rows[-1] += " " + content.strip()
+        else:
+            rows.append(content.strip())
+    return rows

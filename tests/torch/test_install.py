@@ -3,7 +3,7 @@ is used, after (a clear error that says to restart), with another
 pluggable allocator already in place, without a GPU, and its settings."""
 import pytest
 
-from fakegpu import GiB, MiB, run
+from fakegpu import GiB, MiB, run, summary_rows
 
 # torch_version: runs in the CUDA 12 tier too (docs/development.md)
 pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
@@ -30,7 +30,7 @@ def test_install_before_cuda_use_with_settings_from_the_environment():
         out["gc"] = heap(0)["gc_threshold"]
         vramguard.install(budget="256MiB")        # again: new settings for the same heaps
         out["budget_again"] = heap(0)["budget_bytes"]
-        out["summary_title"] = vramguard.summary().splitlines()[1].strip(" |")
+        out["summary"] = str(vramguard.summary())
     """, VRAMGUARD_BUDGET="80%", VRAMGUARD_GC_THRESHOLD="0.75")
     assert out["refused"] == ["'-1GiB'", "1.5", "'0%'", "'lots'", "0", "'1'", "gc 0", "gc 1.5", "gc 'half'"]
     assert out["installed_after_refusals"] is False
@@ -41,7 +41,7 @@ def test_install_before_cuda_use_with_settings_from_the_environment():
     assert out["budget"] == int(0.8 * GiB)
     assert out["gc"] == 0.75
     assert out["budget_again"] == 256 * MiB
-    assert out["summary_title"] == "vramguard memory summary, device 0 (budget 256.00 MiB on a 1.00 GiB device, gc threshold 75%)"
+    assert summary_rows(out["summary"])[0] == "vramguard memory summary, device 0 (budget 256.00 MiB on a 1.00 GiB device, gc threshold 75%)"
 
 
 RESTART = ("Restart the runtime (in Colab: Runtime > Restart session), then call vramguard.install() first, "

@@ -102,7 +102,10 @@ def test_each_argument_maps_onto_the_recording(tmp_path):
         e = torch.empty(6 * MiB, dtype=torch.uint8, device="cuda")
         out("own", actions())
         memory._record_memory_history(enabled=None)
-        out("own_running", own._running and len(vramguard.stop_recording()) == 1)
+        trace = vramguard.stop_recording() if own._running else None
+        # its trace: what it recorded, after the blocks live as it began (a and d), seeded
+        out("own_running", trace is not None and (len(trace) - trace.meta["seeded_allocations"],
+                                                   trace.meta["seeded_allocations"]) == (1, 2))
     """)
     MiB = 1 << 20
     assert v["state"] == ([[]], [True])

@@ -252,6 +252,7 @@ def backward_step():
 """
 
 
+@pytest.mark.torch_version  # torch's own frames (autograd's, torch.optim's) name the phase
 def test_advice_follows_the_phase_that_failed():
     """An OOM inside loss.backward() is named as such and gets no
     torch.no_grad() advice; one in the optimizer's first step (Adam's state)
@@ -294,6 +295,7 @@ def test_advice_follows_the_phase_that_failed():
     assert "Lower the batch size" not in text and "Gradient checkpointing" not in text
 
 
+@pytest.mark.torch_version  # torch.autocast's attributes, and Dynamo on the wrapped __exit__
 def test_autocast_is_not_advised_to_a_program_under_it():
     """The failing call ran under torch.autocast: mixed precision is listed as
     not advised, whatever the frames hold; a 9.0 card is advised bfloat16;

@@ -303,6 +303,7 @@ def test_the_recovery_line_names_what_holds_the_memory_per_device():
         out["after_del"] = torch.cuda.memory_allocated()
         r = vramguard.recover()
         out["workspaces"] = [r.workspaces, r.live]
+        out["released"] = r.released
         out["alone"] = str(r)
         import __main__
         __main__.weights = {"w": torch.empty(64 * MiB, dtype=torch.uint8, device="cuda:0")}
@@ -314,12 +315,17 @@ def test_the_recovery_line_names_what_holds_the_memory_per_device():
     """, devices=2, mem="1GiB,1GiB", TORCH_CUBLAS_WORKSPACE_CACHE="1")  # kept, as PyTorch 2.8 keeps it
     assert out["after_del"] > 0                               # the workspace outlives the tensors
     assert out["workspaces"] == [out["after_del"], 0]
+    # the segments a and b left cached went back to the device too: more than the tensors freed, said
+    assert out["released"] > out["after_del"]
     assert out["alone"] == (f"vramguard recovered {out['after_del'] / MiB:.2f} MiB ({out['after_del'] / MiB:.2f} MiB "
-                            "of it PyTorch's own cuBLAS workspaces, which it makes again at the next matrix multiply); "
+                            "of it PyTorch's own cuBLAS workspaces, which it makes again at the next matrix multiply), "
+                            f"and gave {out['released'] / MiB:.2f} MiB of cached memory back to the device; "
                             "0 bytes still live")
     assert out["two"] == ("vramguard recovered 0 bytes; 80.00 MiB still live on GPU 0, held by weights (64.00 MiB), "
                           "x (16.00 MiB); 48.00 MiB still live on GPU 1, held by y (48.00 MiB)")
-    assert out["one"] == "vramguard recovered 0 bytes; 16.00 MiB still live on GPU 0, held by x (16.00 MiB)"
+    # weights and y were deleted before: their 112 MiB of cache went back to the devices, said
+    assert out["one"] == ("vramguard recovered 0 bytes, and gave 112.00 MiB of cached memory back to the devices; "
+                          "16.00 MiB still live on GPU 0, held by x (16.00 MiB)")
 
 
 def test_an_interrupted_cell_gives_back_what_its_frames_held(tmp_path):

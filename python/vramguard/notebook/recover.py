@@ -78,7 +78,8 @@ class Recovered:
             text += (f" ({format_size(self.workspaces)} of it PyTorch's own cuBLAS workspaces, which it makes "
                      "again at the next matrix multiply)")
         if self.released > self.freed:  # cache held before (a failed step's segments) came back too
-            text += f", and gave {format_size(self.released)} of cached memory back to the device"
+            where = "the devices" if len(self.devices) > 1 else "the device"
+            text += f", and gave {format_size(self.released)} of cached memory back to {where}"
         if len(self.devices) == 1:
             return f"{text}; {self.devices[0].text()}"
         # Several devices: each apart, as the meter shows one device at a time.
