@@ -14,11 +14,9 @@ from test_dryrun import MiB, _env, dryrun, report, write
 
 pytestmark = pytest.mark.torch
 
-GPT = """
-    import sys, torch
-    import torch.nn as nn
-    import torch.nn.functional as F
-
+# A GPT of a few blocks: its classes, shared with the notebook test of the
+# remedies measured from a session (test_measure_remedies.py).
+GPT_CLASSES = """
     class Block(nn.Module):
         def __init__(self, d):
             super().__init__()
@@ -43,7 +41,13 @@ GPT = """
             for block in self.blocks:
                 x = block(x)
             return self.head(x)
+"""
 
+GPT = """
+    import sys, torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+""" + GPT_CLASSES + """
     B, S, D, L, V = int(sys.argv[1]), 256, 256, 4, 4096
     model = GPT(V, D, L, S).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)  # fp32, foreach

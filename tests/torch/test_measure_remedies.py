@@ -4,9 +4,11 @@ the remedies in a CPU subprocess (the session's GPU untouched), the table
 and the cheapest change are shown in the cell, and that change, applied by
 hand in the next cell, fits, with the peak the table printed."""
 import json
+import textwrap
 
 import pytest
 
+from test_dryrun_remedies import GPT_CLASSES
 from test_recover_kernel import run_cells
 
 pytestmark = pytest.mark.torch
@@ -21,32 +23,7 @@ import torch.nn.functional as F
 vramguard.install()
 """
 
-MODEL = """
-class Block(nn.Module):
-    def __init__(self, d):
-        super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.attn = nn.MultiheadAttention(d, 4, batch_first=True)
-        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
-
-    def forward(self, x):
-        h = self.ln1(x)
-        x = x + self.attn(h, h, h, need_weights=False)[0]
-        return x + self.mlp(self.ln2(x))
-
-class GPT(nn.Module):
-    def __init__(self, vocab, d, layers, seq):
-        super().__init__()
-        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(seq, d)
-        self.blocks = nn.ModuleList(Block(d) for _ in range(layers))
-        self.head = nn.Linear(d, vocab)
-
-    def forward(self, idx):
-        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
-        for block in self.blocks:
-            x = block(x)
-        return self.head(x)
-
+MODEL = textwrap.dedent(GPT_CLASSES) + """
 B, S, D, L, V = 32, 256, 256, 4, 4096
 model = GPT(V, D, L, S).cuda()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
