@@ -348,3 +348,33 @@ def test_the_summary_largest_block_counts_what_the_device_has_free():
     assert out["free"] == free and out["fits"] == free // (2 * MiB) * (2 * MiB)   # whole granules
     assert out["line"] == "13.35 GiB" and out["within"] is True and out["torch"] == 1
     assert out["served"] is None and out["more"][0] == "OutOfMemoryError"
+
+
+@pytest.mark.torch_version  # torch.no_grad's and inference_mode's classes, as the decorator uses them
+def test_no_grad_is_not_advised_to_a_call_already_under_it():
+    out = run(REPORT, """
+        vramguard.install(budget="256MiB")
+        def evaluate():
+            x = torch.empty(25 * MiB, dtype=torch.float32, device="cuda")
+            torch.empty(200 * MiB, dtype=torch.uint8, device="cuda")
+        for name, wrap in (("no_grad", torch.no_grad()), ("inference", torch.inference_mode()),
+                           ("plain", None)):
+            try:
+                if wrap is None:
+                    evaluate()
+                else:
+                    with wrap:
+                        evaluate()
+            except torch.OutOfMemoryError:
+                out[name] = report()
+        try:
+            torch.inference_mode()(evaluate)()                       # the decorator's form
+        except torch.OutOfMemoryError:
+            out["decorated"] = report()
+    """, devices=1, mem="1GiB")
+    for name, region in (("no_grad", "torch.no_grad()"), ("inference", "torch.inference_mode()"),
+                         ("decorated", "torch.inference_mode()")):
+        assert "no_grad" not in out[name]["keys"]
+        assert (f"  torch.no_grad() for evaluation: the failing call already ran under {region}.\n"
+                in out[name]["text"]), name
+    assert "no_grad" in out["plain"]["keys"] and "already ran under" not in out["plain"]["text"]

@@ -33,7 +33,7 @@ saving or bound first; then what lowers the peak, a batch measured to fit
 figure is measured (a leak), a bound that holds ("up to"), or a batch
 measured to fit. Where the failing call was (the backward pass, the
 optimizer's step: oom_phase.py), what autocast it ran under
-(torch/autocast_watch.py) and the dtypes its frames held (oom_frames.py)
+(torch/mode_watch.py) and the dtypes its frames held (oom_frames.py)
 decide which advice applies; what does not is listed with the reason.
 """
 import html
@@ -45,7 +45,7 @@ from ..render import words
 from .oom_card import autocast_advice_dtype, card_of
 from .oom_frames import codes_of, failing_exception, frame_dtypes, holds_wide_floats, narrow_float_names
 from .oom_phase import BACKWARD, OPTIMIZER, PHASE_WORDS, failing_phase
-from ..torch.autocast_watch import autocast_dtype_of
+from ..torch.mode_watch import autocast_dtype_of, grad_off_of
 from .oom_notes import (  # what the next report adds, noted by find_max_batch and the regions
     _built, _fit, _lock, _regions_at_oom, clear_batch_fit, lines_by_line, note_batch_fit, note_region_at_oom,
 )
@@ -113,13 +113,13 @@ class OOMReport:
     str() is the text; a notebook shows it as HTML."""
 
     def __init__(self, record, regions=(), lines=None, steps=None, fit=None, dtypes=None, failed_batches=(),
-                 fitted_batches=(), phase=None, autocast_dtype=None, card=None):
+                 fitted_batches=(), phase=None, autocast_dtype=None, card=None, grad_off=None):
         """dtypes: {dtype name: bytes} of the failing frames' CUDA tensors
         (oom_frames.frame_dtypes), None when unknown; failed_batches and
         fitted_batches: batch sizes measured to run out of memory and to fit
         (find_max_batch); phase: where the failing call was (oom_phase),
         None when not known; autocast_dtype: the dtype of the CUDA autocast
-        region the error left (torch/autocast_watch.py), None when none was
+        region the error left (torch/mode_watch.py), None when none was
         seen; card: (name, compute capability) the advice is for, None when
         not known."""
         r = record
@@ -158,6 +158,7 @@ class OOMReport:
         self.fitted_batches = tuple(fitted_batches)
         self.phase = phase
         self.autocast_dtype = autocast_dtype
+        self.grad_off = grad_off
         self.card = card
         self.not_advised = []  # [(what, why)]: advice left out, and why
         self.cell = _ipython_cell()  # the IPython cell running as the report is made, or None
@@ -168,7 +169,7 @@ class OOMReport:
         # The allocator's own figure, the message's "largest block that could
         # be allocated now": the largest free block, or the room and what a
         # retry releases (idle segments; under the arena, free pages).
-        self.available = r.get("largest_allocatable", max(self.largest_free_block, room + self.idle_segment_bytes))
+        self.available = r["largest_allocatable"]
         self.short_by = max(self.rounded - self.available, 0)
         self.activations = self._activations()
         self.advice = rank(self._advice())
@@ -313,9 +314,9 @@ class OOMReport:
             largest = max(measured)
             return Advice(
                 "batch_size", f"Lower the batch size to {largest:,} at most",
-                f"Batch {largest:,} was measured to fit in this step (find_max_batch){failed}{in_use}. The fit "
-                f"memory = {format_size(int(fixed))} + {format_size(int(per_sample))} x batch, from the batches "
-                "that fitted, is what the search measured, not a promise for other inputs.", None, measured=True)
+                f"Batch {largest:,} was measured to fit in this step (find_max_batch){failed}{in_use}. The "
+                f"search's fit, memory = {format_size(int(fixed))} + {format_size(int(per_sample))} x batch, is "
+                "the line through the batches that fitted.", None, measured=True)
         return Advice(
             "batch_size", f"Lower the batch size to {by_fit:,} at most",
             f"The fit noted for this step, memory = {format_size(int(fixed))} + {format_size(int(per_sample))} x "
@@ -361,6 +362,9 @@ class OOMReport:
 
     def _no_grad_advice(self, act):
         what = "torch.no_grad() for evaluation"
+        if self.grad_off is not None:
+            self._not_advised(what, f"the failing call already ran under {self.grad_off}")
+            return None
         if self.phase == BACKWARD:
             self._not_advised(what, "the failure came in the backward pass, which needs the activations "
                                     "torch.no_grad() would not keep")
@@ -589,7 +593,7 @@ def last_oom(exc=None):
     fit, failed, fitted = _fit_for(failing)
     report = OOMReport(record, _regions_for(record), lines_by_line(record["device"]),
                        _regions.step_figures(record["device"]), fit, frame_dtypes(failing), failed, fitted,
-                       failing_phase(failing), autocast_dtype_of(failing), card_of(record))
+                       failing_phase(failing), autocast_dtype_of(failing), card_of(record), grad_off_of(failing))
     with _lock:
         _built["seq"], _built["report"] = record["seq"], report
     return report

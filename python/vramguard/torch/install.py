@@ -35,7 +35,7 @@ import warnings
 
 from .. import _core
 from . import budget_over_device as _over, cudnn as _cudnn, cuda_started as _cuda_started, graphs, hooks as _hooks, nccl
-from . import autocast_watch as _autocast_watch, oom_shim as _oom_shim, patches as _torch_patches, stats as _torch_stats
+from . import mode_watch as _mode_watch, oom_shim as _oom_shim, patches as _torch_patches, stats as _torch_stats
 from .state import _state
 from .._units import parse_budget
 
@@ -240,7 +240,7 @@ def install(budget=_KEPT, gc_threshold=_KEPT, patch_torch=None, oom_error=None, 
             _plug_in(torch, oom_error)
             _state["nccl"] = nccl.use_legacy_process_group()
             graphs.end_pool_after_failed_capture(torch)
-            _autocast_watch.watch(torch, is_oom)  # the OOM report's "already under autocast"
+            _mode_watch.watch(torch, is_oom)  # the OOM report's "already under autocast, no_grad"
         _core.configure_devices(nbytes, fraction, gc)
         _state["settings"] = {"budget_bytes": nbytes or None, "budget_fraction": fraction or None,
                               "gc_threshold": gc or None}
