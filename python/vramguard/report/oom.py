@@ -63,15 +63,17 @@ _EVAL_WORDS = ("eval", "valid", "test", "infer", "predict", "generat")
 class Advice:
     """One piece of advice: `key` names it (too_big, leak, empty_cache,
     arena, batch_size, autocast, checkpointing, accumulation, no_grad,
-    optimizer), `saving` the bytes it frees as measured, or at most with
-    `up_to` (None: no figure), `measured` whether what it names was measured
-    to fit, `cause` whether the numbers show it to be the cause."""
+    optimizer), `saving` the bytes it frees as measured, at most with
+    `up_to`, at least with `at_least` (None: no figure), `measured` whether
+    what it names was measured to fit, `cause` whether the numbers show it
+    to be the cause."""
 
-    __slots__ = ("key", "title", "detail", "saving", "cause", "up_to", "measured")
+    __slots__ = ("key", "title", "detail", "saving", "cause", "up_to", "at_least", "measured")
 
-    def __init__(self, key, title, detail, saving=None, cause=False, up_to=False, measured=False):
+    def __init__(self, key, title, detail, saving=None, cause=False, up_to=False, measured=False, at_least=False):
         self.key, self.title, self.detail, self.saving, self.cause = key, title, detail, saving, cause
-        self.up_to = up_to  # the saving is a bound that holds, not an estimate
+        self.up_to = up_to  # the saving is an upper bound that holds, not an estimate
+        self.at_least = at_least  # ... or a lower bound that holds
         self.measured = measured  # what it names was measured to fit
 
     def __repr__(self):
@@ -226,10 +228,12 @@ class OOMReport:
                 None, cause=True))
         leak = self.leak
         if leak is not None:
+            # What accumulated since the first boundary that shows it: the
+            # leak holds that at least (what it held at that boundary too).
             out.append(Advice(
                 "leak", f"Fix the leak: +{format_size(leak.bytes_per_step)} per step",
                 leak.headline() + " Usual causes: " + "; ".join(leak.CAUSES) + ".",
-                leak.accumulated, cause=True))
+                leak.accumulated, cause=True, at_least=True))
         if self.fragmentation_is_cause:
             pieces = self.free_bytes - self.largest_free_block
             out.append(Advice(
@@ -459,6 +463,8 @@ class OOMReport:
                 saves = "no estimate"
             elif advice.up_to:
                 saves = f"saves up to {format_size(int(advice.saving))}"
+            elif advice.at_least:
+                saves = f"frees at least {format_size(int(advice.saving))}"
             else:
                 saves = f"frees {format_size(int(advice.saving))}"
             out.append((advice.title, saves, advice.detail))
