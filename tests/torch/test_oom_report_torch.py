@@ -371,7 +371,15 @@ def test_no_grad_is_not_advised_to_a_call_already_under_it():
             torch.inference_mode()(evaluate)()                       # the decorator's form
         except torch.OutOfMemoryError:
             out["decorated"] = report()
+        @torch.compile(backend="eager")                            # Dynamo with the wrapped __exit__
+        def compiled(a):
+            with torch.no_grad():
+                b = a @ a
+            return b, a * 2
+        b, c = compiled(torch.randn(8, 8, device="cuda", requires_grad=True))
+        out["compiled"] = [b.requires_grad, c.requires_grad]
     """, devices=1, mem="1GiB")
+    assert out["compiled"] == [False, True]
     for name, region in (("no_grad", "torch.no_grad()"), ("inference", "torch.inference_mode()"),
                          ("decorated", "torch.inference_mode()")):
         assert "no_grad" not in out[name]["keys"]

@@ -486,15 +486,16 @@ class OOMReport:
         out.append(self.measure_line())
         return "\n".join(out)
 
-    def measure_remedies(self, cell=None, out=None):
+    def measure_remedies(self, cell=None, out=None, steps=None, timeout=None):
         """Measures the standard remedies on this session's cells (up to
         `cell`, default the one this report was made in) on a phantom of
         this card, in a CPU subprocess: the table and the cheapest change
-        that fits, shown in the cell as they come (oom_measure.py). Returns
-        a MeasuredRemedies."""
+        that fits, shown in the cell as they come (oom_measure.py). `steps`
+        and `timeout` stop each run early, as the dry run's do. Returns a
+        MeasuredRemedies."""
         from .oom_measure import measure_remedies
 
-        return measure_remedies(self, cell, out)
+        return measure_remedies(self, cell, out, steps=steps, timeout=timeout)
 
     def measure_line(self):
         """The call or the dry-run command that measures the remedies on

@@ -112,11 +112,13 @@ def _card(device):
     return props.name, props.total_memory, (props.major, props.minor)
 
 
-def measure_remedies(report, cell=None, out=None, shell=None):
+def measure_remedies(report, cell=None, out=None, shell=None, steps=None, timeout=None):
     """Runs the dry run's remedies on the session's cells; returns a
     MeasuredRemedies. `cell`: the last cell to run (default: the cell the
     report was made in, the one that failed); `out`: where the dry run
-    writes its folder (default: a temporary one)."""
+    writes its folder (default: a temporary one); `steps`, `timeout`: as
+    the dry run's (each run stopped after that many optimizer steps, or
+    seconds), for a session whose cells train for long."""
     if os.environ.get(IN_DRYRUN_ENV):
         return MeasuredRemedies(why="this is a dry run's own run of the cell: nothing is measured again")
     shell = shell if shell is not None else _ipython()
@@ -135,7 +137,7 @@ def measure_remedies(report, cell=None, out=None, shell=None):
     # Hub models without their weights, where the session loads any (the
     # dry run would otherwise note a flag the user never gave)
     settings = dict(card, allocators="vramguard", remedies=True, weights="transformers" not in sys.modules,
-                    echo=False, out=folder)
+                    echo=False, out=folder, steps=steps, timeout=timeout)
     saved = os.path.join(folder, "result.json")
     command = [sys.executable, "-c", _CHILD, notebook, json.dumps(settings), saved]
     left_out = "; ".join(f"cell {n}: {line}" for n, line in skipped)
