@@ -22,6 +22,7 @@ import sys
 import textwrap
 
 from hookrun import SHARED_CACHE  # the out-of-memory shim, built once for every script
+from summary_rows import summary_rows  # noqa: F401 (the tests read the summary's rows through here)
 from test_fakecuda_torch import PRELUDE as FAKE_PRELUDE, preload
 
 MiB = 1 << 20
@@ -77,18 +78,3 @@ def run(*code, devices=2, mem="1GiB,512MiB", **env):
     result["_stderr"] = proc.stderr
     return result
 
-
-def summary_rows(text):
-    """The summary table's rows, one string each: a row wider than the table
-    wraps onto indented rows of its own (render/summary.py), joined here
-    again. Rules (|---|, |===|) are left out."""
-    rows = []
-    for line in text.splitlines():
-        if not line.startswith("| "):
-            continue
-        content = line[2:-2].rstrip()
-        if content.startswith("  ") and rows and not rows[-1].startswith("Metric"):
-            rows[-1] += " " + content.strip()
-        else:
-            rows.append(content.strip())
-    return rows

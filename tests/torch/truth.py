@@ -16,6 +16,7 @@ import re
 import torch
 
 import vramguard
+from summary_rows import summary_rows
 
 GRANULE = 2 << 20
 _UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
@@ -171,23 +172,11 @@ def check_report(report, facts, step=None):
 # ------------------------------------------------------------------ summary and recovery
 
 
-def _rows(text):
-    rows = []
-    for line in text.splitlines():
-        if line.startswith("| "):
-            content = line[2:-2].rstrip()
-            if content.startswith("  ") and rows:
-                rows[-1] += " " + content.strip()
-            else:
-                rows.append(content.strip())
-    return rows
-
-
 def check_summary(v, text, search_ooms=0):
     """The summary's figures: the largest block served, the OOM count and
     the search's share of it, torch's own."""
     stats = torch.cuda.memory_stats()
-    for row in _rows(text):
+    for row in summary_rows(text):
         m = re.match(rf"Largest block that could be allocated now: {SIZE}", row)
         if m:
             fits = vramguard._core.device_heap(torch.cuda.current_device()).largest_allocatable()
