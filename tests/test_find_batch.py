@@ -337,3 +337,23 @@ def test_without_tqdm_no_bar(monkeypatch):
     monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm.auto raises ImportError
     monkeypatch.setitem(sys.modules, "tqdm.auto", None)
     assert vramguard.find_max_batch(step_failing_above(2, []), is_oom=is_fake_oom).largest == 2
+
+
+def test_no_text_bar_is_printed_into_a_notebook_without_widgets(monkeypatch):
+    """tqdm draws a bar in a terminal and, with ipywidgets, in a notebook;
+    in a notebook kernel without ipywidgets it would print its text bar
+    into the cell line by line: none then."""
+    import importlib.util
+    import types
+
+    from vramguard.notebook import find_batch
+
+    pytest.importorskip("tqdm", reason="tqdm is not installed")
+    bar = find_batch._progress_bar(True)
+    assert bar is not None
+    bar.close()
+    assert find_batch._progress_bar(False) is None
+    monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ipywidgets" else real(name, *a))
+    assert find_batch._progress_bar(True) is None

@@ -285,15 +285,20 @@ def test_the_quickstart_prints_no_false_sentence(tmp_path):
 
 
 INTERRUPTED = PRELUDE + """
+import json, os, signal, time
 vramguard.install(budget="256MiB")
 keep = torch.empty(16 * MiB, dtype=torch.uint8, device="cuda")
 def step():
     a = torch.empty(100 * MiB, dtype=torch.uint8, device="cuda")
     print("@@before=" + json.dumps(truth.at_failure()))
-    raise KeyboardInterrupt        # as Ctrl-C interrupts a step
-import json
+    INTERRUPT
 step()
 """
+
+INTERRUPTS = {
+    "by exception": "raise KeyboardInterrupt",
+    "by SIGINT": "os.kill(os.getpid(), signal.SIGINT); time.sleep(30)   # as the stop button sends it",
+}
 
 AFTER = PRELUDE + """
 import json
@@ -301,10 +306,13 @@ print("@@after=" + json.dumps(truth.at_failure()))
 """
 
 
-def test_the_recovery_line_after_an_interrupt_is_true(tmp_path):
-    """A step interrupted with its tensor held: the handler's recovery line
-    against torch's counters before the interrupt and after the handler."""
-    interrupted, after = run_cells(tmp_path, INTERRUPTED, AFTER, gpu_env=_env("1GiB"))
+@pytest.mark.parametrize("how", list(INTERRUPTS))
+def test_the_recovery_line_after_an_interrupt_is_true(how, tmp_path):
+    """A step interrupted with its tensor held (Ctrl-C by exception, and by
+    SIGINT): the handler's recovery line against torch's counters before
+    the interrupt and after the handler."""
+    interrupted, after = run_cells(tmp_path, INTERRUPTED.replace("INTERRUPT", INTERRUPTS[how]), AFTER,
+                                   gpu_env=_env("1GiB"))
     assert interrupted["errors"] == ["KeyboardInterrupt"]
     marks = {line.split("=", 1)[0]: json.loads(line.split("=", 1)[1])
              for cell in (interrupted, after) for line in cell["out"].splitlines() if line.startswith("@@")}

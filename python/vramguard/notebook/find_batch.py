@@ -26,7 +26,9 @@ raised are noted (torch/search_ooms.py), and the summary says how many of
 its errors were the search's.
 """
 import gc
+import importlib.util
 import logging
+import sys
 from fractions import Fraction
 from html import escape
 
@@ -307,11 +309,17 @@ def search(step_fn, start, limit, oom_test, probe, on_try=lambda t: None, tolera
 
 
 def _progress_bar(enabled):
+    """tqdm's bar where it draws as a bar: a terminal, or a notebook with
+    ipywidgets. In a notebook kernel without ipywidgets tqdm would print
+    its text bar into the cell line by line: no bar there (each try is
+    logged, and the result lists them)."""
     if not enabled:
         return None
     try:
         from tqdm.auto import tqdm
     except ImportError:
+        return None
+    if "ipykernel" in sys.modules and importlib.util.find_spec("ipywidgets") is None:
         return None
     return tqdm(desc="find_max_batch", unit="try")
 
