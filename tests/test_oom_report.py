@@ -394,6 +394,36 @@ def test_lines_from_recorded_stacks():
     assert "record(stacks=True) shows which lines" not in out["text"]
 
 
+def test_equal_leaks_read_between_boundaries_grow_alike():
+    """Two lines leaking 256 KiB a step each, the leak looked at in the
+    middle of a step (one line's tensor of the step made, the other's not
+    yet): each line's growth is counted between step boundaries, so both
+    read the same."""
+    out = run("""
+        import sys, types
+        fake = types.ModuleType("vramguard.trace.stacks")
+        held = {"a": 0, "b": 0}
+        def live_by_line(device=None, top=5):
+            rows = [("train.py:5 a", held["a"] * 256 * 1024, held["a"]), ("train.py:6 b", held["b"] * 256 * 1024, held["b"])]
+            return sorted(rows, key=lambda r: -r[1])[:top]
+        fake.live_by_line = live_by_line
+        sys.modules["vramguard.trace.stacks"] = fake
+        vramguard.trace.stacks = fake
+        kept = []
+        for i in range(12):
+            kept.append(h.malloc(256 << 10)); held["a"] += 1
+            kept.append(h.malloc(256 << 10)); held["b"] += 1
+            vramguard.step(0)
+        kept.append(h.malloc(256 << 10)); held["a"] += 1          # step 13 under way: a's, not yet b's
+        leak = vramguard.leak_check()
+        out["lines"] = leak.lines
+        out["text"] = str(leak)
+    """)
+    (a, a_bytes, a_blocks), (b, b_bytes, b_blocks) = sorted(out["lines"])
+    assert (a_bytes, a_blocks) == (b_bytes, b_blocks) == (4 * 256 << 10, 4)    # steps 8 to 12
+    assert "What accumulates, by line (from step 8 to step 12):" in out["text"]
+
+
 def test_a_leak_first_seen_as_stacks_begin_lists_no_line():
     """Stacks recorded only from the step the leak is first seen: no earlier
     boundary to compare with, so no line is called accumulating (the

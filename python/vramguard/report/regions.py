@@ -610,7 +610,12 @@ def _with_lines(target, leak):
     if target.device is None:
         return leak
     baseline = target.baseline
-    now = _lines_now(target.device, _BASELINE_LINES)
+    # Boundaries against boundaries: the lines as the last step() read them
+    # (a check made in the middle of a step would count that step's
+    # allocations for some lines and not yet for others).
+    with target.lock:
+        last = target.line_history[-1] if target.line_history else None
+    now = last[1] if last is not None and last[0] == target.steps else _lines_now(target.device, _BASELINE_LINES)
     if now is None:
         return leak
     if baseline is None or baseline[0] == target.steps:
