@@ -120,8 +120,9 @@ def test_free_memory_in_pieces():
     assert "Cached free in pieces (1 - largest free block / cached free): 99.6%" in text
     assert "Non-releasable memory: 120.00 MiB" in text
     assert "So what: it matters now" in text
-    assert "1. Free dead tensors, then empty_cache() (saves up to 119.50 MiB)" in text
-    assert "2. Use the arena: install(arena=True) (saves up to 119.50 MiB)" in text
+    # a fact, not a saving: freeing the tensors between the pieces frees them too
+    assert "1. Free dead tensors, then empty_cache() (119.50 MiB cached free outside the largest free block)" in text
+    assert "2. Use the arena: install(arena=True) (119.50 MiB cached free outside the largest free block)" in text
     assert "by region, forward: +8.00 MiB since it began" in text
     assert ("Not advised here:\n  Mixed precision (torch.autocast): vramguard saw no tensor in the failing call's "
             "function frames, so it does not know their dtypes (autocast changes only 32-bit floats; a training "

@@ -68,10 +68,15 @@ class Advice:
     what it names was measured to fit, `cause` whether the numbers show it
     to be the cause."""
 
-    __slots__ = ("key", "title", "detail", "saving", "cause", "up_to", "at_least", "measured")
+    __slots__ = ("key", "title", "detail", "saving", "cause", "up_to", "at_least", "measured", "said")
 
-    def __init__(self, key, title, detail, saving=None, cause=False, up_to=False, measured=False, at_least=False):
+    def __init__(self, key, title, detail, saving=None, cause=False, up_to=False, measured=False, at_least=False,
+                 said=None):
         self.key, self.title, self.detail, self.saving, self.cause = key, title, detail, saving, cause
+        # what the line says of `saving` when it is a fact, not a saving
+        # (free memory in pieces: what a change frees depends on the tensors
+        # between them too); it still ranks the advice
+        self.said = said
         self.up_to = up_to  # the saving is an upper bound that holds, not an estimate
         self.at_least = at_least  # ... or a lower bound that holds
         self.measured = measured  # what it names was measured to fit
@@ -245,14 +250,14 @@ class OOMReport:
                 "gone: drop what the failed step holds (vramguard.recover(), or del and gc.collect()) and what is "
                 "no longer needed, then vramguard.empty_cache(), so the next try reserves whole segments. Creating "
                 "long-lived tensors (weights, optimizer state) first keeps the pieces from forming.",
-                pieces, cause=True, up_to=True))
+                pieces, cause=True, said=f"{format_size(pieces)} cached free outside the largest free block"))
             if self.segments and not self.arena:
                 out.append(Advice(
                     "arena", "Use the arena: install(arena=True)",
                     "The arena maps device pages into one address range, so free pieces join up whatever lies "
                     f"between them: of the {format_size(pieces)} cached free outside the largest block, the whole "
                     "2 MiB pages become usable.",
-                    pieces, cause=True, up_to=True))
+                    pieces, cause=True, said=f"{format_size(pieces)} cached free outside the largest free block"))
         out.extend(self._peak_advice())
         return out
 
@@ -457,7 +462,9 @@ class OOMReport:
         for advice in self.advice:
             # No "enough alone": what a change frees can merge with free
             # neighbours, so only a run says whether the request then fits.
-            if advice.measured:
+            if advice.said is not None:
+                saves = advice.said
+            elif advice.measured:
                 saves = "measured to fit"
             elif advice.saving is None:
                 saves = "no estimate"
