@@ -163,17 +163,10 @@ SCENARIOS = {
         vramguard.install(budget="512MiB")
         model = torchvision.models.resnet18(num_classes=10).cuda()
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-        def step(batch):
+        def loss_of(batch):
             x = torch.randn(batch, 3, 224, 224, device="cuda")
-            torch.nn.functional.cross_entropy(model(x), torch.zeros(batch, dtype=torch.long, device="cuda")).backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        v = truth.Verdicts()
-        try:
-            step(128)
-        except torch.OutOfMemoryError:
-            v = truth.check_report(vramguard.last_oom(), truth.at_failure(), step)
-        truth.check_summary(v, str(vramguard.summary()))
+            return torch.nn.functional.cross_entropy(model(x), torch.zeros(batch, dtype=torch.long, device="cuda"))
+        v = truth.training_verdicts(loss_of, opt, 128)
     """,
     "a transformers model (a small Llama), fp32 training": """
         from transformers import LlamaConfig, LlamaForCausalLM
@@ -182,17 +175,10 @@ SCENARIOS = {
                              num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=1024)
         model = LlamaForCausalLM(config).cuda()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        def step(batch):
+        def loss_of(batch):
             ids = torch.randint(0, 8192, (batch, 1024), device="cuda")
-            model(input_ids=ids, labels=ids).loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        v = truth.Verdicts()
-        try:
-            step(16)
-        except torch.OutOfMemoryError:
-            v = truth.check_report(vramguard.last_oom(), truth.at_failure(), step)
-        truth.check_summary(v, str(vramguard.summary()))
+            return model(input_ids=ids, labels=ids).loss
+        v = truth.training_verdicts(loss_of, opt, 16)
     """,
     "a recording begun with a model live": """
         vramguard.install()

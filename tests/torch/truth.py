@@ -217,3 +217,22 @@ def check_recovered(v, text, before, after):
     ok = (same_size(freed, before["allocated"] - after["allocated"]) and same_size(live, after["allocated"])
           and (released is None or same_size(released, before["reserved"] - after["reserved"])))
     v.add(text, ok, {"before": before, "after": after})
+
+
+def training_verdicts(loss_of, opt, batch):
+    """Verdicts of a training step that runs out of memory at `batch`:
+    loss_of(batch) is its forward and loss, then backward and `opt`'s step;
+    the report is checked in the except block (the advised batch run as
+    that step), then the summary."""
+    def step(b):
+        loss_of(b).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    v = Verdicts()
+    try:
+        step(batch)
+    except torch.OutOfMemoryError:
+        v = check_report(vramguard.last_oom(), at_failure(), step)
+    check_summary(v, str(vramguard.summary()))
+    return v
