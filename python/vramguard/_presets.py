@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ._core import SEGMENT_GRANULE
 
-__all__ = ["GpuPreset", "PRESETS", "CONTEXT_ALLOWANCE", "find_preset", "preset_names"]
+__all__ = ["GpuPreset", "PRESETS", "CONTEXT_ALLOWANCE", "find_preset", "preset_names", "autocast_dtype"]
 
 MiB = 1 << 20
 
@@ -119,6 +119,17 @@ _BY_KEY = {name.upper(): preset for name, preset in PRESETS.items()}
 
 def preset_names():
     return ", ".join(PRESETS)
+
+
+#: The first compute capability with bfloat16 tensor cores (Ampere).
+BF16_FROM = (8, 0)
+
+
+def autocast_dtype(capability):
+    """The 16-bit dtype torch.autocast should use on a card of this compute
+    capability: "bfloat16" from 8.0 on, "float16" before (a T4 is 7.5, a
+    V100 7.0: float16, with loss scaling)."""
+    return "bfloat16" if tuple(capability or (0, 0)) >= BF16_FROM else "float16"
 
 
 def find_preset(text):

@@ -15,6 +15,7 @@ takes no part in the combinations.
 import importlib.util
 
 from .._core import format_size
+from .._presets import autocast_dtype
 from ..render.words import a, count
 from .remedy_apply import REMEDIES_ENV
 from .work import WORK_ENV
@@ -32,9 +33,8 @@ def settings(preset):
     dtype (bf16 where the card has it: compute capability 8.0 and above;
     fp16 on a T4 or a V100), and the optimizer's replacement (bitsandbytes'
     8-bit Adam where it is installed, else PyTorch's fused Adam)."""
-    bf16 = tuple(preset.compute_capability or (0, 0)) >= (8, 0)
     bnb = importlib.util.find_spec("bitsandbytes") is not None
-    return {"autocast": "bfloat16" if bf16 else "float16", "optimizer": "8bit" if bnb else "fused"}
+    return {"autocast": autocast_dtype(preset.compute_capability), "optimizer": "8bit" if bnb else "fused"}
 
 
 def label(kinds, chosen):

@@ -43,6 +43,7 @@ from .. import _core
 from ..render.advice import fragmentation_so_what, non_releasable
 from ..render import words
 from .oom_card import autocast_advice_dtype, card_of
+from .oom_measure import current_cell, ipython_shell
 from .oom_frames import codes_of, failing_exception, frame_dtypes, holds_wide_floats, narrow_float_names
 from .oom_phase import BACKWARD, OPTIMIZER, PHASE_WORDS, failing_phase
 from ..torch.mode_watch import autocast_dtype_of, grad_off_of
@@ -88,16 +89,6 @@ class Advice:
 
 #: Size classes shown one a line, the largest by bytes; the rest in one line.
 _CLASSES_SHOWN = 5
-
-
-def _ipython_cell():
-    """The number of the IPython cell running now (its input is the last
-    the history holds: execution_count is that number or the next, by
-    IPython's version), or None outside IPython."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    history = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None)
-    return len(history) - 1 if history else None
 
 
 def _budget_text(budget):
@@ -147,7 +138,6 @@ class OOMReport:
         self.largest_free_block = r["largest_free_block"]
         self.free_blocks = r["free_blocks"]
         self.segments = r["segments"]
-        self.idle_segment_bytes = r["idle_segment_bytes"]
         self.stats = dict(r["stats"])
         self.stats["fragmentation.external"] = (1 - self.largest_free_block / self.free_bytes) if self.free_bytes else 0.0
         self.stats["fragmentation.unused"] = (1 - self.live / self.reserved) if self.reserved else 0.0
@@ -168,7 +158,7 @@ class OOMReport:
         self.grad_off = grad_off
         self.card = card
         self.not_advised = []  # [(what, why)]: advice left out, and why
-        self.cell = _ipython_cell()  # the IPython cell running as the report is made, or None
+        self.cell = current_cell(ipython_shell())  # the IPython cell running as the report is made, or None
         room = max(self.limit - self.reserved, 0)
         if self.device_total and not self.budget_refused:
             room = min(room, self.device_free)

@@ -3,18 +3,14 @@
 
 A budget that is a card's preset (install(budget="T4") on a larger GPU)
 stands for that card: the advice is for the card the program will run on.
-Otherwise the device itself, as torch reports it. bfloat16 has tensor
-cores from compute capability 8.0 (Ampere) on; before that (a T4 is 7.5, a
-V100 7.0) float16 is the 16-bit type that runs fast, with loss scaling.
+Otherwise the device itself, as torch reports it. The dtype is
+_presets.autocast_dtype's, the rule the dry run's remedies use too.
 """
 import sys
 
-from .._presets import PRESETS
+from .._presets import PRESETS, autocast_dtype
 
-__all__ = ["card_of", "autocast_advice_dtype", "BF16_FROM"]
-
-#: The first compute capability with bfloat16 tensor cores.
-BF16_FROM = (8, 0)
+__all__ = ["card_of", "autocast_advice_dtype"]
 
 
 def _preset_of_budget(budget):
@@ -43,4 +39,4 @@ def autocast_advice_dtype(card):
     """"bfloat16" or "float16" for the card, None when it is not known."""
     if card is None:
         return None
-    return "bfloat16" if card[1] >= BF16_FROM else "float16"
+    return autocast_dtype(card[1])

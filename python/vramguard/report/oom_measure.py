@@ -56,9 +56,18 @@ class MeasuredRemedies:
         return f"MeasuredRemedies(exit_code={self.exit_code}, cheapest={cheapest!r}, notebook={self.notebook!r})"
 
 
-def _ipython():
+def ipython_shell():
+    """The running IPython shell, or None (IPython not imported, or none)."""
     ipython = sys.modules.get("IPython")
     return ipython.get_ipython() if ipython is not None else None
+
+
+def current_cell(shell):
+    """The number of the shell's cell running now, or None without a
+    history: its input is the last the history holds (execution_count is
+    that number or the next, by IPython's version)."""
+    history = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None)
+    return len(history) - 1 if history else None
 
 
 def _is_magic(line):
@@ -121,13 +130,13 @@ def measure_remedies(report, cell=None, out=None, shell=None, steps=None, timeou
     seconds), for a session whose cells train for long."""
     if os.environ.get(IN_DRYRUN_ENV):
         return MeasuredRemedies(why="this is a dry run's own run of the cell: nothing is measured again")
-    shell = shell if shell is not None else _ipython()
+    shell = shell if shell is not None else ipython_shell()
     if shell is None or getattr(shell, "history_manager", None) is None:
         result = MeasuredRemedies(why="it needs IPython's history of the cells (a notebook or an IPython shell); "
                                       "for a script: python -m vramguard dryrun --remedies SCRIPT.py")
         print(repr(result))
         return result
-    upto = cell if cell is not None else (report.cell or len(shell.history_manager.input_hist_raw) - 1)
+    upto = cell if cell is not None else (report.cell or current_cell(shell))
     cells, skipped = session_cells(shell, upto)
     folder = tempfile.mkdtemp(prefix="vramguard-measure-", dir=out)
     notebook = os.path.join(folder, "session.ipynb")
