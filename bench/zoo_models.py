@@ -425,7 +425,7 @@ def llama2_7b_qlora(torch, batch, size, seq=None, optim="paged_adamw_8bit"):
     import peft
     import transformers
 
-    from vramguard.phantom.weightless import sparse_checkpoint_from_config
+    from vramguard.dryrun.features.weightless import sparse_checkpoint_from_config
 
     seq = seq or (128 if size == "small" else 512)
     shape = LLAMA_TINY if size == "small" else LLAMA2_7B

@@ -42,7 +42,7 @@ def measure(model, batch, args):
 
 
 def markdown(rows, header):
-    from vramguard.phantom.remedies import table_lines
+    from vramguard.dryrun.features.remedies import table_lines
 
     out = [header, ""]
     for row in rows:

@@ -6,9 +6,9 @@ import types
 
 import pytest
 
-from vramguard.phantom import after_import
-from vramguard.phantom import adjust_accelerate
-from vramguard.phantom.adjust_accelerate import notes
+from vramguard.dryrun.features import after_import
+from vramguard.dryrun.features import accelerate as adjust_accelerate
+from vramguard.dryrun.features.accelerate import notes
 
 PAD = ("accelerate's pad_across_processes reads tensor sizes back from the device (zeros here): the dry run left "
        "its {} unpadded ({}).")

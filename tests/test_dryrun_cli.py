@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from vramguard.phantom.dryrun import DryRunInputError, parse_allocators, parse_sweep
+from vramguard.dryrun import DryRunInputError, parse_allocators, parse_sweep
 
 
 def dryrun(*args, cwd):
@@ -79,7 +79,7 @@ def test_remedies_and_min_memory_do_not_combine(script):
 
 
 def test_remedies_is_true_or_false():
-    from vramguard.phantom.dryrun import DryRunInputError, dryrun as api
+    from vramguard.dryrun import DryRunInputError, dryrun as api
 
     with pytest.raises(DryRunInputError, match=r"^remedies= is True or False, got 'yes'$"):
         api("train.py", remedies="yes")
@@ -232,7 +232,7 @@ def notebook(tmp_path, *cells):
 
 
 def test_a_percent_or_bang_continuing_a_statement_is_python(tmp_path):
-    from vramguard.phantom.child import notebook_cells
+    from vramguard.dryrun.child.cells import notebook_cells
 
     code = ("x = (1\n    != 2)\ny = (7\n    % 3)\nz = 7 \\\n    % 4\n"
             "s = '''\n!not a shell line\n'''\n!ls\nfiles = !ls\n%matplotlib inline\n")
@@ -246,7 +246,7 @@ def test_a_percent_or_bang_continuing_a_statement_is_python(tmp_path):
 
 
 def test_timing_magics_keep_the_statement_they_time(tmp_path):
-    from vramguard.phantom.child import notebook_cells
+    from vramguard.dryrun.child.cells import notebook_cells
 
     code = ("%time out = (2,\n    3)\nfor i in range(2):\n    %timeit -n 10 -r1 w = i * 5\n"
             "%prun -s cumtime v = 7\n%time\n")
@@ -258,7 +258,7 @@ def test_timing_magics_keep_the_statement_they_time(tmp_path):
 
 
 def test_writefile_a_appends(tmp_path, monkeypatch):
-    from vramguard.phantom.child import run_notebook
+    from vramguard.dryrun.child.cells import run_notebook
 
     monkeypatch.chdir(tmp_path)
     path = notebook(tmp_path, "%%writefile out.txt\nfirst", "%%writefile -a out.txt\nsecond",
@@ -319,7 +319,7 @@ def test_runs_at_once_in_one_folder_are_refused(script):
     """--jobs 2 with the runs sharing the folder the script runs in (its
     file I/O is real): refused in one line; the Python API names its own
     arguments."""
-    from vramguard.phantom.dryrun import dryrun as api_dryrun
+    from vramguard.dryrun import dryrun as api_dryrun
 
     said = ("vramguard: --jobs 2 runs allocators at once, and a script's file I/O is real: give each run a folder "
             "of its own (--cwd runs/{allocator}, made when missing), or leave --jobs out to run one at a time\n")
@@ -341,7 +341,8 @@ def test_a_per_allocator_cwd_needs_its_parent(script):
 
 
 def test_one_run_at_a_time_by_default(monkeypatch):
-    from vramguard.phantom.dryrun import ALLOCATORS, default_jobs
+    from vramguard.dryrun.checks import default_jobs
+    from vramguard.dryrun.contract import ALLOCATORS
 
     monkeypatch.setattr("os.cpu_count", lambda: 64)
     assert default_jobs(ALLOCATORS) == 1
@@ -385,7 +386,7 @@ def test_usage_errors_point_at_the_help_that_lists_the_options(script):
     ({"cwd": "nothere"}, ["--cwd", "nothere"], "cwd='nothere': No such directory"),
 ])
 def test_the_python_api_names_its_arguments_and_the_cli_its_flags(script, kwargs, cli, api):
-    from vramguard.phantom.dryrun import dryrun as api_dryrun
+    from vramguard.dryrun import dryrun as api_dryrun
 
     with pytest.raises(DryRunInputError) as refused:
         api_dryrun(script / "train.py", **kwargs)
@@ -398,7 +399,7 @@ def test_the_python_api_names_its_arguments_and_the_cli_its_flags(script, kwargs
 
 
 def test_a_platform_without_the_phantom_says_so_in_one_line(script, monkeypatch):
-    from vramguard.phantom.dryrun import dryrun as api_dryrun
+    from vramguard.dryrun import dryrun as api_dryrun
 
     monkeypatch.setattr(sys, "platform", "darwin")
     with pytest.raises(DryRunInputError) as refused:
@@ -411,7 +412,7 @@ def test_a_platform_without_the_phantom_says_so_in_one_line(script, monkeypatch)
 def test_without_ipython_a_notebooks_cells_run_as_plain_python(tmp_path, monkeypatch, capsys):
     """Where IPython is not installed the cells run as plain Python, and the
     run says what that leaves out."""
-    from vramguard.phantom import child, notebook_shell
+    from vramguard.dryrun.child import cells as child, notebook_shell
 
     monkeypatch.setattr(notebook_shell, "available", lambda: False)
     monkeypatch.chdir(tmp_path)
@@ -433,7 +434,7 @@ def test_without_ipython_a_notebooks_cells_run_as_plain_python(tmp_path, monkeyp
 
 
 def test_help_lists_every_exit_code_of_the_dry_run():
-    from vramguard.phantom import dryrun as d
+    from vramguard.dryrun import contract as d
 
     proc = subprocess.run([sys.executable, "-m", "vramguard", "dryrun", "--help"], capture_output=True,
                           text=True, timeout=60)
@@ -454,7 +455,7 @@ def _run(name, **figures):
 
 
 def _result(*runs):
-    from vramguard.phantom.dryrun import DryRunResult
+    from vramguard.dryrun import DryRunResult
 
     result = DryRunResult(gpu="T4", device_bytes=15828320256, context_bytes=400 << 20, script="s.py",
                           allocators=[r["allocator"] for r in runs])
@@ -486,7 +487,7 @@ def _result(*runs):
      "The program never used the GPU"),
 ])
 def test_each_verdict_has_its_own_exit_code(runs, code, head):
-    from vramguard.phantom.dryrun import VERDICTS, exit_status, format_report
+    from vramguard.dryrun import VERDICTS, exit_status, format_report
 
     result = _result(*runs)
     assert exit_status(result) == code and code in VERDICTS
@@ -498,7 +499,7 @@ def test_each_verdict_has_its_own_exit_code(runs, code, head):
 
 @pytest.mark.parametrize("calls, said", [(1, "1 unsupported call in the run"), (3, "3 unsupported calls in the run")])
 def test_the_phantoms_failure_names_its_call_and_counts(calls, said):
-    from vramguard.phantom.dryrun import format_report
+    from vramguard.dryrun import format_report
 
     gap = {"calls": calls, "last": "cudaIpcGetMemHandle", "caused_failure": True}
     text = format_report(_result(_run("native", fits=None, error="AcceleratorError: CUDA error: operation not "
@@ -511,7 +512,7 @@ def test_the_phantoms_failure_names_its_call_and_counts(calls, said):
 
 def test_unsupported_calls_the_script_got_past_are_not_the_cause():
     """A stub's error the script caught, then its own failure: the script's."""
-    from vramguard.phantom.dryrun import exit_status, format_report
+    from vramguard.dryrun import exit_status, format_report
 
     gap = {"calls": 1, "last": "cudaIpcGetMemHandle", "caused_failure": False}
     result = _result(_run("native", fits=None, error="ValueError: bad", exit_status=1, phantom_unsupported=gap))
@@ -520,7 +521,7 @@ def test_unsupported_calls_the_script_got_past_are_not_the_cause():
 
 
 def test_min_memory_of_a_program_that_never_used_the_gpu_is_not_a_failure():
-    from vramguard.phantom.dryrun import format_report
+    from vramguard.dryrun import format_report
 
     result = _result(_run("native", fits=None, used_gpu=False, min_memory_bytes=None))
     result["min_memory"] = True
@@ -544,7 +545,7 @@ def test_a_placeholder_in_another_case_is_refused(script, sweep, placeholder, sa
 
 
 def test_the_same_case_and_other_braces_pass_the_check():
-    from vramguard.phantom.dryrun import _check_placeholders
+    from vramguard.dryrun.checks import check_placeholders as _check_placeholders
 
     _check_placeholders(("BATCH", [1, 2]), ["--bs", "{BATCH}", "--cfg", "{SEQ}", "{}"])  # no error
 
@@ -575,7 +576,7 @@ def test_allocators_is_the_option_and_allocator_still_works(script):
     ("T4", 15828320256, "(the smallest preset that holds it: RTX-3060)"),
 ])
 def test_the_smallest_preset_is_named_or_said_to_be_the_one_asked_about(gpu, device, said):
-    from vramguard.phantom.dryrun import format_report
+    from vramguard.dryrun import format_report
 
     result = _result(_run("native", min_memory_bytes=448 << 20))
     result.update(gpu=gpu, device_bytes=device, min_memory=True)

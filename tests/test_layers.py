@@ -11,13 +11,14 @@ the same, only a later one). The tests below assert that
 
 The layers, lowest first (python/vramguard/*/__init__.py say what each is):
 
-  base      _core (the C extension), _version, _presets, _units
+  base      _core (the C extension), _version, _presets, _units, _files, _search
   render    figures to text, HTML and matplotlib: no state, no torch
   torch     install(), the hooks, the patched torch.cuda functions
   trace     the trace format, readers, recording, replay, snapshots
   report    summary(), last_oom(), regions and steps, the replay report
   notebook  IPython's OOM handler and meter, recover(), find_max_batch()
-  phantom   the phantom GPU, the dry run and its child, the Jupyter kernel
+  phantom   the phantom GPU: its environment, its build, its settings, the Jupyter kernel
+  dryrun    the dry run, its child, its features (python/vramguard/dryrun)
   top       the command line, the loggers' callbacks, the package itself
 
 A module may import its own layer and any lower one. Within a layer the
@@ -35,13 +36,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "python" / "vramguard"
 
 # Lowest first. A module's layer is its subpackage's, else its own entry.
 LAYERS = [
-    ("base", {"vramguard._core", "vramguard._version", "vramguard._presets", "vramguard._units"}),
+    ("base", {"vramguard._core", "vramguard._version", "vramguard._presets", "vramguard._units", "vramguard._files",
+              "vramguard._search"}),
     ("render", {"vramguard.render"}),
     ("torch", {"vramguard.torch"}),
     ("trace", {"vramguard.trace"}),
     ("report", {"vramguard.report"}),
     ("notebook", {"vramguard.notebook"}),
     ("phantom", {"vramguard.phantom"}),
+    ("dryrun", {"vramguard.dryrun"}),
     ("top", {"vramguard", "vramguard.__main__", "vramguard.cli", "vramguard.integrations"}),
 ]
 

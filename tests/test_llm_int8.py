@@ -8,9 +8,9 @@ import textwrap
 
 import pytest
 
-from vramguard.phantom import after_import
-from vramguard.phantom import llm_int8
-from vramguard.phantom.dryrun import DryRunResult, format_report
+from vramguard.dryrun.features import after_import
+from vramguard.dryrun.features import llm_int8
+from vramguard.dryrun import DryRunResult, format_report
 
 SENTENCE = ("The program used LLM.int8 (bitsandbytes' Linear8bitLt with an outlier threshold: {layers}), which "
             "sizes its outlier buffers from the activations' values: a phantom does not compute them, so the "

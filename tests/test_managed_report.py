@@ -1,6 +1,6 @@
 """The dry run's lines on unified memory (python/vramguard/phantom/managed.py),
 from results as the children write them."""
-from vramguard.phantom import managed
+from vramguard.dryrun.features import managed
 
 MiB = 1 << 20
 GiB = 1 << 30

@@ -1,4 +1,4 @@
-"""The remedies' report (vramguard.phantom.remedies) and the out-of-memory
+"""The remedies' report (vramguard.dryrun.features.remedies) and the out-of-memory
 report's dry-run command (vramguard.report.oom_dryrun), from figures given:
 every sentence at its cases, the choice of the cheapest change, the code."""
 import os
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from vramguard.phantom import remedies
+from vramguard.dryrun.features import remedies
 from vramguard.report import oom_dryrun
 
 MiB = 1 << 20

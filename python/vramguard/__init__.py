@@ -17,7 +17,7 @@ this module, which exports the public API.
 """
 from ._core import Heap, format_size, round_size
 from .report.demo import example_trace
-from .phantom.dryrun import DryRunResult, dryrun
+from .dryrun import DryRunResult, dryrun
 from .notebook.find_batch import BatchSearch, find_max_batch
 from .trace.importer import load_trace
 from .notebook.ipython import meter

@@ -107,7 +107,7 @@ def _check_trace_file(path):
 
 
 def _dryrun(args):
-    from .phantom.dryrun import dryrun, exit_status
+    from .dryrun import dryrun, exit_status
     from .phantom.argnames import as_flags
     from .phantom.gpu import PhantomUnavailable
 

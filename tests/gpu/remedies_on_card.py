@@ -1,5 +1,5 @@
 """Each remedy of `dryrun --remedies`, applied the way a dry run applies it
-(vramguard.phantom.remedy_apply), to one program on a card and on a phantom
+(vramguard.dryrun.features.remedy_apply), to one program on a card and on a phantom
 of it: the peaks side by side.
 
     python tests/gpu/remedies_on_card.py --out DIR                  # on the card (tests/gpu/card.sh)
@@ -24,7 +24,7 @@ BATCH = "16"
 
 RUNNER = """
 import json, runpy, sys, torch
-from vramguard.phantom import remedy_apply
+from vramguard.dryrun.features import remedy_apply
 seen = remedy_apply.install(torch, sys.argv[1])
 sys.argv = [sys.argv[2], sys.argv[3]]
 runpy.run_path(sys.argv[0], run_name="__main__")

@@ -56,7 +56,7 @@ def dryrun(tmp_path, *args, expect=None):
 
 
 def report(result):
-    from vramguard.phantom.dryrun import format_report
+    from vramguard.dryrun import format_report
 
     return format_report(result)
 
@@ -428,7 +428,7 @@ def test_a_temporary_directory_goes_when_the_dry_run_fails_before_any_run(tmp_pa
     import tempfile
 
     import vramguard
-    from vramguard.phantom import dryrun as _dryrun
+    from vramguard.dryrun.runner import Runner
 
     for key, value in _env().items():
         monkeypatch.setenv(key, value)
@@ -439,7 +439,7 @@ def test_a_temporary_directory_goes_when_the_dry_run_fails_before_any_run(tmp_pa
     def ctrl_c(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(_dryrun._Runner, "run", ctrl_c)
+    monkeypatch.setattr(Runner, "run", ctrl_c)
     with pytest.raises(KeyboardInterrupt):
         vramguard.dryrun(str(tmp_path / "s.py"), allocators="native")
     assert list((tmp_path / "tmp").iterdir()) == []

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 SCRIPT = """
     import sys, torch
     from transformers import BitsAndBytesConfig, LlamaConfig, LlamaForCausalLM
-    from vramguard.phantom.weightless import sparse_checkpoint_from_config
+    from vramguard.dryrun.features.weightless import sparse_checkpoint_from_config
 
     config = LlamaConfig(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                          num_attention_heads=4, max_position_embeddings=64)

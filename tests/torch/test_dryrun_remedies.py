@@ -135,7 +135,7 @@ def test_fused_adamw_frees_the_foreach_temporaries_and_a_model_without_blocks_sa
     """Without bitsandbytes the optimizer remedy is PyTorch's fused AdamW:
     the foreach step's temporary (a copy of every parameter) is gone."""
     import vramguard
-    from vramguard.phantom import remedies
+    from vramguard.dryrun.features import remedies
 
     for key, value in _env().items():
         monkeypatch.setenv(key, value)
@@ -192,7 +192,7 @@ def test_a_huggingface_model_through_trainer_takes_its_own_checkpointing(tmp_pat
     assert ckpt["how"]["checkpoint"]["model"] == "LlamaForCausalLM"
     assert ckpt["peak_allocated_bytes"] < _rows(result)["as written"]["peak_allocated_bytes"]
     assert ckpt["work_ratio"] > 1.0
-    from vramguard.phantom.remedies import code_for
+    from vramguard.dryrun.features.remedies import code_for
 
     assert code_for(ckpt, result["remedies"]) == [
         "import vramguard; vramguard.install()  # before the first CUDA call",

@@ -133,7 +133,7 @@ def test_runs_at_once_each_get_a_folder_of_their_own(tmp_path):
         assert Path(run["log"]).read_text() == "checkpoints ok\n"
     assert not (tmp_path / "ckpt.pt").exists()
     assert result["cwd"] == str(tmp_path / "runs" / "{allocator}")
-    from vramguard.phantom.dryrun import format_report
+    from vramguard.dryrun import format_report
 
     assert (f"The script ran in {tmp_path / 'runs' / '{allocator}'} (--cwd: a folder per allocator) with real "
             "file I/O") in format_report(result)

@@ -32,7 +32,7 @@ def dryrun(tmp_path, *args, expect):
 
 
 def report(result):
-    from vramguard.phantom.dryrun import format_report
+    from vramguard.dryrun import format_report
 
     return format_report(result)
 

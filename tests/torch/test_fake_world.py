@@ -1,5 +1,5 @@
 """`dryrun --world-size N`: one process as rank R of N on PyTorch's fake
-process group (vramguard.phantom.fake_world). The environment torchrun would
+process group (vramguard.dryrun.features.fake_world). The environment torchrun would
 give the rank, any backend and rendezvous the script names served by the
 fake group, what it cannot serve named in the report, and rank 0's figures
 equal to a real two-rank run's (bench/zoo_world.py --check)."""
@@ -31,7 +31,7 @@ def _dryrun(tmp_path, code, *flags, expect=0):
 
 
 def _report(result):
-    from vramguard.phantom.dryrun import format_report
+    from vramguard.dryrun import format_report
 
     return format_report(result)
 
@@ -109,7 +109,7 @@ def test_bad_world_arguments_get_one_line(tmp_path, flags, message):
 
 
 def test_the_python_api_names_its_own_arguments(tmp_path):
-    from vramguard.phantom.dryrun import DryRunInputError, dryrun
+    from vramguard.dryrun import DryRunInputError, dryrun
 
     script = tmp_path / "s.py"
     script.write_text("pass\n")

@@ -110,7 +110,7 @@ def test_dryrun_nproc_gives_each_rank_its_figures(tmp_path):
     """`python -m vramguard dryrun --nproc 2` runs the script under torchrun,
     a phantom device per rank: the run's figures are its largest rank's,
     and each rank's are in `ranks` and in the report's notes."""
-    from vramguard.phantom.dryrun import format_report
+    from vramguard.dryrun import format_report
 
     env = {k: v for k, v in _env().items() if k not in ("LD_PRELOAD", "VG_FAKECUDA_DEVICES")}
     proc = subprocess.run([sys.executable, "-m", "vramguard", "dryrun", "--gpu", "A100-40GB", "--nproc", "2",
@@ -260,7 +260,7 @@ def test_dryrun_runs_a_ddp_script_with_pytorchs_defaults(tmp_path):
     both of which read device values back, zeros on a phantom): the dry
     run's ranks give DDP init_sync=False and find_unused_parameters=True,
     it runs to its end, and the report says what was changed."""
-    from vramguard.phantom.dryrun import format_report
+    from vramguard.dryrun import format_report
 
     script = tmp_path / "plain_ddp.py"
     script.write_text(PLAIN_DDP)

@@ -38,6 +38,6 @@ def test_the_qlora_example_fits_a_t4_with_its_paged_state_measured(tmp_path):
     assert "after loading: 3,687 MiB allocated" in log
     (load,) = run["weightless_loads"]
     assert load["tensors"] == 291
-    text = __import__("vramguard.phantom.dryrun", fromlist=["format_report"]).format_report(result)
+    text = __import__("vramguard.dryrun", fromlist=["format_report"]).format_report(result)
     assert "Paged optimizer state: 32.25 MiB of unified memory" in text
     assert "Weights not loaded (--no-weights)" in text

@@ -1,5 +1,5 @@
 """`dryrun --no-weights`: Hugging Face models loaded from a stand-in of their
-checkpoint (vramguard.phantom.weightless): the real safetensors headers, the
+checkpoint (vramguard.dryrun.features.weightless): the real safetensors headers, the
 data a hole. The stand-in's files and headers, a Hub id served through
 huggingface_hub's own metadata types, a folder with no safetensors refused,
 and dry runs whose figures equal those of the real load."""
@@ -29,7 +29,7 @@ def _libraries():
 
 from test_dryrun import _env  # noqa: E402  (the dry run's environment, shared)
 
-from vramguard.phantom import weightless  # noqa: E402
+from vramguard.dryrun.features import weightless  # noqa: E402
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -191,7 +191,7 @@ def test_a_dry_run_without_weights_measures_what_the_real_load_does(tmp_path):
         assert real[allocator]["weightless_loads"] is None
         (load,) = stood[allocator]["weightless_loads"]
         assert load["source"] == str(src) and load["tensors"] == 21
-    from vramguard.phantom.dryrun import format_report
+    from vramguard.dryrun import format_report
 
     assert (f"Weights not loaded (--no-weights): {src} (21 tensors) loaded from a stand-in of the checkpoint"
             in format_report(stood))

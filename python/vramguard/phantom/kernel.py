@@ -58,7 +58,7 @@ def _display_name(preset, memory, allocator):
 
 
 def _spec(preset, memory=None, allocator="native"):
-    from .dryrun import alloc_conf
+    from .settings import alloc_conf
     from .gpu import environ
 
     env = dict(environ(preset.name, memory))  # the context's share held from the start, as on the card
@@ -110,7 +110,7 @@ def _variant(preset, memory, allocator):
     """(memory bytes or None for the card's total, allocator), checked as a
     dry run checks them: one line for a device with nothing beside its
     CUDA context, or an allocator a kernel cannot have."""
-    from .dryrun import check_device
+    from .settings import check_device
 
     allocator = allocator or "native"
     if allocator not in KERNEL_ALLOCATORS:

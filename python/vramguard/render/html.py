@@ -111,7 +111,7 @@ def summary_html(stats, title, text):
             + f"<div style='font-size:12px'>{notes}</div></div>")
 
 
-def _verdict(fits):
+def verdict_badge(fits):
     colour, word = (_GOOD, "FITS") if fits else (_BAD, "DOES NOT FIT")
     return f"<span style='color:white;background:{colour};padding:1px 6px;border-radius:3px'>{word}</span>"
 
@@ -129,4 +129,4 @@ def replay_html(result):
     if result.first_oom_at is not None:
         oom = f"<div>First OOM at {escape(str(result.first_oom_at))}</div>"
     return (f"<div><b>{escape(result.trace)}</b> under policy <code>{escape(result.policy)}</code>: "
-            f"{_verdict(result.fits)}" + table(["", ""], rows) + oom + "</div>")
+            f"{verdict_badge(result.fits)}" + table(["", ""], rows) + oom + "</div>")

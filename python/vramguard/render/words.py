@@ -14,7 +14,7 @@ that "1 blocks" or "a 8.00 GiB device" cannot be printed anywhere.
 """
 import re
 
-__all__ = ["a", "count", "plural"]
+__all__ = ["a", "and_list", "count", "plural"]
 
 # Letters whose names begin with a vowel sound when read out ("an L4", "an H200",
 # "an SXM card", "an 8 GB card"); "U" reads "you" ("a U-Net").
@@ -59,3 +59,9 @@ def _starts_with_vowel_sound(phrase):
 def a(phrase):
     """`phrase` with "a" or "an" before it, by how it is read aloud."""
     return ("an " if _starts_with_vowel_sound(phrase) else "a ") + phrase
+
+
+def and_list(items):
+    """"a", "a and b", "a, b and c"."""
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]

@@ -4,8 +4,9 @@ counts apart from device memory (vg_fakecuda_managed_peak_bytes). It is
 outside PyTorch's allocator, so it is in no peak of the table; on a card the
 driver keeps it on the device while there is room and pages it out to host
 memory under pressure: never an out-of-memory error, slower steps."""
-from .._core import format_size
-from ..render.words import a
+from ..._core import format_size
+from ...render.words import a
+from .base import Feature
 
 
 def summarize(result, runs):
@@ -47,3 +48,24 @@ def verdict(result, runs, device_name):
     return (f"With {names}, peak reserved plus the {format_size(managed)} of unified memory exceeds the "
             f"{format_size(room)} {a(device_name)} leaves after its CUDA context: expect slower steps as the "
             "driver pages the unified memory out to host memory and back, not an out-of-memory error.")
+
+
+class _Managed(Feature):
+    name = "managed"
+
+    def figures(self, state, run):
+        import ctypes
+
+        device = run.opts.rank or 0
+        return {"managed_bytes": run.counter("vg_fakecuda_managed_peak_bytes", ctypes.c_longlong, device),
+                "managed_prefetched_bytes": run.counter("vg_fakecuda_prefetched_peak_bytes", ctypes.c_longlong,
+                                                        device)}
+
+    def summarize(self, result, runs):
+        summarize(result, runs)
+
+    def verdict_lines(self, result, runs, card):
+        return [line for line in (verdict(result, runs, card), note(result, runs)) if line]
+
+
+FEATURE = _Managed()

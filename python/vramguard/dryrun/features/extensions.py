@@ -12,6 +12,9 @@ import ctypes
 import os
 import sys
 
+from ...render.words import count
+from .base import Feature
+
 __all__ = ["launched_extensions", "library_name"]
 
 #: Top-level packages whose kernels are PyTorch's own or the CUDA libraries it calls.
@@ -80,3 +83,31 @@ def launched_extensions(fake=None):
         entry["launches"] += ran
         entry["libraries"].append(library)
     return found
+
+
+def extensions_that_ran(runs):
+    """"bitsandbytes (2 kernels, 40 launches)" per extension whose kernels
+    ran, as the first run that launched them counted."""
+    seen = {}
+    for r in runs:
+        for name, ran in (r.get("extensions") or {}).items():
+            seen.setdefault(name, ran)
+    return [f"{name} ({count(ran['kernels'], 'kernel')}, {count(ran['launches'], 'launch', 'launches')})"
+            for name, ran in sorted(seen.items())]
+
+
+class _Extensions(Feature):
+    name = "extensions"
+
+    def figures(self, state, run):
+        return {"extensions": launched_extensions(run.fake) or {}}
+
+    def notes(self, result, runs):
+        ran = extensions_that_ran(runs)
+        if not ran:
+            return []
+        return [f"Custom CUDA extensions ran kernels: {', '.join(ran)}: their kernels compute nothing "
+                "here, and memory they take outside PyTorch's allocator is not in the peaks above."]
+
+
+FEATURE = _Extensions()

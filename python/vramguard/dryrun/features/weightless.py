@@ -29,8 +29,10 @@ import shutil
 import struct
 import tempfile
 
+from ..contract import NO_WEIGHTS_ENV
+from .base import Feature
+
 #: Set by the dry run under --no-weights for its runs: the folder where stand-ins are made.
-NO_WEIGHTS_ENV = "VRAMGUARD_DRYRUN_NO_WEIGHTS"
 
 __all__ = ["NO_WEIGHTS_ENV", "WeightlessLoads", "write_sparse_safetensors", "sparse_checkpoint_from_config", "standin_folder"]
 
@@ -288,7 +290,7 @@ def weightless_notes(weights, runs):
     for, or that the option was given and nothing loaded through it."""
     if weights:
         return []
-    from ..render.words import count
+    from ...render.words import count
 
     loads = {}
     for run in runs:
@@ -301,3 +303,26 @@ def weightless_notes(weights, runs):
     return [f"Weights not loaded (--no-weights): {names} loaded from a stand-in of the checkpoint (the "
             "same tensors' names, shapes and dtypes, read as zeros): the memory figures are the real "
             "load's; values computed from the weights are not."]
+
+
+class _Weightless(Feature):
+    name = "weightless"
+
+    def env(self, options):
+        return {} if options.weights else {NO_WEIGHTS_ENV: os.path.join(options.out_dir, "weightless")}
+
+    def install(self, run):
+        if not os.environ.get(NO_WEIGHTS_ENV):
+            return None
+        loads = WeightlessLoads(os.environ[NO_WEIGHTS_ENV])
+        loads.install()
+        return loads
+
+    def figures(self, loads, run):
+        return {"weightless_loads": loads.loads if loads is not None else None}
+
+    def notes(self, result, runs):
+        return weightless_notes(result.get("weights", True), runs)
+
+
+FEATURE = _Weightless()

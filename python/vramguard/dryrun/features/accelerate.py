@@ -22,7 +22,8 @@ import functools
 import sys
 
 from .after_import import patch_after_import
-from ..render.words import count, plural
+from ...render.words import count, plural
+from .base import Feature
 
 OPERATIONS = "accelerate.utils.operations"
 MEMORY = "accelerate.utils.memory"
@@ -121,3 +122,21 @@ def _search(tried, settled):
     larger = ", ".join(str(s) for s in tried[:-1])
     errors = f"error at {larger} was" if len(tried) == 2 else f"errors at {larger} were"
     return f"settled on batch size {settled} (tried {sizes}; the out-of-memory {errors} caught by it)"
+
+
+class _Accelerate(Feature):
+    name = "accelerate"
+
+    def install(self, run):
+        return install()
+
+    def figures(self, record, run):
+        return {"accelerate_unpadded": record.unpadded if record else 0,
+                "auto_batch_sizes": record.batch_sizes if record else [],
+                "auto_batch_size": record.batch_size if record else None}
+
+    def notes(self, result, runs):
+        return notes(runs, max([len(r.get("ranks") or []) for r in runs] + [1]))
+
+
+FEATURE = _Accelerate()

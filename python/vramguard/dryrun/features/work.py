@@ -22,8 +22,11 @@ Installed from the child before the script runs when WORK_ENV is set.
 """
 import ctypes
 import functools
+import os
 
-WORK_ENV = "VRAMGUARD_DRYRUN_WORK"
+from ..contract import WORK_ENV
+from .base import Feature
+
 
 #: Operators whose work reaches cuBLAS (the phantom counts those exactly).
 GEMM_OPERATORS = ("mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_int_mm")
@@ -167,3 +170,23 @@ class WorkCount:
             "operator_count": self.counter is not None,
             "operator_count_stopped_at_compile": self.stopped_at_compile,
         }
+
+
+class _Work(Feature):
+    name = "work"
+
+    def env(self, options):
+        return {WORK_ENV: "1"} if options.remedies else {}
+
+    def install(self, run):
+        if not os.environ.get(WORK_ENV):
+            return None
+        count = WorkCount(run.torch)
+        count.install()
+        return count
+
+    def figures(self, count, run):
+        return {"work": count.figures() if count is not None else None}
+
+
+FEATURE = _Work()

@@ -24,10 +24,12 @@ import functools
 import os
 import threading
 
+from ..contract import WORLD_ENV
+from .base import Feature
+
 __all__ = ["FakeWorld", "WORLD_ENV", "check_world", "world_env", "world_notes"]
 
 #: Set by the parent for --world-size runs: "RANK/WORLD_SIZE".
-WORLD_ENV = "VRAMGUARD_DRYRUN_WORLD"
 #: The phantom's most devices in one process (csrc/phantom/core.h VGFC_MAX_DEVICES).
 MAX_GPUS_PER_NODE = 16
 #: A world larger than this is refused: a typo, not a job.
@@ -88,7 +90,7 @@ def world_env(world_size, rank, gpus_per_node):
 def world_notes(result, runs):
     """The report's lines on a --world-size run, and on NCCL's own memory
     (either distributed mode)."""
-    from ..render.words import count
+    from ...render.words import count
 
     notes = []
     world = result.get("world_size")
@@ -284,3 +286,30 @@ def _replace(dist, c10d, name, fn):
     setattr(c10d, name, fn)
     if hasattr(dist, name):
         setattr(dist, name, fn)
+
+
+class _FakeWorld(Feature):
+    name = "fake_world"
+
+    def env(self, options):
+        if options.world_size is None:
+            return {}
+        return world_env(options.world_size, options.rank or 0, options.gpus_per_node)
+
+    def install(self, run):
+        if not os.environ.get(WORLD_ENV):  # --world-size: this process is one rank of many
+            return None
+        import ctypes
+
+        world = FakeWorld(os.environ[WORLD_ENV], lambda: run.counter("vg_fakecuda_d2h_reads", ctypes.c_long))
+        world.install()
+        return world
+
+    def figures(self, world, run):
+        return {"fake_world": world.figures() if world is not None else None}
+
+    def notes(self, result, runs):
+        return world_notes(result, runs)
+
+
+FEATURE = _FakeWorld()

@@ -14,11 +14,12 @@ takes no part in the combinations.
 """
 import importlib.util
 
-from .._core import format_size
-from .._presets import autocast_dtype
-from ..render.words import a, count
-from .remedy_apply import REMEDIES_ENV
-from .work import WORK_ENV
+from ..._core import format_size
+from ..._presets import autocast_dtype
+from ...render.text_table import text_table
+from ...render.words import a, count
+from ..contract import REMEDIES_ENV, WORK_ENV
+from .base import Feature
 
 #: A phantom this many times the card's memory: where a setting that runs
 #: out of memory on the card takes its steps whole, for its peaks and work.
@@ -465,13 +466,8 @@ def table_lines(result):
                       f"{acc['batch']} x {acc['steps']}" if acc and acc["steps"] > 1 else "-"]
         cells.append(f"{r['work_ratio']:.2f}x" if r.get("work_ratio") else "-")
         rows.append(cells)
-    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
     lines = [f"Remedies, each run on the unchanged program with the {remedies['allocator']} allocator:"]
-    for i, cells in enumerate([headers] + rows):
-        lines.append("  ".join(str(c).ljust(w) if j == 0 else str(c).rjust(w)
-                               for j, (c, w) in enumerate(zip(cells, widths))).rstrip())
-        if i == 0:
-            lines.append("  ".join("-" * w for w in widths))
+    lines += text_table(headers, rows)
     larger = [r for r in remedies["rows"] if r.get("peaks_on_larger_phantom")]
     if larger:
         size = format_size(larger[0]["peaks_on_larger_phantom"])
@@ -486,3 +482,29 @@ def table_lines(result):
     lines += [f"    {line}" for line in remedies.get("code") or []]
     lines.append(work_note(result))
     return lines
+
+
+class _Remedies(Feature):
+    """The watch on what the program does (remedy_apply) in every run of
+    --remedies, the remedies a run applies, and the report's table. The
+    remedies' own runs are made by measure(), after the others."""
+    name = "remedies"
+
+    def install(self, run):
+        import os
+
+        from . import remedy_apply
+        from ..child.frames import is_user_file
+
+        if not os.environ.get(WORK_ENV):
+            return None
+        return remedy_apply.install(run.torch, os.environ.get(REMEDIES_ENV, ""), is_user_file)
+
+    def figures(self, seen, run):
+        return {"remedies_seen": seen.figures() if seen is not None else None}
+
+    def tables(self, result):
+        return table_lines(result)
+
+
+FEATURE = _Remedies()

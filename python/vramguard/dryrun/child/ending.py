@@ -1,4 +1,6 @@
-"""Every way a dry run's child can end leaves its figures (child.py).
+"""Every way a dry run's child can end leaves its figures (run.py), and
+the child's signal handlers (SIGTERM: --timeout; SIGINT: the dry run's
+Ctrl-C).
 
 A script ends normally, or raises, and the child writes its figures after
 it. But a script can also end the process where no Python after it runs:
@@ -120,3 +122,47 @@ def _status(status):
         return int(status) & 0xFF
     except (TypeError, ValueError):
         return 1
+
+
+# ------------------------------------------------------------------ signals
+
+
+class Terminated(BaseException):
+    """SIGTERM while the script ran (the dry run's --timeout): the run ends
+    there, and its figures so far are written."""
+
+
+def exit_code(code):
+    if code is None:
+        return 0
+    if isinstance(code, bool):
+        return int(code)
+    if isinstance(code, int):
+        return code & 0xFF
+    return 1
+
+
+#: Whether a SIGINT came: the dry run cancelling this run (on_sigint), not
+#: the script raising KeyboardInterrupt itself.
+_sigint_received = False
+
+
+def on_sigterm(signum, frame):
+    """The dry run's --timeout: the script stops where it is, as at
+    --steps, and the figures so far are written. Once, then ignored: the
+    figures are being written."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated()
+
+
+def on_sigint(signum, frame):
+    """Python's own SIGINT handler (KeyboardInterrupt), and a note that a
+    SIGINT came: the dry run cancelling this run, not the script raising
+    KeyboardInterrupt itself. A script's own handler replaces this."""
+    global _sigint_received
+    _sigint_received = True
+    raise KeyboardInterrupt
+
+
+def sigint_received():
+    return _sigint_received

@@ -18,7 +18,7 @@ parent's side is remedies.py), and what the program does of its own:
   fused=True ("fused": no foreach temporaries).
 
 Each records whether it applied and, where not, why: the parent's table
-says so. REMEDIES_ENV holds the remedies, comma-separated:
+says so. REMEDIES_ENV (contract.py) holds the remedies, comma-separated:
 "autocast:float16", "autocast:bfloat16", "checkpoint", "optimizer:8bit",
 "optimizer:fused".
 """
@@ -27,7 +27,6 @@ import sys
 import traceback
 import weakref
 
-REMEDIES_ENV = "VRAMGUARD_DRYRUN_REMEDIES"
 KINDS = ("autocast", "checkpoint", "optimizer")
 
 

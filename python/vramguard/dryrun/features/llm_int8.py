@@ -19,7 +19,8 @@ import functools
 import sys
 
 from .after_import import patch_after_import
-from ..render.words import count
+from ...render.words import count
+from .base import Feature
 
 #: the module that defines Linear8bitLt
 MODULES = "bitsandbytes.nn.modules"
@@ -66,3 +67,19 @@ def note(runs):
     return (f"The program used LLM.int8 (bitsandbytes' Linear8bitLt with an outlier threshold: "
             f"{count(layers, 'layer')}), which sizes its outlier buffers from the activations' values: a "
             "phantom does not compute them, so the figures leave out what those buffers take on a card.")
+
+
+class _LlmInt8(Feature):
+    name = "llm_int8"
+
+    def install(self, run):
+        return install()
+
+    def figures(self, record, run):
+        return {"llm_int8_layers": record.outlier_layers if record else 0}
+
+    def notes(self, result, runs):
+        return list(filter(None, [note(runs)]))
+
+
+FEATURE = _LlmInt8()
