@@ -18,9 +18,12 @@ TSAN = -O1 -g -fsanitize=thread -fno-omit-frame-pointer
 DEBUG = -DVG_DEBUG
 LIBS = -lpthread -ldl
 
-# The C library the tests link: the core and the device layer (the Python
-# extension and the torch hook are built by setup.py from csrc/ as well).
-LIB_SRC = $(wildcard csrc/core/*.c) $(wildcard csrc/device/*.c)
+# The C library the tests link: the core, the replays (which drive the
+# core's heap and emulate PyTorch's allocators) and the device layer (the
+# Python extension and the torch hook are built by setup.py from csrc/ as
+# well). csrc/replay's own header is included only from its folder, found
+# beside the file that includes it; -Icsrc/core serves both folders.
+LIB_SRC = $(wildcard csrc/core/*.c) $(wildcard csrc/replay/*.c) $(wildcard csrc/device/*.c)
 INC = -Iinclude -Icsrc/core
 HDRS = $(wildcard include/vramguard/*.h csrc/*/*.h) tests/c/harness.h tests/c/fake_cudart.h
 BUILD = build/c
@@ -147,7 +150,7 @@ bench-oom-compare:
 # warnings-as-errors, then pytest (whose exit code 5, "no tests ran", fails
 # the target too).
 VENV = .venv
-PY_SOURCES = $(wildcard csrc/*/*.c csrc/*/*.cc $(HDRS) python/vramguard/*.py python/vramguard/*/*.py) setup.py pyproject.toml
+PY_SOURCES = $(wildcard csrc/*/*.c csrc/*/*.cc $(HDRS) python/vramguard/*.py python/vramguard/*/*.py python/vramguard/*/*/*.py) setup.py pyproject.toml
 
 # The source tree's bytecode, compiled once: an editable install leaves it
 # to each process, and where PYTHONDONTWRITEBYTECODE is set (as on these

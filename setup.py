@@ -19,11 +19,11 @@ from setuptools.command.build_py import build_py
 
 import glob
 
-# Every layer of csrc/ goes into the one shared object: core, device
-# providers, the Python types, and the torch entry points.
+# Every layer of csrc/ goes into the one shared object: core, replays,
+# device providers, the Python types, and the torch entry points.
 SOURCES = sorted(
-    glob.glob("csrc/core/*.c") + glob.glob("csrc/device/*.c") + glob.glob("csrc/python/*.c")
-    + glob.glob("csrc/torch/*.cc")
+    glob.glob("csrc/core/*.c") + glob.glob("csrc/replay/*.c") + glob.glob("csrc/device/*.c")
+    + glob.glob("csrc/python/*.c") + glob.glob("csrc/torch/*.cc")
 )
 
 WARNINGS = ["-Wall", "-Wextra"] + (["-Werror"] if os.environ.get("VRAMGUARD_WERROR") == "1" else [])

@@ -19,9 +19,11 @@ trap 'git worktree remove --force "$work/base" >/dev/null 2>&1 || true; rm -rf "
 git worktree add --detach -q "$work/base" "$base_ref"
 
 CC=${CC:-cc}
-build() { # library tree, output
+build() { # library tree, output (a baseline from before csrc/replay has its files in csrc/core)
+    local replay=()
+    [ -d "$1/csrc/replay" ] && replay=("$1"/csrc/replay/*.c)
     "$CC" -O2 -DNDEBUG -std=c11 -D_GNU_SOURCE -I"$1/include" -I"$1/csrc/core" -o "$2" \
-        "$1"/csrc/core/*.c "$1"/csrc/device/*.c bench/bench_oom.c -lpthread -ldl
+        "$1"/csrc/core/*.c "${replay[@]}" "$1"/csrc/device/*.c bench/bench_oom.c -lpthread -ldl
 }
 build "$work/base" "$work/baseline"
 build "$root" "$work/this"

@@ -191,7 +191,7 @@ typedef struct vg_addr_map {
 } vg_addr_map;
 
 /* ------------------------------------------------------------------ */
-/* Policy (policy.c, policy_torch.c)                                   */
+/* Policy (policy.c, ../replay/policy_torch.c)                         */
 /* ------------------------------------------------------------------ */
 
 /* The decisions the heap asks a policy for. The heap carries them out and

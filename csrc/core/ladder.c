@@ -1,8 +1,8 @@
 /* The out-of-memory ladder: how the heap finds a block for an allocation,
  * from the cache to giving up, in one place. Each step asks the policy
- * (policy.c, policy_torch.c) for its decision, carries it out, and counts
- * what it did in vg_stats. As PyTorch's own malloc, the sequence reads as
- * one chain (vg__find_block):
+ * (policy.c; PyTorch's in ../replay/policy_torch.c) for its decision,
+ * carries it out, and counts what it did in vg_stats. As PyTorch's own
+ * malloc, the sequence reads as one chain (vg__find_block):
  *
  *   get_free_block                    best cached fit; a fit
  *                                     the policy keeps whole goes on to

@@ -1,8 +1,9 @@
 /* vramguard: an emulation of PyTorch's CUDA caching allocator with
  * PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, for replays only
- * (torch_expandable.c): what PyTorch with expandable segments would map,
- * unmap and reserve for a trace, so that it can be set beside vramguard's
- * own policies on the same trace. Nothing here touches a device. */
+ * (csrc/replay/torch_expandable.c): what PyTorch with expandable segments
+ * would map, unmap and reserve for a trace, so that it can be set beside
+ * vramguard's own policies on the same trace. Nothing here touches a
+ * device. */
 #ifndef VRAMGUARD_EXPANDABLE_H
 #define VRAMGUARD_EXPANDABLE_H
 

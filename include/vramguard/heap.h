@@ -34,7 +34,8 @@ extern const vg_policy vg_policy_default;
  * need them (csrc/core/arena.c); segments where the device has no virtual
  * memory (page_size 0). */
 extern const vg_policy vg_policy_arena;
-/* An emulation of PyTorch's native caching allocator: see policy_torch.c. */
+/* An emulation of PyTorch's native caching allocator: see
+ * csrc/replay/policy_torch.c. */
 extern const vg_policy vg_policy_torch;
 /* A policy by name: "arena", "segments", "torch", or "vramguard" (the
  * recommended one); NULL for any other name. */
