@@ -12,6 +12,7 @@ import pytest
 import vramguard
 from vramguard import Heap
 from vramguard.report import oom as _oom_report
+from vramguard.report import oom_advice
 
 MiB, GiB = 1 << 20, 1 << 30
 
@@ -352,8 +353,8 @@ def test_note_batch_fit_refuses_bad_values(args):
 
 
 def test_ranking_rule():
-    A = _oom_report.Advice
-    ranked = _oom_report.rank([
+    A = oom_advice.Advice
+    ranked = oom_advice.rank([
         A("autocast", "", "", 10), A("checkpointing", "", "", None), A("leak", "", "", 5, cause=True),
         A("batch_size", "Lower the batch size", "", 10), A("too_big", "", "", None, cause=True),
         A("empty_cache", "", "", 50, cause=True), A("accumulation", "", "", 20),

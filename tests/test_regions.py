@@ -11,7 +11,7 @@ import pytest
 
 import vramguard
 from vramguard import Heap, LeakWarning, _core
-from vramguard.report import regions as _regions
+from vramguard.report import leak_rule, tracked_heaps
 
 MiB, GiB = 1 << 20, 1 << 30
 
@@ -215,7 +215,7 @@ def test_a_constructed_leak_is_reported_with_exact_bytes_per_step():
 
 def test_the_leak_is_first_seen_after_the_window():
     heap = Heap(GiB)
-    caught, kept = steps(heap, _regions.LEAK_WINDOW - 1, live_growth=MiB)
+    caught, kept = steps(heap, leak_rule.LEAK_WINDOW - 1, live_growth=MiB)
     assert not caught and vramguard.leak_check(heap) is None
     caught, more = steps(heap, 1, live_growth=MiB)
     assert len(caught) == 1
@@ -267,7 +267,7 @@ def test_noise_around_a_level_is_no_leak():
     ([0, 1, 2, 3, 4, 5, 6], None),                          # shorter than the window
 ])
 def test_leak_rule(lives, expected):
-    assert _regions.judge_leak(lives) == expected
+    assert leak_rule.judge_leak(lives) == expected
 
 
 def test_regions_and_steps_on_simulated_device_heaps():
@@ -303,7 +303,7 @@ def test_regions_and_steps_on_simulated_device_heaps():
 
 
 def _heap_targets():
-    return sum(1 for key in _regions._targets if key[0] == "heap")
+    return sum(1 for key in tracked_heaps._targets if key[0] == "heap")
 
 
 def test_a_tracked_heap_is_not_kept_alive():
@@ -327,7 +327,7 @@ def test_a_tracked_heap_is_not_kept_alive():
 
 
 def test_a_heap_at_a_dead_heaps_id_starts_with_no_regions():
-    from vramguard.report import regions as _regions
+    from vramguard.report import tracked_heaps
 
     for _ in range(20):  # CPython often hands the freed object's memory to the next one
         heap = Heap(GiB)
@@ -345,10 +345,10 @@ def test_a_heap_at_a_dead_heaps_id_starts_with_no_regions():
     dead = Heap(GiB)
     with vramguard.track("old", device=dead):
         dead.free(dead.malloc(MiB))
-    stale = _regions._targets[("heap", id(dead))]
+    stale = tracked_heaps._targets[("heap", id(dead))]
     del dead
     heap = Heap(GiB)
-    _regions._targets[("heap", id(heap))] = stale
+    tracked_heaps._targets[("heap", id(heap))] = stale
     assert len(vramguard.regions(heap)) == 0
 
 
@@ -472,23 +472,23 @@ def test_a_dead_heaps_target_dropped_by_the_collector_while_another_is_made(monk
     import gc
 
     dead = Heap(GiB)
-    _regions._heap_target(dead)
+    tracked_heaps._heap_target(dead)
     cycle = [dead]
     cycle.append(cycle)          # only the collector frees it now
     dead_key = ("heap", id(dead))
     del dead, cycle
     original = _core.take_interval
 
-    def take_interval(heap):     # called inside _Target(): the lock is held
+    def take_interval(heap):     # called inside TrackedHeap(): the lock is held
         gc.collect()
         return original(heap)
 
-    monkeypatch.setattr(_regions._core, "take_interval", take_interval)
+    monkeypatch.setattr(tracked_heaps._core, "take_interval", take_interval)
     live = Heap(GiB)
     done = []
-    worker = threading.Thread(target=lambda: done.append(_regions._heap_target(live)), daemon=True)
+    worker = threading.Thread(target=lambda: done.append(tracked_heaps._heap_target(live)), daemon=True)
     worker.start()
     worker.join(timeout=30)
     assert done, "deadlocked"
-    assert _regions._targets[("heap", id(live))][1] is done[0]
-    assert dead_key == ("heap", id(live)) or dead_key not in _regions._targets
+    assert tracked_heaps._targets[("heap", id(live))][1] is done[0]
+    assert dead_key == ("heap", id(live)) or dead_key not in tracked_heaps._targets

@@ -16,7 +16,7 @@ import pytest
 import vramguard
 from vramguard import Heap, Trace, format_size, format_summary, load_trace, replay
 from vramguard.report.demo import run_demo
-from vramguard.report.regions import Leak
+from vramguard.report.leak import Leak
 from vramguard.report.replay_report import format_replay_report, replay_report
 
 MiB, GiB = 1 << 20, 1 << 30

@@ -50,7 +50,7 @@ typedef struct {
     /* Read and written with the GIL held, around calls that release it. */
     int replaying;           /* a replay runs: every other call is refused */
     int gil_released_calls;  /* calls in flight without the GIL */
-    PyObject *weakrefs;      /* regions and steps hold a Heap weakly (report/regions.py) */
+    PyObject *weakrefs;      /* regions and steps hold a Heap weakly (report/tracked_heaps.py) */
 } HeapObject;
 
 extern PyType_Spec vgpy_heap_spec;

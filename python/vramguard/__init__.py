@@ -23,7 +23,8 @@ from .trace.importer import load_trace
 from .notebook.ipython import meter
 from .report.oom import OOMReport, last_oom
 from .report.plot import plot
-from .report.regions import LeakWarning, leak_check, regions, reset_regions, step, track
+from .report.regions import regions, reset_regions, track
+from .report.steps import LeakWarning, leak_check, step
 from ._presets import PRESETS, GpuPreset
 from .notebook.recover import Recovered, recover
 from .trace.record import record, start_recording, stop_recording

@@ -34,8 +34,8 @@ def test_largest_batch_under_a_budget_and_the_fit():
         out["live_after"] = torch.cuda.memory_allocated()
         out["reserved_after"] = torch.cuda.memory_reserved()
         out["ooms"] = heap()["num_ooms"]
-        from vramguard.report import oom as _oom_report
-        out["noted_fit"] = list(_oom_report._fit["value"])
+        from vramguard.report import oom_notes
+        out["noted_fit"] = list(oom_notes.noted_fit()[0])
     """, devices=1, mem="1GiB")
     assert out["largest"] == 60                                    # 16 + 4 x 60 = 256 MiB
     fits = lambda b: [b, True, (16 + 4 * b) * MiB]  # noqa: E731
@@ -185,12 +185,12 @@ def test_a_budget_larger_than_the_device_is_said():
 def test_another_error_stops_the_search_and_leaves_no_probe_open():
     out = run(STEP, """
         vramguard.install()
-        from vramguard.report import regions
+        from vramguard.report import tracked_heaps
         def broken(batch):
             if batch > 2:
                 raise KeyError("not memory")
         out["error"] = error(vramguard.find_max_batch, broken, progress=False)
-        out["open"] = len(regions._target(0).open)
+        out["open"] = len(tracked_heaps.tracked_heap(0).open)
     """, devices=1, mem="1GiB")
     assert out["error"] == ["KeyError", "'not memory'"]
     assert out["open"] == 0

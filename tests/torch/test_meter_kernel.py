@@ -36,8 +36,8 @@ def test_the_meters_probe_shows_nowhere(tmp_path):
         "print(vramguard.regions())",
         'with vramguard.track("train"):\n    y = torch.empty(20 * GiB, dtype=torch.uint8, device="cuda")',
         "print(vramguard.summary())",
-        "from vramguard.report import regions\nprint('open=%d' % len(regions._target(0).open))",
-        "vramguard.meter(False)\nprint('open=%d' % len(regions._target(0).open))",
+        "from vramguard.report import tracked_heaps\nprint('open=%d' % len(tracked_heaps.tracked_heap(0).open))",
+        "vramguard.meter(False)\nprint('open=%d' % len(tracked_heaps.tracked_heap(0).open))",
         gpu_env=_t4())
     assert setup["errors"] == [] and region["errors"] == []
     text = table["out"].splitlines()

@@ -17,7 +17,7 @@ heap ("T4", "12GiB") and puts the device's budget back afterwards; a
 budget larger than the device is said (the device is then the limit).
 
 The search leaves the session's peaks as they were: each try's peak is a
-probe's (report/regions.py PeakProbe), not a reset of PyTorch's, and the
+probe's (report/peak_probe.py PeakProbe), not a reset of PyTorch's, and the
 device's peaks saved before the first try are restored after the last
 (_core.restore_device_peaks), so torch.cuda.max_memory_allocated() and the
 summary's peaks read what they would had the search not run. The counters
@@ -220,7 +220,7 @@ class _HeapProbe:
         return _torch.stats(self.device)["allocated_bytes.all.current"]
 
     def begin(self):
-        from ..report.regions import PeakProbe
+        from ..report.peak_probe import PeakProbe
 
         self.allocated_before = self._allocated()
         self.probe = PeakProbe(self.device)

@@ -196,7 +196,7 @@ class CellMeter:
         return torch.cuda.current_device()
 
     def begin(self, *args):
-        from ..report.regions import PeakProbe
+        from ..report.peak_probe import PeakProbe
 
         self._close()
         try:

@@ -1,4 +1,4 @@
-"""Which card the out-of-memory report's advice is for (oom.py), and the
+"""Which card the out-of-memory report's advice is for (oom_advice.py), and the
 16-bit dtype torch.autocast should use on it.
 
 A budget that is a card's preset (install(budget="T4") on a larger GPU)

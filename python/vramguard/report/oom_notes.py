@@ -8,7 +8,8 @@ import threading
 
 from .. import _core
 
-__all__ = ["note_batch_fit", "clear_batch_fit", "note_region_at_oom", "lines_by_line"]
+__all__ = ["note_batch_fit", "clear_batch_fit", "note_region_at_oom", "lines_by_line", "noted_fit", "regions_noted_at",
+           "built_report", "keep_built_report"]
 
 _lock = threading.Lock()
 _fit = {"value": None, "step": None, "scoped": False, "failed": (), "fitted": ()}
@@ -83,3 +84,33 @@ def lines_by_line(device, top=5):
     except (RuntimeError, ValueError, LookupError):  # not recording
         return None
     return [tuple(row) for row in rows] or None
+
+
+def noted_fit():
+    """(fit, scoped, step code, failed, fitted) as note_batch_fit() left
+    them: fit is (fixed, per_sample, batch) or None; scoped whether it holds
+    only for a failure in the step whose code is given."""
+    with _lock:
+        return _fit["value"], _fit["scoped"], _fit["step"], _fit["failed"], _fit["fitted"]
+
+
+def regions_noted_at(seq, device):
+    """[(name, live at entry, peak)] of the regions out-of-memory `seq` left
+    on `device`, as they were left: innermost first."""
+    with _lock:
+        return [(name, entry, peak) for noted_device, name, entry, peak in _regions_at_oom.get(seq, ())
+                if noted_device == device]
+
+
+def built_report(seq):
+    """The report already built for out-of-memory `seq`, or None (none
+    yet, or a note since has made it stale)."""
+    with _lock:
+        return _built["report"] if _built["seq"] == seq else None
+
+
+def keep_built_report(seq, report):
+    """last_oom() hands out the same report until the next out-of-memory or
+    note."""
+    with _lock:
+        _built["seq"], _built["report"] = seq, report

@@ -1,6 +1,7 @@
 """Which modes the failing operation ran under, for the out-of-memory
-report (report/oom.py): advice to compute in 16 bits is false for a
-program that already does, and torch.no_grad() for one already under it.
+report's advice (report/oom_advice.py): advice to compute in 16 bits is
+false for a program that already does, and torch.no_grad() for one
+already under it.
 
 autocast's and grad mode's states are thread-local and are restored as the
 error leaves the `with torch.autocast(...)` or `with torch.no_grad():`
