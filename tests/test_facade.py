@@ -102,13 +102,13 @@ def test_format_size_picks_the_unit_after_rounding():
 def test_no_summary_row_breaks_out_of_the_box():
     """A row wider than the table (a long allocator line, counts in the
     billions) wraps onto rows of the table's width; no word is lost."""
-    from vramguard.render.summary import _line
+    from vramguard.render.summary import summary_line
 
     text = "allocator: " + " ".join(f"word{i}" for i in range(30))
-    rows = _line(text).splitlines()
+    rows = summary_line(text).splitlines()
     assert len(rows) == 3 and all(len(row) == 81 and row.startswith("| ") and row.endswith(" |") for row in rows)
     assert " ".join(" ".join(row[2:-2].split()) for row in rows) == text
-    assert _line("short").splitlines() == ["| short" + " " * 72 + " |"]
+    assert summary_line("short").splitlines() == ["| short" + " " * 72 + " |"]
     stats = Heap(1 << 30).stats()
     stats.update({"num_ooms": 10 ** 12, "num_device_errors": 10 ** 12, "num_invalid_frees": 10 ** 12,
                   "allocated_bytes.all.current": 1})

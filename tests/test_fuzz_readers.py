@@ -38,8 +38,8 @@ def hostile_values(rng):
 
 def read_bytes(data, path="fuzzed"):
     """What load_trace does with a file's bytes."""
-    allowance = _import._Allowance(path, len(data), _import.DEFAULT_MAX_EXPANSION)
-    return _import._read(io.BytesIO(data), path, None, allowance)
+    allowance = _import.Allowance(path, len(data), _import.DEFAULT_MAX_EXPANSION)
+    return _import.read_trace_bytes(io.BytesIO(data), path, None, allowance)
 
 
 def must_read_or_refuse(data):

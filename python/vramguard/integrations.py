@@ -39,7 +39,7 @@ def step_figures(device=None, prefix=PREFIX, stats=None):
     return {prefix + name: stats[key] for name, key in FIGURES.items()}
 
 
-def _require_installed(who):
+def require_installed(who):
     if not _torch.is_installed():
         raise _torch.VramguardError(
             f"{who} logs vramguard's figures, but vramguard is not PyTorch's allocator in this "
@@ -74,7 +74,7 @@ def _hf_callback_class():
             self.latest = {}
 
         def on_train_begin(self, args, state, control, **kwargs):
-            _require_installed("HFCallback")
+            require_installed("HFCallback")
 
         def on_step_end(self, args, state, control, **kwargs):
             self.latest = step_figures(self.device, self.prefix)
@@ -118,7 +118,7 @@ def _lightning_callback_class():
             self.device, self.prefix, self.prog_bar = device, prefix, prog_bar
 
         def on_train_start(self, trainer, pl_module):
-            _require_installed("LightningCallback")
+            require_installed("LightningCallback")
 
         def _device(self, pl_module):
             if self.device is not None:

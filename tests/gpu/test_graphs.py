@@ -152,7 +152,7 @@ def test_cudnn_workspace_fallback_catches_vramguards_oom():
     """cuDNN asks for a workspace and, on c10::OutOfMemoryError, tries a
     smaller one: under a budget that leaves room for the output but not for
     the preferred workspace, the convolution still runs."""
-    shim = vramguard.torch.install._state["hooks"]["oom_shim"]
+    shim = vramguard.torch.install.install_state["hooks"]["oom_shim"]
     if shim.address is None:
         pytest.skip(f"no out-of-memory shim here: {shim.reason}")
     conv = torch.nn.Conv2d(64, 64, 5, padding=2).cuda()

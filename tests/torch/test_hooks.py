@@ -28,7 +28,7 @@ ALL_SETTERS = [
 def test_every_hook_is_set_and_init_gets_the_device_count():
     v, _ = run("""
         vramguard.install(patch_torch=False)
-        out("setters", vramguard.torch.install._state["hooks"]["hooks"])
+        out("setters", vramguard.torch.install.install_state["hooks"]["hooks"])
         out("before_init", _core.torch_device_count())
         x = torch.empty(1000, device="cuda")   # CUDA's lazy init calls init_fn
         out("after_init", _core.torch_device_count())

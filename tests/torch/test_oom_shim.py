@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.torch, pytest.mark.torch_version]
 
 OOM = """
 vramguard.install()
-shim = vramguard.torch.install._state["hooks"]["oom_shim"]
+shim = vramguard.torch.install.install_state["hooks"]["oom_shim"]
 out("built", shim.built)
 out("seconds", round(shim.seconds, 4))
 out("reason", shim.reason)

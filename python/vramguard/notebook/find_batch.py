@@ -33,6 +33,7 @@ from fractions import Fraction
 from html import escape
 
 from .._core import format_size
+from .._search import bisect, double
 from ..render.html import table
 from ..render import words
 
@@ -289,22 +290,10 @@ def search(step_fn, start, limit, oom_test, probe, on_try=lambda t: None, tolera
         on_try(t)
         return t.fits
 
-    top = ceiling(start, limit)
-    good, bad, batch = None, None, start
-    while True:
-        if not fits(batch):
-            bad = batch
-            break
-        good = batch
-        if batch >= top:
-            break
-        batch = min(batch * 2, top)
-    while good is not None and bad is not None and not close_enough(good, bad, tolerance):
-        middle = (good + bad) // 2
-        if fits(middle):
-            good = middle
-        else:
-            bad = middle
+    good, bad = double(fits, start, ceiling(start, limit))
+    if good is not None and bad is not None:
+        good, bad = bisect(lambda batch: not fits(batch), good, bad,
+                           close=lambda good, bad: close_enough(good, bad, tolerance))
     return good, tries
 
 
@@ -446,7 +435,7 @@ def find_max_batch(step_fn, start=1, limit=None, budget=None, *, tolerance=DEFAU
     if budget is not None and not _torch.is_installed():
         raise _torch.VramguardError("find_max_batch(budget=...) needs vramguard installed: call vramguard.install() first")
     if _torch.is_installed():
-        index = _torch._device_index(device)
+        index = _torch.device_index(device)
         probe = _HeapProbe(index)
     else:
         index, probe = None, _Unmeasured()

@@ -48,7 +48,7 @@ def oom_types():
 
     from ..torch import install as _torch
 
-    shim = (_torch._state.get("hooks") or {}).get("oom_shim")
+    shim = (_torch.install_state.get("hooks") or {}).get("oom_shim")
     if shim is not None and shim.address and hasattr(torch, "OutOfMemoryError"):
         return (torch.OutOfMemoryError,)
     return (RuntimeError,)
@@ -258,7 +258,7 @@ def meter(on=True):
         setattr(shell, METER_MARK, None)
     if not on:
         return None
-    _torch._require_installed()
+    _torch.require_installed()
     cell_meter = CellMeter(shell)
     cell_meter.begin()  # the cell that turns it on is measured from here
     shell.events.register("pre_run_cell", cell_meter.begin)

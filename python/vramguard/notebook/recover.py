@@ -264,7 +264,7 @@ def recover(exc=None, shell=None, outputs=True):
     asked for no memory back, only the interrupted frames are dropped)."""
     from ..torch import install as _torch
 
-    _torch._require_installed()
+    _torch.require_installed()
     devices = _torch._core.existing_devices()
     live_before, reserved_before = _totals(devices, _torch.stats)
     if exc is None:

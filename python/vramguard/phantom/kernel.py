@@ -19,6 +19,7 @@ import sys
 import tempfile
 
 from .._core import format_size
+from .._files import write_atomically
 from .._presets import find_preset, preset_names
 
 __all__ = ["kernel_name", "install_kernel", "remove_kernel"]
@@ -123,24 +124,6 @@ def _variant(preset, memory, allocator):
     return memory, allocator
 
 
-def _write_atomically(path, spec):
-    """kernel.json whole or not at all: a reader (Jupyter listing its
-    kernels) never sees half of it, and a failed write keeps the old one."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(spec, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def install_kernel(gpu, prefix=None, memory=None, allocator="native"):
     """Installs the kernelspec, in the user's Jupyter data dir, or under
     `prefix`; returns (its name, the directory written). `memory` (bytes or
@@ -159,7 +142,8 @@ def install_kernel(gpu, prefix=None, memory=None, allocator="native"):
         return name, where
     where = os.path.join(_kernels_dir(prefix), name)
     os.makedirs(where, exist_ok=True)
-    _write_atomically(os.path.join(where, "kernel.json"), spec)
+    # whole or not at all: Jupyter listing its kernels never reads half of it; a failed write keeps the old one
+    write_atomically(os.path.join(where, "kernel.json"), json.dumps(spec, indent=1))
     return name, where
 
 

@@ -85,7 +85,7 @@ def plot_replay(result, ax=None, trace=None, regions=None, live=None):
     given), `regions` shaded, and the lines holding the most at `live` (a
     LiveSet: the peak's or the first OOM's). Returns the axes."""
     if not result.curve:
-        _refuse_empty(result)
+        refuse_empty(result)
         raise ValueError("this replay kept no curve: replay with samples > 0")
     ax = _axes(ax)
     ops, requested, allocated, reserved = _curve_columns(result.curve)
@@ -109,6 +109,6 @@ def plot_replay(result, ax=None, trace=None, regions=None, live=None):
     return ax
 
 
-def _refuse_empty(result):
+def refuse_empty(result):
     if result.events == 0:  # samples would not help: there is nothing over time
         raise ValueError(f"nothing to plot: the trace {result.trace!r} is empty (no allocations or frees)")

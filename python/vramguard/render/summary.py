@@ -48,7 +48,7 @@ _POLICY = [
 ]
 
 
-def _line(text=""):
+def summary_line(text=""):
     """One row of the table; a text wider than the table wraps onto rows of
     its own, indented, so that no row breaks out of the box."""
     if len(text) <= _WIDTH - 4:
@@ -77,7 +77,7 @@ def _metric_rows(stats):
     arena = stats.get("arena", False)
     out = []
     header = f"{'Metric':<26}|{'Cur Usage':>11} |{'Peak Usage':>11} |{'Tot Alloc':>11} |{'Tot Freed':>11}"
-    out.append(_line(header))
+    out.append(summary_line(header))
     out.append(_rule())
     for label, key, is_bytes in _ROWS:
         if arena and key in _ARENA_SKIPPED:
@@ -86,7 +86,7 @@ def _metric_rows(stats):
         for pool, name in (("all", label), ("large_pool", "      from large pool"), ("small_pool", "      from small pool")):
             values = [stats.get(f"{key}.{pool}.{part}", 0) for part in ("current", "peak", "allocated", "freed")]
             cells = "".join(f"{_cell(v, is_bytes):>11} |" for v in values)
-            out.append(_line(f"{name:<26}|{cells[:-2]}"))
+            out.append(summary_line(f"{name:<26}|{cells[:-2]}"))
         out.append(_rule())
     return out
 
@@ -97,32 +97,32 @@ def _fragmentation_rows(stats):
     # Two different ratios, each named for what it measures: "fragmentation"
     # alone meant both and read as a contradiction.
     rows = [
-        _line(
+        summary_line(
             f"Cached free: {format_size(free)} in {count(stats.get('fragmentation.free_blocks', 0), 'block')}, "
             f"largest free block {format_size(largest)}"
         ),
-        _line(f"{'Cached free in pieces (1 - largest free block / cached free):':66}"
+        summary_line(f"{'Cached free in pieces (1 - largest free block / cached free):':66}"
               f"{stats.get('fragmentation.external', 0.0):>8.1%}"),
-        _line(f"{'Reserved but not allocated (1 - allocated / reserved):':66}"
+        summary_line(f"{'Reserved but not allocated (1 - allocated / reserved):':66}"
               f"{stats.get('fragmentation.unused', 0.0):>8.1%}"),
     ]
     if stats.get("arena"):  # the table's non-releasable rows are the segments'
-        rows.append(_line(f"Non-releasable (free bytes in pages with live tensors): "
+        rows.append(summary_line(f"Non-releasable (free bytes in pages with live tensors): "
                           f"{format_size(non_releasable(stats, True))}"))
     # What one request could have now, never the free address space (which
     # reads as memory beside an out-of-memory); the device is not asked, so
     # memory other processes hold on it is not counted.
     fits = stats.get("fragmentation.largest_allocatable")
     if fits is not None:
-        rows.append(_line(f"Largest block that could be allocated now: {format_size(fits)}"))
+        rows.append(summary_line(f"Largest block that could be allocated now: {format_size(fits)}"))
         within = ("(within the budget and what the device has free, the cache released)"
                   if stats.get(DEVICE_ASKED) else
                   "(within the budget and the device's capacity, the cache released; less if other processes "
                   "use the device)")
-        rows += [_line(text) for text in textwrap.wrap(within, _WIDTH - 4, initial_indent="  ",
+        rows += [summary_line(text) for text in textwrap.wrap(within, _WIDTH - 4, initial_indent="  ",
                                                        subsequent_indent="  ")]
     so_what = textwrap.wrap(fragmentation_so_what(stats), _WIDTH - 4, subsequent_indent="  ")
-    return rows + [_line(text) for text in so_what]
+    return rows + [summary_line(text) for text in so_what]
 
 
 #: Set by with_device_room: the largest allocatable figure asked the device.
@@ -144,12 +144,12 @@ def _arena_rows(stats, verbose):
     provider calls, which cost tens of microseconds each on a GPU, and the
     synchronizations that unmapping needed (counters, not for a first read)."""
     if not stats.get("arena"):
-        return [_line("Memory: segments (no virtual memory arena)")]
+        return [summary_line("Memory: segments (no virtual memory arena)")]
     page = format_size(stats.get("page_size", 0))
-    rows = [_line(f"Memory: arena, {page} pages; {count(stats.get('num_range_reserves', 0), 'range')} reserved, "
+    rows = [summary_line(f"Memory: arena, {page} pages; {count(stats.get('num_range_reserves', 0), 'range')} reserved, "
                   f"{stats.get('num_range_releases', 0):,} released")]
     if verbose:
-        rows.append(_line(f"maps {stats.get('num_maps', 0):,} ({count(stats.get('num_mapped_pages', 0), 'page')}), "
+        rows.append(summary_line(f"maps {stats.get('num_maps', 0):,} ({count(stats.get('num_mapped_pages', 0), 'page')}), "
                           f"unmaps {stats.get('num_unmaps', 0):,} "
                           f"({count(stats.get('num_unmapped_pages', 0), 'page')}), "
                           f"syncs before unmapping {stats.get('num_unmap_syncs', 0):,}"))
@@ -167,7 +167,7 @@ def _pool_rows(stats):
     text = (f"CUDA graph private pools: {pools:,} holding {format_size(held)} "
             f"({format_size(live)} in live tensors), included above; kept until their graphs "
             f"are released")
-    return [_line(line) for line in textwrap.wrap(text, _WIDTH - 4, subsequent_indent="  ")]
+    return [summary_line(line) for line in textwrap.wrap(text, _WIDTH - 4, subsequent_indent="  ")]
 
 
 def _policy_rows(stats):
@@ -176,12 +176,12 @@ def _policy_rows(stats):
     for item in items:
         candidate = f"{current}, {item}" if current else item
         if len(candidate) + 1 > _WIDTH - 4:  # room for the trailing comma
-            rows.append(_line(current + ","))
+            rows.append(summary_line(current + ","))
             current = item
         else:
             current = candidate
     if current:
-        rows.append(_line(current))
+        rows.append(summary_line(current))
     return rows
 
 
@@ -264,10 +264,10 @@ def format_summary(stats, title="vramguard memory summary", verbose=False):
     device that holds nothing, which otherwise gets one line."""
     if not verbose and is_empty(stats):
         return _empty_line(stats, title)
-    out = [_rule("="), _line(f"{title} ({_subtitle(stats)})".center(_WIDTH - 4)), _rule()]
+    out = [_rule("="), summary_line(f"{title} ({_subtitle(stats)})".center(_WIDTH - 4)), _rule()]
     out += _metric_rows(stats)
     out += _fragmentation_rows(stats)
-    incidents = [_line(f"So far: {_incidents(stats)}")] if _incidents(stats) else []
+    incidents = [summary_line(f"So far: {_incidents(stats)}")] if _incidents(stats) else []
     sections = [_arena_rows(stats, verbose), _pool_rows(stats), _policy_rows(stats) if verbose else incidents]
     for rows in filter(None, sections):
         out.append(_rule())

@@ -15,7 +15,7 @@ import io
 import random
 
 from .._core import Heap
-from ..trace.importer import _Allowance, _read
+from ..trace.importer import Allowance, read_trace_bytes
 from .._presets import find_preset
 from ..trace.record import record
 from ..trace.replay import UNLIMITED
@@ -136,4 +136,4 @@ def example_trace():
     from importlib import resources
 
     data = resources.files("vramguard").joinpath("data").joinpath(EXAMPLE_FILE).read_bytes()
-    return _read(io.BytesIO(data), EXAMPLE_FILE, None, _Allowance.unlimited(EXAMPLE_FILE))
+    return read_trace_bytes(io.BytesIO(data), EXAMPLE_FILE, None, Allowance.unlimited(EXAMPLE_FILE))

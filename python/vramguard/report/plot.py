@@ -8,10 +8,10 @@ is render/plot.py's.
 """
 import os
 
-from ..render.plot import _refuse_empty, plot_replay
+from ..render.plot import refuse_empty, plot_replay
 from ..trace import record as _record
 from ..trace.format import Trace
-from ..trace.replay import ReplayResult, _as_trace, live_at_peak, replay
+from ..trace.replay import ReplayResult, as_trace, live_at_peak, replay
 
 __all__ = ["plot"]
 
@@ -33,8 +33,8 @@ def plot(source=None, budget=None, policy="vramguard", ax=None, regions=None):
     if source is not None and not isinstance(source, (Trace, str, os.PathLike)):
         raise TypeError(f"plot() takes a ReplayResult, a Trace, a path to a trace or None (the last "
                         f"recording), not {type(source).__name__}")
-    trace = _last_recording() if source is None else _as_trace(source)
+    trace = _last_recording() if source is None else as_trace(source)
     result = replay(trace, budget=budget, policy=policy)
-    _refuse_empty(result)
+    refuse_empty(result)
     live = result.first_oom_at if result.first_oom_at is not None else live_at_peak(trace)
     return plot_replay(result, ax=ax, trace=trace, regions=regions, live=live)

@@ -4,9 +4,10 @@ line saying which allocator runs, and who holds the memory (the stacks a
 recording kept: trace/stacks.py, trace/record.py, trace/replay.py).
 """
 from ..render.html import Report, summary_html
-from ..render.summary import SEARCH_OOMS, _line as summary_line, format_summary, is_empty, with_device_room
+from ..render.summary import SEARCH_OOMS, summary_line, format_summary, is_empty, with_device_room
 from ..torch import search_ooms
-from ..torch.install import _device_heap, _device_index, _require_installed, stats
+from ..torch.device_heaps import device_heap, device_index, require_installed
+from ..torch.install import stats
 from ..trace.record import last_with_stacks
 from ..trace.replay import live_at_peak
 from ..trace.stacks import heap_by_line
@@ -19,10 +20,10 @@ def summary(device=None, verbose=False):
     """The memory summary table of a device, ready to print or to show; one
     line for a device that holds nothing. verbose=True adds every policy
     counter (as stats() has them) and the full table even when empty."""
-    _require_installed()
-    index = _device_index(device)
+    require_installed()
+    index = device_index(device)
     figures = stats(index)
-    heap = with_device_room(figures, _device_heap(index))
+    heap = with_device_room(figures, device_heap(index))
     figures[SEARCH_OOMS] = search_ooms.count(index)
     title = f"vramguard memory summary, device {index}"
     holders = holders_line(heap, ("device", index))

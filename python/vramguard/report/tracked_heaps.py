@@ -97,7 +97,7 @@ def _device_target_index(device):
         raise TypeError("device must be an int, a torch device or a vramguard Heap, not bool")
     simulated = _core.devices_simulated()
     if not (_torch.is_installed() or simulated):
-        _torch._require_installed()  # a device heap now would be one PyTorch never uses
+        _torch.require_installed()  # a device heap now would be one PyTorch never uses
     if device is None:
         if simulated:
             return 0
@@ -106,7 +106,7 @@ def _device_target_index(device):
         return torch.cuda.current_device()
     if isinstance(device, int):
         return device
-    return _torch._device_index(device)
+    return _torch.device_index(device)
 
 
 def _heap_target(heap):

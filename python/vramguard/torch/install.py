@@ -36,7 +36,8 @@ import warnings
 from .. import _core
 from . import budget_over_device as _over, cudnn as _cudnn, cuda_started as _cuda_started, graphs, hooks as _hooks, nccl
 from . import mode_watch as _mode_watch, oom_shim as _oom_shim, patches as _torch_patches, stats as _torch_stats
-from .state import _state
+from .device_heaps import VramguardError, current_device_heap, device_heap, device_index, require_installed
+from .state import install_state
 from .._units import parse_budget
 
 __all__ = [
@@ -48,10 +49,6 @@ ENV_BUDGET = "VRAMGUARD_BUDGET"
 ENV_GC_THRESHOLD = "VRAMGUARD_GC_THRESHOLD"
 ENV_PATCH_TORCH = "VRAMGUARD_PATCH_TORCH"
 ENV_ARENA = "VRAMGUARD_ARENA"
-
-
-class VramguardError(RuntimeError):
-    """vramguard cannot do what was asked; the message says what to do."""
 
 
 _lock = threading.Lock()
@@ -127,16 +124,16 @@ def _parse_arena(arena):
 def _choose_arena(arena):
     """Hands the choice to the device registry; heaps keep what they were
     created with, so a change once one exists would apply to no one."""
-    if arena is None and _state["arena"] is not None:
+    if arena is None and install_state["arena"] is not None:
         return  # a later install() without it keeps the first one's choice
     wanted = _core.arena_default() if arena is None else arena
-    if _state["arena"] is not None and wanted != _state["arena"] and _core.existing_devices():
+    if install_state["arena"] is not None and wanted != install_state["arena"] and _core.existing_devices():
         raise VramguardError(
             f"arena={wanted} cannot take effect: the device heaps exist already, on "
-            f"{'the arena' if _state['arena'] else 'segments'}. Restart the runtime and pass arena "
+            f"{'the arena' if install_state['arena'] else 'segments'}. Restart the runtime and pass arena "
             "to the first install().")
     _core.use_arena(arena)
-    _state["arena"] = wanted
+    install_state["arena"] = wanted
 
 
 def _import_torch():
@@ -235,18 +232,18 @@ def install(budget=_KEPT, gc_threshold=_KEPT, patch_torch=None, oom_error=None, 
     torch = _import_torch()
     with _lock:
         _choose_arena(arena)
-        if not _state["installed"]:
+        if not install_state["installed"]:
             _check_cuda(torch)
             _plug_in(torch, oom_error)
-            _state["nccl"] = nccl.use_legacy_process_group()
+            install_state["nccl"] = nccl.use_legacy_process_group()
             graphs.end_pool_after_failed_capture(torch)
             _mode_watch.watch(torch, is_oom)  # the OOM report's "already under autocast, no_grad"
         _core.configure_devices(nbytes, fraction, gc)
-        _state["settings"] = {"budget_bytes": nbytes or None, "budget_fraction": fraction or None,
+        install_state["settings"] = {"budget_bytes": nbytes or None, "budget_fraction": fraction or None,
                               "gc_threshold": gc or None}
-        if patch_torch and not _state["patched"]:
+        if patch_torch and not install_state["patched"]:
             _torch_patches.patch(torch)
-            _state["patched"] = True
+            install_state["patched"] = True
         _cudnn.keep_benchmark_off(torch)
     _over.warn_if_over(torch, nbytes)
     _register_in_ipython()
@@ -272,7 +269,7 @@ def _setting(value, env_name, parse, keys):
                 return parse(text)
             except ValueError as exc:
                 raise ValueError(f"{env_name}={text!r}: {exc}") from None
-        settings = _state["settings"]
+        settings = install_state["settings"]
         if value is _KEPT and settings is not None:
             kept = tuple(settings[key] or 0 for key in keys)
             return kept if len(kept) > 1 else kept[0]
@@ -308,53 +305,22 @@ def _plug_in(torch, oom_error="auto"):
     allocator = torch.cuda.memory.CUDAPluggableAllocator(
         _core.__file__, "vramguard_torch_malloc", "vramguard_torch_free"
     )
-    _state["hooks"] = _hooks.plug_in(torch, allocator, oom_error)
+    install_state["hooks"] = _hooks.plug_in(torch, allocator, oom_error)
     try:
         torch.cuda.memory.change_current_allocator(allocator)
     except RuntimeError as exc:
         raise VramguardError(_cuda_started.swap_refused_message(exc)) from exc
     _hooks.guard_checkpoint_state(torch, VramguardError)
-    _state["allocator"] = allocator  # PyTorch keeps its own reference too
-    _state["installed"] = True
+    install_state["allocator"] = allocator  # PyTorch keeps its own reference too
+    install_state["installed"] = True
 
 
 def is_installed():
     """True once install() has made vramguard PyTorch's CUDA allocator."""
-    return _state["installed"]
+    return install_state["installed"]
 
 
 # ------------------------------------------------------------------ the API
-
-
-def _device_index(device):
-    if isinstance(device, int):
-        return device
-    import torch
-
-    return torch.cuda._get_device_index(device, optional=True)
-
-
-def _require_installed():
-    if not _state["installed"]:
-        raise VramguardError("vramguard is not installed: call vramguard.install() first")
-
-
-# One Heap object per device: a recording started on a device heap is
-# found again by its object (start_recording, then stop_recording or
-# dump_snapshot with no heap named), and _core.device_heap makes a new one
-# at each call.
-_device_heaps = {}
-
-
-def _device_heap(device=None):
-    _require_installed()
-    index = _device_index(device)
-    heap = _device_heaps.get(index)
-    return heap if heap is not None else _device_heaps.setdefault(index, _core.device_heap(index))
-
-
-def _current_device_heap():
-    return _device_heap(None)
 
 
 def stats(device=None):
@@ -364,9 +330,9 @@ def stats(device=None):
     As PyTorch's, the quantities include the device's CUDA-graph private
     pools (private_pools, private_pool_reserved_bytes and
     reserved_bytes_by_private_pools say what they hold)."""
-    _require_installed()  # before the device's index, which asks torch
-    index = _device_index(device)
-    out = _torch_stats.device_stats(index, _device_heap(index))  # graph pools included
+    require_installed()  # before the device's index, which asks torch
+    index = device_index(device)
+    out = _torch_stats.device_stats(index, device_heap(index))  # graph pools included
     out["allocator"] = _core.device_backing(index)
     return out
 
@@ -374,17 +340,17 @@ def stats(device=None):
 def empty_cache(device=None):
     """Release every wholly free cached segment (of one device, or of all);
     returns the bytes released."""
-    _require_installed()
-    devices = _core.existing_devices() if device is None else [_device_index(device)]
+    require_installed()
+    devices = _core.existing_devices() if device is None else [device_index(device)]
     return sum(_core.device_heap(d).empty_cache() for d in devices)
 
 
 def reset_peaks(device=None):
     """Set every peak of a device's counters to its current value (its
     CUDA-graph pools' too, as torch.cuda.reset_peak_memory_stats() does)."""
-    _require_installed()  # before the device's index, which asks torch
-    index = _device_index(device)
-    _device_heap(index)
+    require_installed()  # before the device's index, which asks torch
+    index = device_index(device)
+    device_heap(index)
     _core.reset_device_peaks(index)
 
 

@@ -32,6 +32,8 @@ import tempfile
 import time
 import warnings
 
+from .._files import commit_file
+
 ENV_MODE = "VRAMGUARD_OOM_ERROR"
 MODES = ("auto", "runtime")
 SYMBOL = "vramguard_throw_oom"
@@ -135,7 +137,7 @@ def build(torch, path):
         if proc.returncode != 0:
             lines = (proc.stderr or proc.stdout).strip().splitlines()
             return f"the C++ build failed ({lines[-1] if lines else 'exit %d' % proc.returncode})"
-        os.replace(output, path)
+        commit_file(output, path)
         return None
     except (OSError, subprocess.SubprocessError) as exc:
         return f"the C++ build failed ({exc})"

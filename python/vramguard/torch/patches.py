@@ -32,7 +32,7 @@ import functools
 
 from .. import _core
 from . import stats as _torch_stats
-from .state import _state
+from .state import install_state
 from ..render import words
 from ..render.summary import SEARCH_OOMS, format_summary, with_device_room
 from . import search_ooms
@@ -130,7 +130,7 @@ def _budget_of(torch, index, total):
     if heap is not None:
         stats = _torch_stats.device_stats(index, heap)  # graph pools share the budget
         return stats["budget_bytes"], stats["reserved_bytes.all.current"]
-    settings = _state["settings"] or {}
+    settings = install_state["settings"] or {}
     if settings.get("budget_fraction"):
         return int(total * settings["budget_fraction"]), 0
     return settings.get("budget_bytes") or 0, 0

@@ -2,5 +2,5 @@
 it, and by the modules it uses (patches.py reads the settings), so that
 none of them imports install.py back."""
 
-_state = {"installed": False, "allocator": None, "patched": False, "settings": None, "hooks": None,
-          "arena": None, "nccl": None}
+install_state = {"installed": False, "allocator": None, "patched": False, "settings": None, "hooks": None,
+                 "arena": None, "nccl": None}

@@ -5,7 +5,7 @@ the reader from the file's first bytes.
 
 Every reader treats its file as hostile: a field of the wrong type is a
 TraceFormatError, not a crash, and what reading costs is bounded by the
-file's size (see _Allowance)."""
+file's size (see Allowance)."""
 import gzip
 import io
 import os
@@ -50,7 +50,7 @@ def _expansion_factor(max_expansion):
     return max_expansion
 
 
-class _Allowance:
+class Allowance:
     """What reading one file may cost: `factor` times its size on disk (at
     least MIN_ALLOWANCE bytes), both in inflated bytes and in trace columns
     (OP_BYTES for each op or snapshot record read). Going past it is a
@@ -117,10 +117,10 @@ def load_trace(path, device=None, max_expansion=None):
     path = str(path)
     factor = _expansion_factor(max_expansion)
     with open(path, "rb") as f:
-        return _read(f, path, device, _Allowance(path, os.fstat(f.fileno()).st_size, factor))
+        return read_trace_bytes(f, path, device, Allowance(path, os.fstat(f.fileno()).st_size, factor))
 
 
-def _read(f, path, device, allowance):
+def read_trace_bytes(f, path, device, allowance):
     """A Trace from an open binary file of any format load_trace reads."""
     head = f.read(2)
     if head == b"\x1f\x8b":
@@ -426,7 +426,7 @@ def trace_from_snapshot(snapshot, path="snapshot", device=None, allowance=None):
     `meta`. Every field is type-checked; `allowance`
     bounds the records read (load_trace passes one sized from the file)."""
     fields = _Fields(path)
-    allowance = allowance or _Allowance.unlimited(path)
+    allowance = allowance or Allowance.unlimited(path)
     device, events = _pick_device(snapshot, device, fields)
     name = str(path).rsplit("/", 1)[-1].split(".")[0]
     reader = _SnapshotReader(name, fields, _most_reserved(events, fields, f"device_traces[{device}]", allowance))

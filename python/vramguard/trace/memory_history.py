@@ -92,7 +92,7 @@ def record_memory_history(enabled="all", context="all", stacks="all", max_entrie
     if enabled is None or not record_cuda:
         _history.stop()
         return
-    heap = _torch._device_heap(None)  # the current device's, as start_recording() records
+    heap = _torch.device_heap(None)  # the current device's, as start_recording() records
     running = running_recording(heap)
     ours = _history.recording
     if ours is not None and (ours is not running or clear_history or ours.stacks != (context is not None)):

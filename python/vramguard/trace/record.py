@@ -33,7 +33,7 @@ from .format import MAX_NAME_CHARS, TraceAssembler
 
 __all__ = ["record", "start_recording", "stop_recording", "trace_from_events"]
 
-_EVENT = struct.Struct("<QQQQQII")  # time_ns, addr, size, requested, stream, kind, stack
+EVENT = struct.Struct("<QQQQQII")  # time_ns, addr, size, requested, stream, kind, stack
 EV_ALLOC, EV_FREE, EV_RESERVE, EV_RELEASE, EV_RECORD_STREAM, EV_EMPTY_CACHE, EV_OOM, EV_MAP, EV_UNMAP = range(1, 10)
 DEFAULT_CAPACITY = 1 << 20  # events: 48 MiB of host memory at most
 
@@ -41,18 +41,18 @@ DEFAULT_CAPACITY = 1 << 20  # events: 48 MiB of host memory at most
 def _resolve(heap):
     if heap is not None:
         return heap
-    from ..torch.install import _current_device_heap  # only when no heap is named
+    from ..torch.device_heaps import current_device_heap  # only when no heap is named
 
-    return _current_device_heap()
+    return current_device_heap()
 
 
 def heap_key(heap):
     """What names a heap across calls: a device heap's Python object is
     made anew by each device_heap() call, so it is named by its device."""
     if heap is None:
-        from ..torch.install import _device_index
+        from ..torch.device_heaps import device_index
 
-        return ("device", _device_index(None))
+        return ("device", device_index(None))
     return id(heap)
 
 
@@ -89,7 +89,7 @@ def _seed_live_at_start(ops, data, live_start):
     allocation was made after the start (the ring has it), any other was
     live before and is seeded; its free, if any, then names it."""
     first = {}
-    for _t, addr, _size, _requested, _stream, kind, _stack in _EVENT.iter_unpack(data):
+    for _t, addr, _size, _requested, _stream, kind, _stack in EVENT.iter_unpack(data):
         if addr in live_start and addr not in first and kind in (EV_ALLOC, EV_FREE):
             first[addr] = kind
     seeded = 0
@@ -109,7 +109,7 @@ def trace_from_events(data, dropped=0, reserved_start=0, name="recording", stack
     trace_stack = _stack_mapper(ops, stacks)
     live_start_bytes = _seed_live_at_start(ops, data, live_start) if live_start else 0
     reserved, peak, ooms, first_oom = reserved_start, reserved_start, 0, None
-    for _t, addr, size, requested, stream, kind, stack in _EVENT.iter_unpack(data):
+    for _t, addr, size, requested, stream, kind, stack in EVENT.iter_unpack(data):
         if kind == EV_ALLOC:
             ops.alloc(addr, requested, stream, stack=trace_stack(stack) if stack else None)
         elif kind == EV_FREE:

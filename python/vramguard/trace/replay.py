@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .._core import SEGMENT_GRANULE, Heap, expandable_replay
+from .._search import bisect, double
 from .importer import load_trace
 from .._presets import find_preset
 from .stacks import group_by_line
@@ -240,7 +241,7 @@ def _holders_line(live, when):
             f"from {label}")
 
 
-def _as_trace(trace):
+def as_trace(trace):
     return trace if isinstance(trace, Trace) else load_trace(trace)
 
 
@@ -256,7 +257,7 @@ def replay(trace, budget=None, policy="vramguard", samples=1000):
     OOM; the replay goes on, as a training script that caught the error
     would, and `first_oom_at` says where the first one was (in the source's
     own event numbers) and what was live then."""
-    trace = _as_trace(trace)
+    trace = as_trace(trace)
     result = _run(trace, _budget_bytes(budget), policy, samples)
     preset = find_preset(budget)
     result.budget_name = preset.name if preset else None
@@ -318,7 +319,7 @@ def min_budget(trace, policy="vramguard", granularity=SEGMENT_GRANULE):
     at which `trace` replays under `policy` without an OOM: a bisection
     between the physical limit and the peak reserved with no budget."""
     check_policy_name(policy)
-    trace = _as_trace(trace)
+    trace = as_trace(trace)
     g = _granularity(granularity)
     live = trace.peak_live()
     if live == 0:
@@ -332,17 +333,10 @@ def min_budget(trace, policy="vramguard", granularity=SEGMENT_GRANULE):
     lo = live // g  # the physical limit rounded down: it fits only if equal
     if lo and _fits(trace, policy, lo * g):
         return lo * g
-    hi = max(-(-_run(trace, 0, policy, 0).peak_reserved_bytes // g), lo + 1)
-    for _ in range(8):  # a budget equal to the free-running peak nearly always fits
-        if _fits(trace, policy, hi * g):
-            break
-        hi *= 2
-    else:
-        raise RuntimeError(f"{trace.name}: no budget up to {hi * g} bytes fits under policy {policy!r}")
-    while hi - lo > 1:  # lo does not fit (or is 0), hi fits
-        mid = (lo + hi) // 2
-        if _fits(trace, policy, mid * g):
-            hi = mid
-        else:
-            lo = mid
+    start = max(-(-_run(trace, 0, policy, 0).peak_reserved_bytes // g), lo + 1)
+    # a budget equal to the free-running peak nearly always fits: doubled at most 7 times
+    _, hi = double(lambda units: not _fits(trace, policy, units * g), start, start << 7, cap=False)
+    if hi is None:
+        raise RuntimeError(f"{trace.name}: no budget up to {(start << 8) * g} bytes fits under policy {policy!r}")
+    _, hi = bisect(lambda units: _fits(trace, policy, units * g), lo, hi)  # lo does not fit (or is 0), hi fits
     return hi * g

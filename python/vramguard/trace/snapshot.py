@@ -20,12 +20,12 @@ of an `oom` event is what the budget left (0 with no budget).
 import errno
 import os
 import pickle
-import secrets
-import stat
 
 from .. import _core
+from .._files import write_atomically
 from ..torch import install as _torch
-from .record import _EVENT, running_recording, record, EV_ALLOC, EV_FREE, EV_MAP, EV_OOM, EV_RELEASE, EV_RESERVE, EV_UNMAP
+from ..torch.device_heaps import index_of_heap
+from .record import EVENT, running_recording, record, EV_ALLOC, EV_FREE, EV_MAP, EV_OOM, EV_RELEASE, EV_RESERVE, EV_UNMAP
 from .importer import DROPPED_KEY
 from .stacks import capture_table
 from .format import ALLOC, EMPTY_CACHE, FREE, SYNCHRONIZE, Trace
@@ -81,7 +81,7 @@ def trace_entries(data, reserved_start=0, budget=0, frames_of=_no_frames):
     An empty_cache() shows as the segment_free events it caused, as in
     PyTorch's traces; record_stream has no action of its own."""
     entries, reserved = [], reserved_start
-    for event in _EVENT.iter_unpack(data):
+    for event in EVENT.iter_unpack(data):
         time_ns, addr, size, requested, stream, kind, _ = event
         frames = frames_of(event)
         if kind == EV_ALLOC:
@@ -240,9 +240,9 @@ def _state(index, heap, recording):
 
 
 def _installed_states(device):
-    _torch._require_installed()
-    indices = _core.existing_devices() if device is None else [_torch._device_index(device)]
-    states = [_state(i, _torch._device_heap(i), None) for i in indices]
+    _torch.require_installed()
+    indices = _core.existing_devices() if device is None else [_torch.device_index(device)]
+    states = [_state(i, _torch.device_heap(i), None) for i in indices]
     for s in states:
         s.installed = True
     return states
@@ -255,10 +255,8 @@ def _index_of(heap, device):
         if type(device) is not int or device < 0:
             raise ValueError(f"device must be a device index (an int >= 0) with heap=, got {device!r}")
         return device
-    for index, device_heap in list(_torch._device_heaps.items()):
-        if device_heap is heap:
-            return index
-    return 0
+    index = index_of_heap(heap)
+    return 0 if index is None else index
 
 
 def _trace_state(trace):
@@ -382,7 +380,7 @@ def dump_snapshot(path, device=None, *, heap=None, recording=None, trace=None):
     path = os.fspath(path)
     target = _file_target(path)
     data = pickle.dumps(snapshot(device, heap=heap, recording=recording, trace=trace))
-    _write_atomically(target, data)
+    write_atomically(target, data)
 
 
 def _file_target(path):
@@ -397,31 +395,3 @@ def _file_target(path):
     if not path or path.endswith(os.sep) or os.path.isdir(target):
         raise IsADirectoryError(errno.EISDIR, "is a directory: dump_snapshot writes a file", path)
     return target
-
-
-def _write_atomically(path, data):
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}.tmp")
-    try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)  # a file replaced keeps its bits
-    except FileNotFoundError:
-        mode = None
-    # 0o600 until written: the bits are set after, from the old file or the umask
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if mode is not None else 0o666)
-    except OSError as exc:  # named by the path asked for, not the temporary one
-        raise type(exc)(exc.errno, exc.strerror, path) from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            if mode is not None:
-                os.fchmod(f.fileno(), mode)
-            os.fsync(f.fileno())  # the data is on disk before the name points at it
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise

@@ -198,9 +198,9 @@ def live_by_line(device=None, top=5):
     allocator: [(label, bytes, blocks)], largest first, for the blocks
     allocated while a recording kept stacks (`record(stacks=True)`); bytes
     are the requested sizes. Blocks without a stack are left out."""
-    from ..torch.install import _device_heap
+    from ..torch.device_heaps import device_heap
 
-    return heap_by_line(_device_heap(device), top)
+    return heap_by_line(device_heap(device), top)
 
 
 def heap_by_line(heap, top=5):

@@ -26,9 +26,9 @@ def peak_rss_bytes():
 def heap_policy():
     """"arena" or "segments": the vramguard heap this run used."""
     try:
-        from ...torch.state import _state
+        from ...torch.state import install_state
 
-        return "segments" if _state.get("arena") is False else "arena"
+        return "segments" if install_state.get("arena") is False else "arena"
     except Exception:
         return "arena"
 

@@ -104,9 +104,9 @@ class Run:
                 # selects later), not device 0's heap
                 heap = None
                 if self.opts.rank is not None:
-                    from ...torch.install import _device_heap
+                    from ...torch.device_heaps import device_heap
 
-                    heap = _device_heap(self.opts.rank)
+                    heap = device_heap(self.opts.rank)
                 self.recording = start_recording(heap, stacks=True, name="dryrun")
                 self.history = True
                 hooks.give_way_to_the_scripts_recording(self)
