@@ -184,7 +184,7 @@ def test_sizes_are_read_the_same_way_everywhere():
     )
     with pytest.raises(ValueError, match="cannot read 'lots' as a size"):
         Heap("lots")
-    assert vramguard.torch.install._parse_budget("T4") == (15_407_775_744, 0.0)
+    assert vramguard.torch.install.parse_budget_setting("T4") == (15_407_775_744, 0.0)
 
 
 def test_min_budget_still_searches_below_one_segment():

@@ -35,8 +35,39 @@ def private_imports(package=PACKAGE):
     return found
 
 
+def private_attributes(package=PACKAGE):
+    """["module reads origin._name"] for every private name read through
+    another vramguard module bound by an import (`from ..torch import
+    install as _torch; _torch._x`)."""
+    known = modules(package)
+    found = []
+    for name, (path, is_package) in sorted(known.items()):
+        if path is None:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        bound = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                origin = _origin(name, is_package, node)
+                bound.update({a.asname or a.name: f"{origin}.{a.name}" for a in node.names
+                              if f"{origin}.{a.name}" in known})
+            elif isinstance(node, ast.Import):
+                bound.update({a.asname: a.name for a in node.names if a.asname and a.name in known})
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound:
+                module = bound[node.value.id]
+                private = node.attr.startswith("_") and not node.attr.startswith("__")
+                if private and module != name and f"{module}.{node.attr}" not in known:
+                    found.append(f"{name} reads {module}.{node.attr}")
+    return sorted(set(found))
+
+
 def test_no_module_imports_a_private_name_of_another():
     assert private_imports() == []
+
+
+def test_no_module_reads_a_private_name_of_another():
+    assert private_attributes() == []
 
 
 def test_the_check_sees_a_private_import(tmp_path):
@@ -47,4 +78,6 @@ def test_the_check_sees_a_private_import(tmp_path):
     (pkg / "b.py").write_text("from .a import _secret\nfrom . import a as _a\n")
     (pkg / "_mod.py").write_text("")
     (pkg / "c.py").write_text("from . import _mod\n")
+    (pkg / "d.py").write_text("from . import a as _a\n_a._secret\n")
     assert private_imports(pkg) == ["vramguard.b imports vramguard.a._secret"]
+    assert private_attributes(pkg) == ["vramguard.d reads vramguard.a._secret"]

@@ -86,7 +86,7 @@ class RunRecord:
     error: Optional[str] = None
     error_at: Optional[str] = None  # the user's line the error was raised at
     exit_status: int = 0  # the script's own
-    used_cuda: bool = dataclasses.field(default=False, metadata=_for_users())
+    used_cuda: bool = False
     used_gpu: bool = False
     phantom_unsupported: Optional[Dict[str, Any]] = None  # {"calls", "last", "caused_failure"}
     ended: Optional[str] = None  # how, when the process was ended before the script's end
@@ -111,7 +111,7 @@ class RunRecord:
     extensions: Dict[str, Any] = dataclasses.field(default_factory=dict)  # {name: kernels, launches, ...}
     weightless_loads: Optional[List[Any]] = None
     fake_world: Optional[Dict[str, Any]] = None
-    heap_policy: Optional[str] = dataclasses.field(default=None, metadata=_for_users())
+    heap_policy: Optional[str] = None  # vramguard's heap: "arena" or "segments"
     card_arch: Optional[Dict[str, Any]] = None
     cudnn_benchmark_kept_off: int = 0
     side_streams: bool = False

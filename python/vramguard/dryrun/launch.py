@@ -180,7 +180,7 @@ def _no_figures(rc, log_path=None):
     return "ended before its figures were written (a crash: see its log)"
 
 def _ended_unwritten(result, rc, log_path):
-    """A run that left only the figures written as it went (child.py,
+    """A run that left only the figures written as it went (child/run.py,
     `partial`), ended by a kill or a crash: the cause from its status and
     log, the figures up to its last optimizer step kept."""
     cause = _no_figures(rc, log_path).replace("before its figures were written",

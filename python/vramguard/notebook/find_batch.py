@@ -331,7 +331,7 @@ class _SearchBudget:
     def __init__(self, budget, device):
         from ..torch import install as _torch
 
-        self.nbytes, self.fraction = _torch._parse_budget(budget)
+        self.nbytes, self.fraction = _torch.parse_budget_setting(budget)
         self.device = device
         self.before = None
         self.over_device = None

@@ -18,6 +18,7 @@ import gc
 import inspect
 import sys
 
+from .. import _core
 from .._core import format_size
 from .holders import holders, release_torch_workspaces, union_by_device
 
@@ -265,7 +266,7 @@ def recover(exc=None, shell=None, outputs=True):
     from ..torch import install as _torch
 
     _torch.require_installed()
-    devices = _torch._core.existing_devices()
+    devices = _core.existing_devices()
     live_before, reserved_before = _totals(devices, _torch.stats)
     if exc is None:
         exc = sys.exc_info()[1]
@@ -276,12 +277,12 @@ def recover(exc=None, shell=None, outputs=True):
     if outputs:
         drop_ipython_outputs(shell)
     gc.collect()
-    live_before_workspaces, _ = _totals(_torch._core.existing_devices(), _torch.stats)
+    live_before_workspaces, _ = _totals(_core.existing_devices(), _torch.stats)
     workspaces = 0
     if release_torch_workspaces():
-        workspaces = max(live_before_workspaces - _totals(_torch._core.existing_devices(), _torch.stats)[0], 0)
+        workspaces = max(live_before_workspaces - _totals(_core.existing_devices(), _torch.stats)[0], 0)
     _torch.empty_cache()
-    devices = _torch._core.existing_devices()
+    devices = _core.existing_devices()
     live, reserved = _totals(devices, _torch.stats)
     return Recovered(freed=max(live_before - live, 0), released=max(reserved_before - reserved, 0),
                      live=live, cached=reserved - live, workspaces=workspaces,

@@ -28,8 +28,8 @@ from .._units import format_size
 
 __all__ = ["session_cells", "phantom_card", "measure_remedies", "MeasuredRemedies", "IN_DRYRUN_ENV"]
 
-#: Set in every dry run's processes (phantom/dryrun.py).
-IN_DRYRUN_ENV = "VRAMGUARD_DRYRUN_DIR"
+#: Set in every dry run's processes (dryrun/launch.py).
+IN_DRYRUN_ENV = "VRAMGUARD_DRYRUN_DIR"  # dryrun/contract.py's DIR_ENV, a layer above this one
 
 
 class MeasuredRemedies:

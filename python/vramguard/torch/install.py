@@ -62,7 +62,7 @@ on_install_hooks = []
 # ------------------------------------------------------------------ settings
 
 
-def _parse_budget(budget):
+def parse_budget_setting(budget):
     """(bytes, fraction of the device) from None, an int of bytes, a float
     fraction in (0, 1], or a string: "15GiB", "12.5GB", "0.8", "80%"."""
     if budget is None or budget == "":
@@ -224,7 +224,7 @@ def install(budget=_KEPT, gc_threshold=_KEPT, patch_torch=None, oom_error=None, 
     if oom_error not in _oom_shim.MODES:
         raise ValueError(f"oom_error (or {_oom_shim.ENV_MODE}) must be 'auto' or 'runtime', got {oom_error!r}")
     try:
-        nbytes, fraction = _setting(budget, ENV_BUDGET, _parse_budget, ("budget_bytes", "budget_fraction"))
+        nbytes, fraction = _setting(budget, ENV_BUDGET, parse_budget_setting, ("budget_bytes", "budget_fraction"))
         gc = _setting(gc_threshold, ENV_GC_THRESHOLD, _parse_gc, ("gc_threshold",))
         arena = _parse_arena(arena)
     except (ValueError, TypeError) as exc:

@@ -38,7 +38,7 @@ EV_ALLOC, EV_FREE, EV_RESERVE, EV_RELEASE, EV_RECORD_STREAM, EV_EMPTY_CACHE, EV_
 DEFAULT_CAPACITY = 1 << 20  # events: 48 MiB of host memory at most
 
 
-def _resolve(heap):
+def resolve_heap(heap):
     if heap is not None:
         return heap
     from ..torch.device_heaps import current_device_heap  # only when no heap is named
@@ -180,7 +180,7 @@ class record:
 
     def start(self):
         self._key = heap_key(self.heap)
-        self.heap = _resolve(self.heap)
+        self.heap = resolve_heap(self.heap)
         self._reserved_start = self.heap.stats()["reserved_bytes.all.current"]
         if self.stacks:
             _check_same_depth(self)
@@ -381,9 +381,21 @@ def start_recording(heap=None, capacity=DEFAULT_CAPACITY, name="recording", stac
     return rec
 
 
+def stop_in_favour_of(rec, heap):
+    """Stops `rec`, a recording started with start_recording(), where
+    another is about to start on the same heap (`heap`, or the installed
+    allocator's current device's): True when it did. A heap has one
+    recording at a time; the dry run's own gives way to the script's."""
+    if rec is None or not rec._running or resolve_heap(heap) is not rec.heap:
+        return False
+    rec.stop()
+    _active.pop(id(rec.heap), None)
+    return True
+
+
 def stop_recording(heap=None):
     """Stop the recording started on `heap`; returns its Trace."""
-    heap = _resolve(heap)
+    heap = resolve_heap(heap)
     rec = _active.pop(id(heap), None)
     if rec is None:
         raise RuntimeError("no recording was started on this heap (call start_recording first)")

@@ -63,9 +63,7 @@ def give_way_to_the_scripts_recording(run):
     @functools.wraps(original)
     def start(rec):
         mine = run.recording
-        if rec is not mine and mine is not None and mine._running and recording._resolve(rec.heap) is mine.heap:
-            mine.stop()
-            recording._active.pop(id(mine.heap), None)
+        if rec is not mine and recording.stop_in_favour_of(mine, rec.heap):
             run.gave_way = True
             say("the script records the GPU's memory itself: the dry run's own recording stopped there, "
                  "so its snapshot covers the run up to that point")

@@ -15,6 +15,8 @@ import os
 import shutil
 import tempfile
 
+from ..contract import DIR_ENV
+
 __all__ = ["available", "code_cells", "run_cells"]
 
 
@@ -70,7 +72,7 @@ def run_cells(path, namespace=None):
     """Runs the notebook's code cells in order in an IPython shell; the
     first that fails raises its exception (SystemExit, KeyboardInterrupt
     and the run's own stops included)."""
-    where = os.environ.get("VRAMGUARD_DRYRUN_DIR")
+    where = os.environ.get(DIR_ENV)
     ipython_dir = tempfile.mkdtemp(prefix="ipython-", dir=where if where and os.path.isdir(where) else None)
     try:
         shell = _shell(ipython_dir)

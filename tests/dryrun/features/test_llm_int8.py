@@ -1,4 +1,4 @@
-"""LLM.int8 in a dry run (python/vramguard/phantom/llm_int8.py): the child
+"""LLM.int8 in a dry run (python/vramguard/dryrun/features/llm_int8.py): the child
 counts bitsandbytes' Linear8bitLt layers made with an outlier threshold,
 and the report says, in one sentence, that their outlier buffers are sized
 by values a phantom does not compute. Here with a stand-in of bitsandbytes'

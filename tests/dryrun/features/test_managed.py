@@ -1,4 +1,4 @@
-"""The dry run's lines on unified memory (python/vramguard/phantom/managed.py),
+"""The dry run's lines on unified memory (python/vramguard/dryrun/features/managed.py),
 from results as the children write them."""
 from vramguard.dryrun.features import managed
 

@@ -1,5 +1,5 @@
 """The report's lines on the accelerate adjustments of a dry run
-(python/vramguard/phantom/adjust_accelerate.py), and the adjustments
+(python/vramguard/dryrun/features/accelerate.py), and the adjustments
 themselves on stand-in modules (no accelerate, no PyTorch needed)."""
 import sys
 import types
