@@ -49,7 +49,8 @@ WORK_ENV = "VRAMGUARD_DRYRUN_WORK"
 #: ... and applies these remedies (features/remedy_apply.py).
 REMEDIES_ENV = "VRAMGUARD_DRYRUN_REMEDIES"
 
-#: The record's format and version, the first keys of every file a child writes.
+#: The record's format and version, the first keys of every file a child
+#: writes: a field added, removed or changed in meaning is a new version.
 FORMAT = "vramguard-dryrun-run"
 VERSION = 1
 
@@ -102,7 +103,7 @@ class RunRecord:
     auto_batch_size: Optional[int] = None
     llm_int8_layers: int = 0  # bitsandbytes' LLM.int8 layers with an outlier threshold
     device_peak_bytes: Optional[int] = None
-    context_bytes: Optional[int] = dataclasses.field(default=None, metadata=_for_users())
+    context_bytes: Optional[int] = None
     host_peak_rss_bytes: Optional[int] = None
     snapshot: Optional[str] = None
     compiled: Dict[str, bool] = dataclasses.field(default_factory=dict)

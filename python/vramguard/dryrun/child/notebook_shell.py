@@ -68,6 +68,53 @@ def _shell(ipython_dir):
     return shell
 
 
+#: Cell magics whose body is the cell's Python, run once as the cell itself
+#: (`pass` in the magic's line, so that every line keeps its number): under
+#: IPython's own %%time the body compiles as "<timed exec>", and the report
+#: would name that, not the cell. Only their timing and profile go.
+_BODY_MAGICS = ("time", "timeit", "prun")
+
+
+def cell_magic(source):
+    """(the magic's name, its line) of a cell that starts with one, else (None, None)."""
+    first = source.split("\n", 1)[0].strip()
+    if not first.startswith("%%") or not first[2:].split():
+        return None, None
+    return first[2:].split()[0], first
+
+
+def _capture_options(line):
+    """(the variable or None, stdout, stderr, display) of a %%capture line."""
+    words = line.split()[1:]
+    names = [w for w in words if not w.startswith("--")]
+    return (names[0] if names else None, "--no-stdout" not in words, "--no-stderr" not in words,
+            "--no-display" not in words)
+
+
+def _body(source, line):
+    """The cell with its magic's line made `pass` (its number kept)."""
+    rest = source.split("\n", 1)[1] if "\n" in source else ""
+    return f"pass  # {line}\n" + rest
+
+
+def _run_one(shell, source):
+    """One cell; a body-of-Python magic runs its body as the cell, and
+    %%capture's body runs inside IPython's own capture, its variable set."""
+    magic, line = cell_magic(source)
+    if magic in _BODY_MAGICS:
+        return shell.run_cell(_body(source, line), store_history=True)
+    if magic == "capture":
+        from IPython.utils.capture import capture_output
+
+        name, stdout, stderr, display = _capture_options(line)
+        with capture_output(stdout, stderr, display) as captured:
+            result = shell.run_cell(_body(source, line), store_history=True)
+        if name:
+            shell.user_ns[name] = captured
+        return result
+    return shell.run_cell(source, store_history=True)
+
+
 def run_cells(path, namespace=None):
     """Runs the notebook's code cells in order in an IPython shell; the
     first that fails raises its exception (SystemExit, KeyboardInterrupt
@@ -80,7 +127,7 @@ def run_cells(path, namespace=None):
             shell.user_ns.update(namespace)
         for name, source in code_cells(path):
             shell.compile.cell_name = name
-            result = shell.run_cell(source, store_history=True)
+            result = _run_one(shell, source)
             error = result.error_before_exec or result.error_in_exec
             if error is not None:
                 raise error
