@@ -45,7 +45,7 @@ class RandomTokens(torch.utils.data.Dataset):
 
 def shapes_only_checkpoint(folder):
     """Llama-2-7B's config and a safetensors file of its tensors' shapes, no data."""
-    from vramguard.phantom.weightless import sparse_checkpoint_from_config
+    from vramguard.dryrun.features.weightless import sparse_checkpoint_from_config
 
     return sparse_checkpoint_from_config(LlamaConfig(**LLAMA2_7B), folder, dtype=torch.float16)
 

@@ -129,7 +129,8 @@ def _dryrun(args):
                             echo=not args.quiet, stdout=echo_to, stderr=sys.stderr, jobs=args.jobs,
                             no_compile=args.no_compile, cwd=args.cwd, nproc=args.nproc, timeout=args.timeout,
                             weights=not args.no_weights, world_size=args.world_size, rank=args.rank,
-                            gpus_per_node=args.gpus_per_node, remedies=args.remedies)
+                            gpus_per_node=args.gpus_per_node, remedies=args.remedies,
+                            check_needs=not args.no_check_needs)
     except PhantomUnavailable as exc:
         raise BadInput(str(exc)) from None
     if args.json:
@@ -262,6 +263,10 @@ def main(argv=None):
                      help="record no memory history (faster): then there is no recording to replay, so each "
                           "allocator's need is not measured, no snapshot is written, and an out-of-memory the "
                           "script catches has no line")
+    dry.add_argument("--no-check-needs", action="store_true",
+                     help="do not check each allocator's need (the replay's smallest device) by runs on "
+                          "phantoms of that size and 16 MiB less (two more runs each, more where the replay "
+                          "is off): the needs are then the replay's, and said to be unchecked")
     dry.add_argument("--no-weights", action="store_true",
                      help="load Hugging Face models (from_pretrained of a Hub id or a local folder) from a "
                           "stand-in of their safetensors checkpoint: the same tensors' names, shapes and "

@@ -242,3 +242,44 @@ def test_a_compiled_program_compiles_as_written_and_its_gemms_are_counted(tmp_pa
     assert all(rows[n]["fits"] for n in ("as written", "autocast fp16", "8-bit AdamW"))
     assert rows["checkpointing"]["why_not"]["checkpoint"].startswith("no repeated blocks in Sequential")
     assert "attention and convolutions inside compiled code" in report(result)
+
+
+# The GPT, its forward and loss under the program's own autocast region, in
+# the dtype its config names (argv[2]): "float32" is a config switch many
+# training scripts have, and no mixed precision.
+GPT_AUTOCAST = GPT.replace(
+    "        F.cross_entropy(model(idx).flatten(0, 1), idx.flatten()).backward()",
+    "        with torch.autocast('cuda', dtype=getattr(torch, sys.argv[2])):\n"
+    "            loss = F.cross_entropy(model(idx).flatten(0, 1), idx.flatten())\n"
+    "        loss.backward()")
+
+
+def test_an_autocast_region_in_float32_is_no_mixed_precision_and_its_remedy_is_measured(tmp_path):
+    """The autocast row is measured, not skipped: the program's own region
+    runs in float16 there, named by its line; and the program changed as
+    the row says (its region's dtype float16) peaks where the row does."""
+    write(tmp_path, "gpt.py", GPT_AUTOCAST)
+    result, _ = dryrun(tmp_path, "--allocator", "vramguard", "--no-snapshot", "--memory", "4GiB",
+                       "--remedies", "gpt.py", "8", "float32", expect=0)
+    rows = _rows(result)
+    written, amp = rows["as written"], rows["autocast fp16"]
+    assert amp["applied"] and not amp.get("skipped")
+    assert result["remedies"]["program"]["full_width_autocast"] == {"line": "gpt.py:36", "dtype": "float32",
+                                                                    "regions": 2}
+    assert amp["peak_allocated_bytes"] < written["peak_allocated_bytes"]
+    text = report(result)
+    assert ("autocast fp16: the program's own autocast region at gpt.py:36 runs in float32, which is no mixed "
+            "precision: this row ran it in float16.") in text
+    changed, _ = dryrun(tmp_path, "--allocator", "vramguard", "--no-snapshot", "--memory", "4GiB", "gpt.py", "8",
+                        "float16", expect=0)
+    assert changed["vramguard"]["peak_allocated_bytes"] == amp["peak_allocated_bytes"]
+
+
+def test_an_autocast_region_in_float16_keeps_the_remedy_skipped(tmp_path):
+    write(tmp_path, "gpt.py", GPT_AUTOCAST)
+    result, _ = dryrun(tmp_path, "--allocator", "vramguard", "--no-snapshot", "--memory", "4GiB",
+                       "--remedies", "gpt.py", "8", "float16", expect=0)
+    amp = _rows(result)["autocast fp16"]
+    assert amp["skipped"] and amp["why_not"] == {
+        "autocast": "the program already runs under autocast, and its own regions keep their dtype"}
+    assert result["remedies"]["program"]["full_width_autocast"] is None

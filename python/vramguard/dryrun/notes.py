@@ -17,21 +17,64 @@ READS_NOTE = ("values read back from a phantom device are zeros; data-dependent 
               "flow may differ from a real run")
 
 
+def _ranked(needs):
+    """"native and vramguard 448.00 MiB, the least; expandable 460.00 MiB"."""
+    least = min(needs.values())
+    leanest = [n for n, b in needs.items() if b == least]
+    others = "; ".join(f"{n} {format_size(b)}" for n, b in sorted(needs.items(), key=lambda i: i[1]) if b != least)
+    return f"{and_list(leanest)} {format_size(least)}" + (f", the least; {others}" if others else "")
+
+
+def _by_value(result, runs, needs):
+    """[(the sweep's value or None, {allocator: need})]: needs are ranked
+    only among runs of one program, so a sweep's at each value apart, the
+    largest value first."""
+    if not result.get("sweep"):
+        return [(None, needs)]
+    groups = {}
+    for n, b in needs.items():
+        groups.setdefault(runs[n].get("measured_at"), {})[n] = b
+    return sorted(groups.items(), key=lambda g: -(g[0] or 0))
+
+
+def _how_measured(runs, needs):
+    checked = [n for n in needs if runs[n].get("need_checked")]
+    how = (f"A need is the smallest device a run fits on (the CUDA context included, to {GRANULE >> 20} MiB)")
+    if len(checked) == len(needs):
+        how += (": runs on phantoms of that size and of 16 MiB less checked it (a replay of the run's own "
+                "recorded allocations under its allocator's policy proposed it)")
+    elif not checked:
+        how += (", as a replay of the run's own recorded allocations under its allocator's policy finds it, "
+                "not checked by runs")
+    else:
+        how += (f": runs on phantoms checked it for {and_list(checked)}; for "
+                f"{and_list([n for n in needs if n not in checked])} it is a replay's of the run's recording, "
+                "not checked by runs")
+    return how + "; peak reserved is what a cache with room keeps, not what it needs."
+
+
 def need_lines(result):
     """Which allocator needs the least device memory (the needs column),
-    and why a need was not measured."""
+    how the needs were found, where runs found another need than the
+    replay proposed, and why a need was not measured."""
     runs = runs_of(result)
     needs = {n: r["need_bytes"] for n, r in runs.items() if r.get("need_bytes")}
     lines = []
     if needs:
-        least = min(needs.values())
-        leanest = [n for n, b in needs.items() if b == least]
-        others = "; ".join(f"{n} {format_size(b)}" for n, b in sorted(needs.items(), key=lambda i: i[1])
-                           if b != least)
-        lines.append(f"Needs: {and_list(leanest)} {format_size(least)}" + (f", the least; {others}" if others else "")
-                     + f". A need is the smallest device a run fits on (the CUDA context included, exact to "
-                     f"{GRANULE >> 20} MiB), from a replay of the run's own recorded allocations under its "
-                     "allocator's policy; peak reserved is what a cache with room keeps, not what it needs.")
+        groups = _by_value(result, runs, needs)
+        if groups[0][0] is None:
+            head = f"Needs: {_ranked(needs)}."
+        else:
+            name = result["sweep"]["name"]
+            head = " ".join(f"{'Needs at' if i == 0 else 'At'} {name}={value}: {_ranked(group)}."
+                            for i, (value, group) in enumerate(groups))
+        lines.append(f"{head} {_how_measured(runs, needs)}")
+        off = [(n, runs[n]["need_replayed_bytes"], b) for n, b in needs.items()
+               if runs[n].get("need_checked") and runs[n].get("need_replayed_bytes")
+               and runs[n]["need_replayed_bytes"] != b]
+        if off:
+            lines.append("The replay proposed another need than the runs found: " + "; ".join(
+                f"{n} {format_size(replayed)} (runs: {format_size(found)})" for n, replayed, found in off) + ".")
     why = {}
     for n, r in runs.items():
         if not r.get("need_bytes") and not r.get("need_above_device") and r.get("need_unmeasured"):
@@ -49,16 +92,28 @@ SMALL_MARGIN_SHARE = 0.02
 SMALL_MARGIN_BYTES = 256 << 20
 
 
+def _spare(result, run):
+    """What a run leaves free on the device, at least: the device less what
+    it held at the run's peak (the run never held more, so it fits that
+    much), or less its need where runs checked the need (it fits there),
+    whichever leaves more. A cache with room holds more than it needs; a
+    need is rounded up to 16 MiB."""
+    device = int(result["device_bytes"])
+    bounds = [device - int(run.get("device_peak_bytes") or device)]
+    if run.get("need_bytes") and run.get("need_checked"):
+        bounds.append(device - int(run["need_bytes"]))
+    return max(0, max(bounds))
+
+
 def margin_lines(result):
     usable = int(result["device_bytes"]) - int(result.get("context_bytes") or 0)
     small = max(usable * SMALL_MARGIN_SHARE, SMALL_MARGIN_BYTES)
     tight = []
     for n, r in runs_of(result).items():
-        peak = r.get("device_peak_bytes")
-        if r.get("fits") and peak:
-            spare = max(0, int(result["device_bytes"]) - int(peak))
+        if r.get("fits") and (r.get("need_checked") or r.get("device_peak_bytes")):
+            spare = _spare(result, r)
             if spare < small:
-                tight.append(f"{n} fits, with {format_size(spare)} to spare")
+                tight.append(f"{n} fits, with at least {format_size(spare)} to spare")
     if not tight:
         return []
     return ["; ".join(tight) + f" (of the {format_size(usable)} beside the CUDA context, under "

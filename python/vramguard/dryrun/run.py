@@ -25,7 +25,7 @@ __all__ = ["dryrun"]
 def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memory=False, sweep=None,
            out=None, steps=None, context=None, snapshot=True, echo=True, stdout=None,
            stderr=None, jobs=None, no_compile=False, cwd=None, nproc=1, timeout=None, weights=True,
-           world_size=None, rank=None, gpus_per_node=8, remedies=False):
+           world_size=None, rank=None, gpus_per_node=8, remedies=False, check_needs=True):
     """Run `script` with `args` on a phantom `gpu` once per allocator and
     return a DryRunResult: per allocator its need (need_bytes: the
     smallest device, from a replay of its run's recording; None, with
@@ -72,18 +72,24 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     rank's, and `ranks` has each rank's.
     world_size: one process per allocator runs as rank `rank` (default 0)
     of `world_size` on PyTorch's fake process group, on nodes of
-    `gpus_per_node` phantom GPUs (vramguard.phantom.fake_world): one rank's
+    `gpus_per_node` phantom GPUs (vramguard.dryrun.features.fake_world): one rank's
     figures for a data-parallel job of any size; not with nproc.
     remedies: True also runs the standard remedies on the unchanged
-    program (vramguard.phantom.remedies: autocast, activation
+    program (vramguard.dryrun.features.remedies: autocast, activation
     checkpointing, an 8-bit or fused optimizer, then greedy combinations
     until one fits), each measured, with its work relative to the program
     as written, the cheapest that fits and the code that applies it
     (`remedies` in the result); with sweep, each remedy's largest value
     and the accumulation that keeps the largest value's batch.
+    check_needs: each allocator's need, proposed by the replay of its
+    recording, is checked by runs on phantoms of that size (it fits) and
+    16 MiB less (it does not), the search going on where either says
+    otherwise, so a printed need is a run's answer (need_checked, and the
+    replay's in need_replayed_bytes); False leaves the replay's, said to
+    be unchecked. With min_memory the need is that search's answer.
     weights: False loads Hugging Face models (from_pretrained of a Hub id
     or a local folder) from a stand-in of their safetensors checkpoint, the
-    same names, shapes and dtypes with no data (vramguard.phantom.weightless):
+    same names, shapes and dtypes with no data (vramguard.dryrun.features.weightless):
     nothing downloaded or read but configs and headers.
     PYTORCH_CUDA_ALLOC_CONF, where set, is kept for native and, with
     expandable_segments:True, for expandable; LD_PRELOAD comes after the
@@ -96,8 +102,9 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     if sweep_spec and min_memory:
         raise DryRunInputError(f"{argnames.name('min_memory')} and {argnames.name('sweep')} cannot be combined: "
                                f"run {argnames.name('min_memory')} on one value")
-    if not isinstance(remedies, bool):
-        raise DryRunInputError(f"{argnames.name('remedies')} is True or False, got {remedies!r}")
+    for name, value in (("remedies", remedies), ("check_needs", check_needs)):
+        if not isinstance(value, bool):
+            raise DryRunInputError(f"{argnames.name(name)} is True or False, got {value!r}")
     if remedies and min_memory:
         raise DryRunInputError(f"{argnames.name('remedies')} and {argnames.name('min_memory')} cannot be combined: "
                                f"run {argnames.name('min_memory')} on its own")
@@ -139,7 +146,7 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
     try:
         make_cwds(cwd, allocators)
         return _dryrun(runner, script, args, preset, device, context, allocators, min_memory, sweep_spec,
-                       steps, no_compile, jobs, cwd, options)
+                       steps, no_compile, jobs, cwd, options, check_needs)
     except BaseException:
         if runner.started:
             runner.say_partial()
@@ -164,13 +171,14 @@ def _make_out_dir(out_path, out):
 
 
 def _dryrun(runner, script, args, preset, device, context, allocators, min_memory, sweep_spec, steps,
-            no_compile, jobs, cwd, options):
+            no_compile, jobs, cwd, options, check_needs):
     result = DryRunResult(gpu=preset.name, device_bytes=device, context_bytes=context, script=script,
                           args=[str(a) for a in args], out_dir=runner.out_dir, steps=steps,
                           allocators=list(allocators), min_memory=bool(min_memory),
                           no_compile=bool(no_compile), cwd=cwd or os.getcwd(), cwd_given=cwd is not None,
                           user_alloc_conf=runner.user_alloc_conf, nproc=runner.nproc,
-                          weights=options.weights, world_size=options.world_size, rank=options.rank)
+                          weights=options.weights, world_size=options.world_size, rank=options.rank,
+                          check_needs=bool(check_needs))
     if sweep_spec:
         result["sweep"] = {"name": sweep_spec[0], "values": sweep_spec[1]}
     started = time.monotonic()
@@ -186,18 +194,23 @@ def _dryrun(runner, script, args, preset, device, context, allocators, min_memor
                     run["min_memory_bytes"] = runner.min_memory(allocator, run)
                 except SearchFailed as stop:  # the failed run is the answer: its error and its status
                     run = dict(stop.run, min_memory_bytes=None)
+                _need_is_the_search(run)
+            elif check_needs:
+                runner.check_need(allocator, run)
             if fails_for_every_allocator(run):
                 stopped.append(run)
             return run
         name = sweep_spec[0]
         largest, runs, failed = runner.sweep(allocator, *sweep_spec)
         if failed is not None:
+            measured_at = failed["sweep_value"]
             run = {k: v for k, v in failed.items() if k != "sweep_value"}
         else:
             # The smallest value tried that ran out of memory: where the sweep broke.
             broke = next((r for r in runs if r.get("fits") is False
                           and (largest is None or r["sweep_value"] > largest)), None)
             chosen = next((r for r in runs if r["sweep_value"] == largest), broke)
+            measured_at = chosen["sweep_value"]
             run = {k: v for k, v in chosen.items() if k != "sweep_value"}
             run["fits"] = largest is not None
             if broke is not None:
@@ -207,10 +220,14 @@ def _dryrun(runner, script, args, preset, device, context, allocators, min_memor
         if failed is None and _measured_nothing(runs):
             # the value changed nothing measured: no value is the largest that fits
             largest = None
+            measured_at = runs[-1]["sweep_value"]
             run = {k: v for k, v in runs[-1].items() if k != "sweep_value"}
             run["sweep_measured_nothing"] = True
         # largest_batch: the key the sweep's answer always had, whatever its name (kept)
-        run.update(largest_value=largest, largest_batch=largest, sweep_name=name)
+        run.update(largest_value=largest, largest_batch=largest, sweep_name=name, measured_at=measured_at)
+        if check_needs and run.get("fits"):  # the need of the largest value that fits, at that value
+            args, env = runner.with_value(name, measured_at)
+            runner.check_need(allocator, run, args=args, extra_env=env)
         run["sweep"] = [dict({k: r.get(k) for k in ("fits", "peak_allocated_bytes", "peak_reserved_bytes",
                                                      "first_oom", "error", "exit_status")},
                              value=r["sweep_value"], work_flops=remedies.work_of(r))
@@ -245,6 +262,12 @@ def _dryrun(runner, script, args, preset, device, context, allocators, min_memor
     result["exit_code"] = exit_status(result)
     result["verdict"] = VERDICTS[result["exit_code"]]
     return result
+
+
+def _need_is_the_search(run):
+    """With --min-memory the need is the search's answer: one figure, not two."""
+    if run.get("min_memory_bytes") and run.get("fits"):
+        run.update(need_replayed_bytes=run.get("need_bytes"), need_bytes=run["min_memory_bytes"], need_checked=True)
 
 
 def _not_run(allocator, failed):

@@ -135,7 +135,7 @@ class Runner:
                  f"reserved {size_text(result.get('peak_reserved_bytes'))} ({result.get('elapsed_s', 0):.1f}s)")
         return result
 
-    def min_memory(self, allocator, full):
+    def min_memory(self, allocator, full, args=None, extra_env=None):
         """The smallest device on which the run fits, by bisection: exact to
         GRANULE (the sizes tried are its multiples), or the card's own size
         (the full run's, which need not be a multiple) when nothing smaller
@@ -149,7 +149,8 @@ class Runner:
         top = int(self.memory)
 
         def fits(size):
-            r = self.run(allocator, f"{allocator} {format_size(size)}", memory=size, snapshot=False)
+            r = self.run(allocator, f"{allocator} {format_size(size)}", memory=size, snapshot=False, args=args,
+                         extra_env=extra_env)
             if r.get("fits") is None:
                 r["failed_at"] = {"memory_bytes": size}
                 raise SearchFailed(r)
@@ -170,12 +171,38 @@ class Runner:
         if lo < guess < hi:
             if fits(guess):
                 hi = guess
+                if lo < guess - GRANULE:  # the guess is the answer when a granule less does not fit
+                    if fits(guess - GRANULE):
+                        hi = guess - GRANULE
+                    else:
+                        lo = guess - GRANULE
             else:
                 lo = guess
         # each size tried a multiple of GRANULE, above lo: hi (the card's size) need not be one
         _, hi = bisect(fits, lo, hi, close=lambda lo, hi: hi - lo <= GRANULE,
                        midpoint=lambda lo, hi: max((lo + hi) // 2 // GRANULE * GRANULE, lo + GRANULE))
         return hi
+
+    def check_need(self, allocator, run, args=None, extra_env=None):
+        """The replay's need, checked by runs: a run on a phantom of that
+        size fits, and one of a granule less does not; where either says
+        otherwise, the search goes on from there (min_memory, seeded by the
+        replay). The run's need_bytes is then the runs' answer (need_checked;
+        the replay's kept in need_replayed_bytes), or None, with
+        need_unmeasured, where a run of the check failed for another reason
+        than memory."""
+        if not run.get("need_bytes") or run.get("fits") is not True:
+            return run
+        replayed = run["need_bytes"]
+        try:
+            found = self.min_memory(allocator, run, args=args, extra_env=extra_env)
+        except SearchFailed as stop:
+            size = format_size(stop.run["failed_at"]["memory_bytes"])
+            run.update(need_bytes=None, need_replayed_bytes=replayed,
+                       need_unmeasured=f"a run on a phantom of {size} to check it failed ({stop.run.get('error')})")
+            return run
+        run.update(need_bytes=found, need_replayed_bytes=replayed, need_checked=True)
+        return run
 
     def _min_memory_above(self, top, fits, full):
         """The smallest device for a run that ran out of memory on the card:

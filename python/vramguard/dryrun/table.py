@@ -32,10 +32,11 @@ def _oom_text(run, sweep_name=None):
 
 
 def _need_text(run, device):
-    """The needs column: the smallest device the run fits on (the replay's),
-    "> the device" for a run that ran out of memory on it, else not measured."""
+    """The needs column: the smallest device the run fits on ("~" where only
+    the replay says so, unchecked by runs), "> the device" for a run that ran
+    out of memory on it, else not measured."""
     if run.get("need_bytes"):
-        return format_size(int(run["need_bytes"]))
+        return ("" if run.get("need_checked") else "~") + format_size(int(run["need_bytes"]))
     if run.get("need_above_device"):
         return f"> {format_size(int(device))}"
     return "not measured"

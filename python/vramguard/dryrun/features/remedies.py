@@ -45,8 +45,14 @@ def label(kinds, chosen):
     return " + ".join(names[k] for k in kinds)
 
 
-def env_for(kinds, chosen):
-    spec = ",".join(f"{k}:{chosen[k]}" if k in ("autocast", "optimizer") else k for k in kinds)
+def env_for(kinds, chosen, regions_only=False):
+    """The remedies' environment for a run. regions_only: autocast in the
+    program's own full-width regions only (remedy_apply's "@regions"), the
+    change a program whose autocast runs in float32 needs."""
+    def arg(k):
+        return chosen[k] + ("@regions" if k == "autocast" and regions_only else "")
+
+    spec = ",".join(f"{k}:{arg(k)}" if k in ("autocast", "optimizer") else k for k in kinds)
     return {REMEDIES_ENV: spec, WORK_ENV: "1"}
 
 
@@ -70,10 +76,12 @@ class Measure:
         self.chosen, self.baseline = chosen, baseline
         self.target = max(sweep_spec[1]) if sweep_spec else None
         self._baseline = None  # its run at the reference arguments, steps whole
+        # autocast where the program runs its own regions in float32: in those regions only
+        self.regions_only = bool(program_of(baseline).get("full_width_autocast"))
 
     def row(self, kinds):
         name = label(kinds, self.chosen)
-        env = env_for(kinds, self.chosen)
+        env = env_for(kinds, self.chosen, self.regions_only)
         what = f"{self.allocator} {name}"
         if self.sweep_spec:
             largest, runs, failed = self.runner.sweep(self.allocator, *self.sweep_spec, extra_env=env, label=what)
@@ -230,6 +238,7 @@ def program_of(run):
             "checkpointing": any(m.get("checkpointing") for m in models),
             "autocast_regions": seen.get("program_autocast_regions") or 0,
             "autocast_off_regions": seen.get("program_autocast_off_regions") or 0,
+            "full_width_autocast": seen.get("program_full_width_autocast"),
             "optimizers": seen.get("optimizer_classes") or run.get("optimizers") or [],
             "models": [m.get("class") for m in models]}
 
@@ -384,7 +393,12 @@ def _remedy_code(kind, row, program, chosen):
         if trainer:
             return [f"TrainingArguments(..., {'fp16' if half else 'bf16'}=True)"]
         dtype = "torch.float16" if half else "torch.bfloat16"
-        lines = [f'with torch.autocast("cuda", dtype={dtype}):  # around the forward pass and the loss']
+        region = program.get("full_width_autocast")
+        if region:  # the program's own region, in float32: its dtype is the change
+            lines = [f'torch.autocast("cuda", dtype={dtype})  # at {region["line"]}, in place of its '
+                     f'dtype {region["dtype"]}']
+        else:
+            lines = [f'with torch.autocast("cuda", dtype={dtype}):  # around the forward pass and the loss']
         if half:
             lines.append('scaler = torch.amp.GradScaler("cuda")  # fp16: scaler.scale(loss).backward(); '
                          "scaler.step(optimizer); scaler.update()")
@@ -473,7 +487,12 @@ def table_lines(result):
         size = format_size(larger[0]["peaks_on_larger_phantom"])
         at = f" at {sweep}={remedies['sweep_values'][0]}" if sweep else ""
         lines.append(f"* out of memory on the card: the peak of its steps on a larger phantom ({size}){at}.")
+    region = (remedies.get("program") or {}).get("full_width_autocast")
     for r in remedies["rows"]:
+        if region and "autocast" in r.get("remedies", ()) and not r.get("why_not"):
+            dtype = ((r.get("how") or {}).get("autocast") or {}).get("dtype") or "the card's 16-bit dtype"
+            lines.append(f"{r['name']}: the program's own autocast region at {region['line']} runs in "
+                         f"{region['dtype']}, which is no mixed precision: this row ran it in {dtype}.")
         for why in (r.get("why_not") or {}).values():
             lines.append(f"{r['name']}: not applied: {why}.")
         if r.get("error") and not r.get("why_not"):
@@ -494,11 +513,11 @@ class _Remedies(Feature):
         import os
 
         from . import remedy_apply
-        from ..child.frames import is_user_file
+        from ..child.frames import is_user_file, show_file
 
         if not os.environ.get(WORK_ENV):
             return None
-        return remedy_apply.install(run.torch, os.environ.get(REMEDIES_ENV, ""), is_user_file)
+        return remedy_apply.install(run.torch, os.environ.get(REMEDIES_ENV, ""), is_user_file, show_file)
 
     def figures(self, seen, run):
         return {"remedies_seen": seen.figures() if seen is not None else None}

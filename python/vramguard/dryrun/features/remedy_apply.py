@@ -20,7 +20,9 @@ parent's side is remedies.py), and what the program does of its own:
 Each records whether it applied and, where not, why: the parent's table
 says so. REMEDIES_ENV (contract.py) holds the remedies, comma-separated:
 "autocast:float16", "autocast:bfloat16", "checkpoint", "optimizer:8bit",
-"optimizer:fused".
+"optimizer:fused"; "autocast:float16@regions" runs only the program's own
+autocast regions whose dtype is full width (float32) in float16, and sets
+no default: the change a program with such a region needs.
 """
 import functools
 import sys
@@ -46,7 +48,8 @@ class Observed:
     run with remedies (and applied to, where asked)."""
 
     def __init__(self):
-        self.autocast_regions = 0      # the program's own enabled CUDA autocast regions
+        self.autocast_regions = 0      # the program's own enabled CUDA autocast regions in a 16-bit dtype
+        self.full_width = None         # ... and those in a full-width dtype (float32): {"line", "dtype", "regions"}
         self.autocast_off_regions = 0  # and those that turn it off (torch.autocast(..., enabled=False))
         self.models = []               # per top-level model at its first forward: what it is
         self.trainer = False           # a first forward from Hugging Face's Trainer
@@ -55,32 +58,40 @@ class Observed:
         self.optimizer = None          # the optimizer remedy's record
         self.optimizers_built = []     # torch Adam/AdamW built by the remedy (their class names)
         self.optimizer_classes = []    # every optimizer the program built, by class name, first seen first
+        self.optimizer_site = None     # where the program built its first Adam or AdamW: {"file", "line", "class"}
 
     def figures(self):
-        return {"program_autocast_regions": self.autocast_regions,
+        return {"program_autocast_regions": self.autocast_regions, "program_full_width_autocast": self.full_width,
                 "program_autocast_off_regions": self.autocast_off_regions, "models": self.models,
                 "trainer": self.trainer, "applied": {k: v for k, v in (("autocast", self.autocast),
                                                                         ("checkpoint", self.checkpoint),
                                                                         ("optimizer", self.optimizer)) if v},
-                "adam_built": self.optimizers_built, "optimizer_classes": self.optimizer_classes}
+                "adam_built": self.optimizers_built, "optimizer_classes": self.optimizer_classes,
+                "optimizer_site": self.optimizer_site}
 
 
 def _outside_site_packages(filename):
     return not any(part in filename for part in ("site-packages", "dist-packages", "<frozen"))
 
 
-def install(torch, spec, is_user_file=_outside_site_packages):
+def install(torch, spec, is_user_file=_outside_site_packages, show_file=lambda name: name):
     """Watch the program and apply the remedies `spec` names; returns the
     Observed record the child reads into its result. is_user_file(name):
-    whether a source file is the program's own (not a library's)."""
+    whether a source file is the program's own (not a library's);
+    show_file(name): the file as the report names it."""
     remedies = parse(spec)
     seen = Observed()
-    _watch_autocast(torch, seen, is_user_file)
-    _watch_optimizer_classes(torch, seen)
-    _watch_models(torch, seen, remedies.get("checkpoint"))
+    half = remedies.get("autocast")
+    regions_only = isinstance(half, str) and half.endswith("@regions")
+    half = half[:-len("@regions")] if regions_only else half
+    _watch_autocast(torch, seen, is_user_file, show_file, half)
+    _watch_optimizer_classes(torch, seen, is_user_file)
+    _watch_models(torch, seen, remedies.get("checkpoint"), is_user_file)
     _watch_optimizers(torch, seen, remedies.get("optimizer"))
-    if remedies.get("autocast"):
-        _autocast_everywhere(torch, seen, remedies["autocast"])
+    if half and regions_only:  # applied where the program enters one of its float32 regions
+        seen.autocast = {"applied": False, "why": "the program entered none of its own autocast regions in float32"}
+    elif half:
+        _autocast_everywhere(torch, seen, half)
     return seen
 
 
@@ -91,7 +102,16 @@ def _is_compiling(torch):
     return getattr(compiler, "is_compiling", None) or (lambda: False)
 
 
-def _watch_autocast(torch, seen, is_user_file):
+#: Autocast dtypes a card computes at full width: a region in one of them is
+#: no mixed precision, whatever torch.autocast says (a config's float32).
+FULL_WIDTH = ("float32", "float64")
+
+
+def _watch_autocast(torch, seen, is_user_file, show_file, half=None):
+    """Counts the program's own CUDA autocast regions: in a 16-bit dtype,
+    off, or in a full-width dtype (its first line named). With the
+    autocast remedy (`half`, a dtype's name), a full-width region of the
+    program's runs in `half` instead: the region the remedy is about."""
     cls = torch.amp.autocast_mode.autocast
     original = cls.__enter__
     if getattr(original, "_vramguard_watch", False):
@@ -99,25 +119,42 @@ def _watch_autocast(torch, seen, is_user_file):
 
     users = {}  # file name -> whether it is the user's
 
-    def by_user():
-        name = sys._getframe(2).f_code.co_filename
+    def caller():
+        frame = sys._getframe(2)
+        name = frame.f_code.co_filename
         if name not in users:
             users[name] = is_user_file(name)
-        return users[name]
+        return users[name], f"{show_file(name)}:{frame.f_lineno}"
 
     compiling = _is_compiling(torch)
+    half_dtype = getattr(torch, str(half), None) if half else None
 
     @functools.wraps(original)
     def __enter__(self):
         if not compiling() and getattr(self, "device", None) == "cuda":
-            if getattr(self, "_enabled", False):
+            dtype = str(getattr(self, "fast_dtype", "")).replace("torch.", "")
+            if getattr(self, "_enabled", False) and dtype in FULL_WIDTH:
+                mine, line = caller()
+                if mine:
+                    _full_width_region(seen, line, dtype)
+                    if isinstance(half_dtype, torch.dtype):
+                        self.fast_dtype = half_dtype
+                        if not (seen.autocast or {}).get("applied"):
+                            seen.autocast = {"applied": True, "dtype": str(half), "where": "the program's regions"}
+            elif getattr(self, "_enabled", False):
                 seen.autocast_regions += 1
-            elif by_user():  # a library's own fp32 region (Llama's rotary embedding) is not the program's
+            elif caller()[0]:  # a library's own fp32 region (Llama's rotary embedding) is not the program's
                 seen.autocast_off_regions += 1
         return original(self)
 
     __enter__._vramguard_watch = True
     cls.__enter__ = __enter__
+
+
+def _full_width_region(seen, line, dtype):
+    if seen.full_width is None:
+        seen.full_width = {"line": line, "dtype": dtype, "regions": 0}
+    seen.full_width["regions"] += 1
 
 
 def _autocast_everywhere(torch, seen, dtype_name):
@@ -133,7 +170,7 @@ def _autocast_everywhere(torch, seen, dtype_name):
         seen.autocast = {"applied": False, "why": f"this PyTorch cannot set autocast's default ({exc})"}
         return
     _in_new_threads(torch, dtype)
-    seen.autocast = {"applied": True, "dtype": str(dtype_name)}
+    seen.autocast = {"applied": True, "dtype": str(dtype_name)}  # the program's full-width regions: full_width
 
 
 def _in_new_threads(torch, dtype):
@@ -233,14 +270,15 @@ def _checkpoint_model(torch, module, seen):
     apply_activation_checkpointing(
         module, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
         check_fn=lambda m: id(m) in ids)
-    return {"applied": True, "model": name, "how": "wrapper", "blocks": len(blocks), "block_class": block_class}
+    return {"applied": True, "model": name, "how": "wrapper", "blocks": len(blocks), "block_class": block_class,
+            "block_sites": [_block_site(c) for c in dict.fromkeys(type(b) for b in blocks)]}
 
 
 def _from_trainer():
     return any("/transformers/trainer" in f.filename for f in traceback.extract_stack())
 
 
-def _watch_models(torch, seen, checkpoint):
+def _watch_models(torch, seen, checkpoint, is_user_file=_outside_site_packages):
     """At each model's first forward (the outermost module called that no
     earlier one contains): what it is; and the checkpoint remedy at its
     first forward in training (an evaluation may come first)."""
@@ -257,7 +295,7 @@ def _watch_models(torch, seen, checkpoint):
         if module not in observed:
             observed.update(module.modules())
             outermost.add(module)
-            _observe(module, seen)
+            _observe(module, seen, is_user_file)
         # a model: a module first called from outside any other (its blocks are not models)
         if checkpoint and module in outermost and module not in tried and module.training and any(
                 p.requires_grad for p in module.parameters()):
@@ -275,19 +313,46 @@ def _watch_models(torch, seen, checkpoint):
                                   "that need gradients)"}
 
 
-def _observe(module, seen):
+def _observe(module, seen, is_user_file):
     if not seen.trainer and _from_trainer():
         seen.trainer = True
     hf = _hf_model(module)
     seen.models.append({"class": type(module).__name__, "huggingface": hf is not None,
-                        "checkpointing": bool(hf is not None and _hf_checkpointing_on(hf)) or _already_wrapped(module)})
+                        "checkpointing": bool(hf is not None and _hf_checkpointing_on(hf)) or _already_wrapped(module),
+                        "site": _model_site(module, is_user_file)})
+
+
+def _model_site(module, is_user_file):
+    """Where the program holds the model it first calls: the outermost of the
+    program's own frames on the stack with a variable bound to it (the
+    function that made it and runs the loop, or the script's top level), its
+    line there and the variable's name; None when no frame of the
+    program's names it. What a patch that changes the model is written at."""
+    site = None
+    frame = sys._getframe(2)
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            for name, value in list(frame.f_locals.items()):
+                if value is module or getattr(value, "_orig_mod", None) is module:
+                    site = {"file": frame.f_code.co_filename, "line": frame.f_lineno, "name": name}
+                    break
+        frame = frame.f_back
+    return site
+
+
+def _block_site(block_class_object):
+    """A block class as a patch names it: its module (None where it is the
+    script's own) and its name."""
+    module = getattr(block_class_object, "__module__", None)
+    return {"module": None if module == "__main__" else module, "name": block_class_object.__qualname__}
 
 
 # ---------------------------------------------------------------- the optimizer
 
-def _watch_optimizer_classes(torch, seen):
+def _watch_optimizer_classes(torch, seen, is_user_file=_outside_site_packages):
     """Every optimizer's class as it is built (bitsandbytes' too: each calls
-    torch.optim.Optimizer.__init__), whether or not it ever steps."""
+    torch.optim.Optimizer.__init__), whether or not it ever steps; and where
+    the program built its first Adam or AdamW (a patch's place)."""
     base = torch.optim.Optimizer
     original = base.__init__
     if getattr(original, "_vramguard_watch", False):
@@ -298,10 +363,19 @@ def _watch_optimizer_classes(torch, seen):
         name = type(self).__name__
         if name not in seen.optimizer_classes:
             seen.optimizer_classes.append(name)
+        if seen.optimizer_site is None and name in ("Adam", "AdamW"):
+            seen.optimizer_site = _first_user_frame(is_user_file, name)
         return original(self, *args, **kwargs)
 
     __init__._vramguard_watch = True
     base.__init__ = __init__
+
+
+def _first_user_frame(is_user_file, what):
+    frame = sys._getframe(2)
+    while frame is not None and not is_user_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    return {"file": frame.f_code.co_filename, "line": frame.f_lineno, "class": what} if frame is not None else None
 
 
 def _bnb_class(name):

@@ -1,0 +1,284 @@
+"""The cheapest change as a patch of the user's own script: a unified diff
+that `patch -p1` applies in the folder the dry run ran in. remedies.py
+applies it to a copy beside the script and dry-runs the copy; the diff is
+printed only when that run fits, with that run's peaks.
+
+Each remedy is an edit at the place the program's own run recorded
+(remedy_apply.py): the allocator and the imports at the script's top; the
+checkpointing before the loop of the function that holds the model; the
+optimizer at the line that builds it; autocast after the imports, or at the
+program's own float32 region; a Trainer's changes as TrainingArguments'
+keywords. What cannot be written so raises NoPatch with the reason, said in
+the report instead of a diff."""
+import ast
+import difflib
+import os
+
+__all__ = ["NoPatch", "patch_for"]
+
+_LOOPS = (ast.For, ast.While, ast.AsyncFor)
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef)
+#: What bitsandbytes' AdamW8bit takes of torch's Adam's keywords (remedy_apply._adam_kwargs).
+_BNB_KEYWORDS = ("lr", "betas", "eps", "weight_decay")
+_TRAINER_OPTIM = {"8bit": "adamw_bnb_8bit", "fused": "adamw_torch_fused"}
+
+
+class NoPatch(Exception):
+    """The change cannot be written as a patch; the message says why."""
+
+
+class _Edits:
+    """Text edits of one file at (line, column) positions, applied from the
+    last to the first so that each keeps its place."""
+
+    def __init__(self, source):
+        self.lines = source.splitlines(True)
+        self.edits = []  # (line, col, end_line, end_col, text): 1-based lines, 0-based columns
+
+    def insert_lines(self, before_line, indent, lines):
+        self.edits.append((before_line, 0, before_line, 0, "".join(f"{indent}{line}\n" for line in lines)))
+
+    def replace(self, node, text):
+        self.edits.append((node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, text))
+
+    def insert_at(self, line, col, text):
+        self.edits.append((line, col, line, col, text))
+
+    def apply(self):
+        lines = list(self.lines)
+        for line, col, end_line, end_col, text in sorted(self.edits, key=lambda e: (e[0], e[1]), reverse=True):
+            if line > len(lines):
+                lines.append("")
+            head = lines[line - 1][:col]
+            tail = lines[end_line - 1][end_col:] if end_line <= len(lines) else ""
+            lines[line - 1:end_line] = [head + text + tail]
+        return "".join(lines)
+
+
+def _top_insertion_line(tree):
+    """The line before which the script's first statements go: after its
+    docstring and `from __future__` imports."""
+    for node in tree.body:
+        is_doc = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(
+            node.value.value, str)
+        if not is_doc and not (isinstance(node, ast.ImportFrom) and node.module == "__future__"):
+            return node.lineno
+    return (tree.body[-1].end_lineno + 1) if tree.body else 1
+
+
+def _torch_name(tree):
+    """The name the script's top level binds torch to, or None."""
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "torch":
+                    return alias.asname or "torch"
+    return None
+
+
+def _after_imports_line(tree):
+    """The line after the script's last top-level import."""
+    last = None
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            last = node
+        elif last is not None:
+            break
+    return (last.end_lineno + 1) if last is not None else _top_insertion_line(tree)
+
+
+def _chain(tree, line):
+    """The statements containing `line`, outermost first, from the innermost
+    function that contains it (or the module)."""
+    chain, body = [], tree.body
+    while True:
+        inside = [n for n in body if isinstance(n, ast.stmt) and n.lineno <= line <= n.end_lineno]
+        if not inside:
+            return chain
+        node = inside[0]
+        if isinstance(node, _SCOPES):
+            chain = []  # a function: its own statements are the scope
+        elif isinstance(node, ast.ClassDef):
+            return chain
+        else:
+            chain.append(node)
+        body = [child for field in ("body", "orelse", "finalbody", "handlers") for child in getattr(node, field, [])]
+        body = [b for h in body for b in (h.body if isinstance(h, ast.ExceptHandler) else [h])]
+
+
+def _before_the_loop(tree, line):
+    """The statement a change to the model goes before: the outermost loop
+    around `line` in its function (the training loop), else the statement
+    at `line` itself."""
+    chain = _chain(tree, line)
+    if not chain:
+        raise NoPatch(f"no statement of the script holds line {line}")
+    loops = [n for n in chain if isinstance(n, _LOOPS)]
+    return loops[0] if loops else chain[-1]
+
+
+def _calls_at(tree, line, names):
+    """The calls spanning `line` whose function's last name is one of `names`, innermost first."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.lineno <= line <= node.end_lineno:
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name in names:
+                found.append(node)
+    return sorted(found, key=lambda n: (n.end_lineno - n.lineno, n.end_col_offset - n.col_offset))
+
+
+def _set_keyword(edits, call, name, value):
+    """`name=value` in the call: its value replaced where given, else added last."""
+    for kw in call.keywords:
+        if kw.arg == name:
+            edits.replace(kw.value, value)
+            return
+    given = bool(call.args or call.keywords)
+    edits.insert_at(call.end_lineno, call.end_col_offset - 1, (", " if given else "") + f"{name}={value}")
+
+
+def _drop_keyword(edits, source_lines, call, kw):
+    """Removes `kw` (and the comma before it) from a call written on one line."""
+    if kw.value.end_lineno != kw.value.lineno or call.lineno != call.end_lineno:
+        raise NoPatch(f"the optimizer's {kw.arg}= spans lines; remove it by hand")
+    line = source_lines[kw.value.lineno - 1]
+    start = line.rfind(",", 0, kw.value.col_offset)
+    start = line.rfind(kw.arg, 0, kw.value.col_offset) if start < 0 else start
+    edits.edits.append((kw.value.lineno, start, kw.value.lineno, kw.value.end_col_offset, ""))
+
+
+def _model_site(program, script):
+    site = next((m.get("site") for m in program.get("models") or [] if m.get("site")), None)
+    if site is None:
+        raise NoPatch("no frame of the script held the model it trains")
+    if os.path.abspath(site["file"]) != os.path.abspath(script):
+        raise NoPatch(f"the model is held in {site['file']}, not in the script")
+    return site
+
+
+def _checkpoint(edits, tree, row, program, script):
+    how = (row.get("how") or {}).get("checkpoint") or {}
+    site = _model_site(program, script)
+    anchor = _before_the_loop(tree, site["line"])
+    indent = " " * anchor.col_offset
+    if how.get("how") == "huggingface":
+        lines = [f"{site['name']}.{how.get('method') or 'gradient_checkpointing_enable'}()"]
+    else:
+        sites = how.get("block_sites") or []
+        if not sites or any("<locals>" in s["name"] for s in sites):
+            raise NoPatch("its block class is not one the script can name")
+        lines = ["from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing"]
+        lines += [f"from {s['module']} import {s['name']}" for s in sites if s["module"]]
+        classes = ", ".join(s["name"] for s in sites)
+        kinds = classes if len(sites) == 1 else f"({classes})"
+        lines.append(f"apply_activation_checkpointing({site['name']}, check_fn=lambda m: isinstance(m, {kinds}))")
+    edits.insert_lines(anchor.lineno, indent, lines)
+
+
+def _optimizer(edits, tree, row, program, chosen, script, source_lines):
+    site = program.get("optimizer_site")
+    if not site:
+        raise NoPatch("the script built no torch.optim.Adam or AdamW that the run saw")
+    if os.path.abspath(site["file"]) != os.path.abspath(script):
+        raise NoPatch(f"the optimizer is built in {site['file']}, not in the script")
+    calls = _calls_at(tree, site["line"], (site["class"],))
+    if not calls:
+        raise NoPatch(f"no {site['class']}(...) call at line {site['line']} of the script")
+    call = calls[0]
+    if chosen.get("optimizer") == "fused":
+        for kw in call.keywords:
+            if kw.arg == "foreach":
+                edits.replace(kw.value, "False")
+        _set_keyword(edits, call, "fused", "True")
+        return []
+    edits.replace(call.func, f"bnb.optim.{site['class']}8bit")
+    for kw in call.keywords:
+        if kw.arg not in _BNB_KEYWORDS:
+            _drop_keyword(edits, source_lines, call, kw)
+    return ["import bitsandbytes as bnb"]
+
+
+def _autocast(edits, tree, program, chosen, torch):
+    half = chosen.get("autocast") or "float16"
+    region = program.get("full_width_autocast")
+    if region:
+        line = int(region["line"].rsplit(":", 1)[1])
+        calls = _calls_at(tree, line, ("autocast",))
+        if not calls:
+            raise NoPatch(f"no autocast(...) call at line {line} of the script")
+        call = calls[0]
+        if len(call.args) >= 2:
+            edits.replace(call.args[1], f"{torch or 'torch'}.{half}")
+        else:
+            _set_keyword(edits, call, "dtype", f"{torch or 'torch'}.{half}")
+        return []
+    name = torch or "torch"
+    edits.insert_lines(_after_imports_line(tree), "", [
+        f'{name}.set_autocast_enabled("cuda", True); {name}.set_autocast_dtype("cuda", {name}.{half}); '
+        f"{name}.set_autocast_cache_enabled(False)  # the program's CUDA work under autocast"])
+    return [] if torch else ["import torch"]
+
+
+def _trainer(edits, tree, row, chosen, acc):
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+             and (getattr(n.func, "id", None) or getattr(n.func, "attr", None)) == "TrainingArguments"]
+    if len(calls) != 1:
+        raise NoPatch(f"the script has {len(calls)} TrainingArguments(...) calls, not one")
+    call = calls[0]
+    for kind in row["remedies"]:
+        if kind == "checkpoint":
+            _set_keyword(edits, call, "gradient_checkpointing", "True")
+        elif kind == "autocast":
+            _set_keyword(edits, call, "bf16" if chosen.get("autocast") == "bfloat16" else "fp16", "True")
+        elif kind == "optimizer":
+            _set_keyword(edits, call, "optim", repr(_TRAINER_OPTIM[chosen.get("optimizer")]))
+    if acc and acc["steps"] > 1:
+        _set_keyword(edits, call, "per_device_train_batch_size", str(acc["batch"]))
+        _set_keyword(edits, call, "gradient_accumulation_steps", str(acc["steps"]))
+
+
+def _allocator_lines(allocator):
+    if allocator == "vramguard":
+        return ["import vramguard; vramguard.install()  # before the first CUDA call"]
+    if allocator == "expandable":
+        return ['import os; os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"  # before torch']
+    return []
+
+
+def patch_for(row, remedies, script, cwd):
+    """(the patched source, the unified diff, the script's path in it) of
+    the row's change to `script`; NoPatch where it cannot be written."""
+    if script.endswith(".ipynb"):
+        raise NoPatch("a notebook's cells are not written as a patch")
+    with open(script, encoding="utf-8") as f:
+        source = f.read()
+    try:
+        tree = ast.parse(source, script)
+    except SyntaxError as exc:
+        raise NoPatch(f"the script does not parse here ({exc.msg})") from None
+    program, chosen = remedies.get("program") or {}, remedies.get("settings") or {}
+    acc = row.get("accumulation")
+    edits = _Edits(source)
+    top = _allocator_lines(row["allocator"])
+    if program.get("trainer"):
+        _trainer(edits, tree, row, chosen, acc)
+    else:
+        if acc and acc["steps"] > 1:
+            raise NoPatch("its gradient accumulation changes the training loop, which is not written as a patch")
+        for kind in row["remedies"]:
+            if kind == "checkpoint":
+                _checkpoint(edits, tree, row, program, script)
+            elif kind == "optimizer":
+                top += _optimizer(edits, tree, row, program, chosen, script, source.splitlines(True))
+            elif kind == "autocast":
+                top += _autocast(edits, tree, program, chosen, _torch_name(tree))
+    if top:
+        edits.insert_lines(_top_insertion_line(tree), "", list(dict.fromkeys(top)))
+    patched = edits.apply()
+    rel = os.path.relpath(os.path.abspath(script), cwd)
+    if rel.startswith(".."):
+        raise NoPatch(f"the script is outside the folder the dry run ran in ({cwd})")
+    diff = "".join(difflib.unified_diff(source.splitlines(True), patched.splitlines(True), f"a/{rel}", f"b/{rel}"))
+    return patched, diff, rel
