@@ -43,11 +43,8 @@ GPT_CLASSES = """
             return self.head(x)
 """
 
-GPT = """
-    import sys, torch
-    import torch.nn as nn
-    import torch.nn.functional as F
-""" + GPT_CLASSES + """
+# Its training: two fp32 steps of AdamW (foreach) at the batch argv[1] names.
+GPT_TRAINING = """
     B, S, D, L, V = int(sys.argv[1]), 256, 256, 4, 4096
     model = GPT(V, D, L, S).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)  # fp32, foreach
@@ -57,6 +54,12 @@ GPT = """
         opt.step()
         opt.zero_grad(set_to_none=True)
 """
+
+GPT = """
+    import sys, torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+""" + GPT_CLASSES + GPT_TRAINING
 
 
 def _hash(path):
@@ -82,7 +85,7 @@ def test_a_gpt_that_does_not_fit_gets_a_combination_that_does(tmp_path):
     assert amp["peak_allocated_bytes"] < written["peak_allocated_bytes"]  # half the activations
     assert ckpt["peak_allocated_bytes"] < amp["peak_allocated_bytes"]  # only the blocks' inputs kept
     assert ckpt["how"]["checkpoint"] == {"applied": True, "model": "GPT", "how": "wrapper", "blocks": 4,
-                                         "block_class": "Block"}
+                                         "block_class": "Block", "block_sites": [{"module": None, "name": "Block"}]}
     assert opt8["how"]["optimizer"]["to"] == "bitsandbytes.optim.AdamW8bit"
     # 8-bit states: 2 x (4 - 1) bytes less per parameter
     params = 2 * 4096 * 256 + 4096 + 256 * 256 + 4 * (12 * 256 * 256 + 13 * 256)
@@ -283,3 +286,49 @@ def test_an_autocast_region_in_float16_keeps_the_remedy_skipped(tmp_path):
     assert amp["skipped"] and amp["why_not"] == {
         "autocast": "the program already runs under autocast, and its own regions keep their dtype"}
     assert result["remedies"]["program"]["full_width_autocast"] is None
+
+
+MODEL_FILE = """
+    import torch
+    import torch.nn as nn
+""" + GPT_CLASSES
+
+TRAIN_FILE = """
+    import sys, torch
+    import torch.nn.functional as F
+    from model import GPT
+""" + GPT_TRAINING
+
+
+def test_the_cheapest_change_is_a_patch_that_was_run_and_runs_as_printed(tmp_path):
+    """The GPT of the first test, its classes in a module of their own (the
+    script imports only GPT): the cheapest change is written as a patch of the
+    script, run on a copy, printed with that run's peaks; applied with
+    patch -p1 to a clean copy of the folder, the program fits as printed, and
+    within 1% of the row's peak."""
+    import shutil
+
+    folder = tmp_path / "project"
+    folder.mkdir()
+    write(folder, "model.py", MODEL_FILE)
+    write(folder, "gpt.py", TRAIN_FILE)
+    result, _ = dryrun(folder, "--allocator", "vramguard", "--no-snapshot", "--memory", "875MiB", "--remedies",
+                       "gpt.py", "32", expect=1)
+    plan = result["remedies"]
+    patch = plan["patch"]
+    assert patch["written"] and patch["fits"] is True and patch["file"] == "gpt.py"
+    assert "+from model import Block\n" in patch["diff"]
+    assert sorted(p.name for p in folder.iterdir()) == ["gpt.py", "model.py", "out"]  # the copy is gone
+    text = report(result)
+    assert f"In {folder}: patch -p1 < {patch['path']}" in text
+    row = _rows(result)[plan["cheapest"]]
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    for name in ("model.py", "gpt.py"):
+        shutil.copy(folder / name, clean / name)
+    applied = subprocess.run(["patch", "-p1", "-i", patch["path"]], cwd=clean, capture_output=True, text=True)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    run, _ = dryrun(clean, "--allocator", "native", "--no-snapshot", "--memory", "875MiB", "gpt.py", "32", expect=0)
+    peak = run["native"]["peak_reserved_bytes"]
+    assert peak == patch["peak_reserved_bytes"]
+    assert abs(peak - row["peak_reserved_bytes"]) <= 0.01 * row["peak_reserved_bytes"], (peak, row)

@@ -93,7 +93,7 @@ class Runner:
         self.say(f"stopped before {and_list(missing)} ended; the figures of the runs that ended:\n"
                  + "\n".join(lines))
 
-    def run(self, allocator, label, memory=None, args=None, extra_env=None, snapshot=None, steps=None):
+    def run(self, allocator, label, memory=None, args=None, extra_env=None, snapshot=None, steps=None, script=None):
         env = dict(self.base_env, VG_FAKECUDA_MEM=str(int(memory or self.memory)))
         if self.user_preload:  # the phantom's libraries first, then the user's
             env["LD_PRELOAD"] = f"{env['LD_PRELOAD']} {self.user_preload}"
@@ -114,7 +114,7 @@ class Runner:
         env.setdefault("TRITON_CACHE_DIR", os.environ.get("TRITON_CACHE_DIR")
                        or os.path.join(os.path.expanduser("~"), ".triton", "cache"))
         try:
-            result = run_child(self.script, self.args if args is None else args, allocator, child_env(env),
+            result = run_child(script or self.script, self.args if args is None else args, allocator, child_env(env),
                                self.out_dir, label, notebook=self.notebook,
                                steps=self.steps if steps is None else steps,
                                snapshot=self.snapshot if snapshot is None else snapshot,

@@ -20,6 +20,7 @@ from ...render.text_table import text_table
 from ...render.words import a, count
 from ..contract import REMEDIES_ENV, WORK_ENV
 from .base import Feature
+from .remedy_patch import patch_and_run, patch_lines
 
 #: A phantom this many times the card's memory: where a setting that runs
 #: out of memory on the card takes its steps whole, for its peaks and work.
@@ -227,6 +228,10 @@ def measure(runner, result, preset, sweep_spec, unmeasured=None, device=None):
            "target": m.target, "sweep_name": sweep_spec[0] if sweep_spec else None,
            "sweep_values": list(sweep_spec[1]) if sweep_spec else None}
     out.update(choose(result, out))
+    best = best_row(result, out)
+    if best is not None and best["remedies"]:
+        runner.say("writing the cheapest change as a patch, and running it")
+        out["patch"] = patch_and_run(runner, result, out, best, sweep_spec)
     return out
 
 
@@ -240,7 +245,9 @@ def program_of(run):
             "autocast_off_regions": seen.get("program_autocast_off_regions") or 0,
             "full_width_autocast": seen.get("program_full_width_autocast"),
             "optimizers": seen.get("optimizer_classes") or run.get("optimizers") or [],
-            "models": [m.get("class") for m in models]}
+            "models": [m.get("class") for m in models],
+            "model_sites": [m.get("site") for m in models if m.get("site")],
+            "optimizer_site": seen.get("optimizer_site")}
 
 
 def _skip(kind, program, chosen):
@@ -327,12 +334,9 @@ def choose(result, remedies):
         return {"cheapest": None, "code": [],
                 "sentence": f"As written {what} with {allocator}: nothing needs changing; "
                             "the rows say what each remedy would free."}
-    fitting = _candidates(result, remedies)
-    if not fitting:
+    best = best_row(result, remedies)
+    if best is None:
         return {"cheapest": None, "code": [], "sentence": _nothing_fits(result, remedies)}
-    # fewest changes, then least work, then no accumulation (fewer, larger batches), then the lower peak
-    best = min(fitting, key=lambda r: (_changes(r), round(r.get("work_ratio") or 1.0, 2), _steps(r),
-                                       r.get("peak_reserved_bytes") or 0))
     cost = best.get("work_ratio")
     work = (f", {cost:.2f}x the work" if cost and abs(cost - 1) >= 0.005 else ", no extra work" if cost else "")
     under = (f" (measured with the {best['allocator']} allocator, which the code installs too)"
@@ -346,6 +350,19 @@ def choose(result, remedies):
                     + (f" (an effective {acc['effective']})" if acc["effective"] != remedies["target"] else ""))
     return {"cheapest": best["name"], "code": code_for(best, remedies),
             "sentence": f"Cheapest change that {goal}: {how} ({count(_changes(best), 'change')}{work}){under}."}
+
+
+def best_row(result, remedies):
+    """The cheapest setting that reaches the goal, or None: fewest changes,
+    then least work, then no accumulation (fewer, larger batches), then the
+    lower peak. None too where the program as written fits."""
+    if _as_written(result, remedies)[0]:
+        return None
+    fitting = _candidates(result, remedies)
+    if not fitting:
+        return None
+    return min(fitting, key=lambda r: (_changes(r), round(r.get("work_ratio") or 1.0, 2), _steps(r),
+                                       r.get("peak_reserved_bytes") or 0))
 
 
 def _nothing_fits(result, remedies):
@@ -409,9 +426,12 @@ def _remedy_code(kind, row, program, chosen):
             return ["TrainingArguments(..., gradient_checkpointing=True)"]
         if how.get("how") == "huggingface":
             return [f"model.{how.get('method') or 'gradient_checkpointing_enable'}()  # before training"]
-        block = how.get("block_class") or "Block"
-        return ["from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing",
-                f"apply_activation_checkpointing(model, check_fn=lambda m: isinstance(m, {block}))"]
+        sites = how.get("block_sites") or [{"module": None, "name": how.get("block_class") or "Block"}]
+        names = ", ".join(site["name"] for site in sites)
+        return (["from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing"]
+                + [f"from {site['module']} import {site['name']}" for site in sites if site["module"]]
+                + [f"apply_activation_checkpointing(model, check_fn=lambda m: isinstance(m, "
+                   f"{names if len(sites) == 1 else '(' + names + ')'}))"])
     original = ((row.get("how") or {}).get("optimizer") or {}).get("from") or "AdamW"  # Adam or AdamW
     if chosen.get("optimizer") == "8bit":
         if trainer:
@@ -499,6 +519,7 @@ def table_lines(result):
             lines.append(f"{r['name']}: the run failed: {r['error']}")
     lines.append(remedies["sentence"])
     lines += [f"    {line}" for line in remedies.get("code") or []]
+    lines += patch_lines(remedies, result.get("cwd"))
     lines.append(work_note(result))
     return lines
 

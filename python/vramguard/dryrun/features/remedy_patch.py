@@ -13,8 +13,11 @@ the report instead of a diff."""
 import ast
 import difflib
 import os
+import tempfile
 
-__all__ = ["NoPatch", "patch_for"]
+from ..._files import write_atomically
+
+__all__ = ["NoPatch", "patch_for", "patch_and_run"]
 
 _LOOPS = (ast.For, ast.While, ast.AsyncFor)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -34,8 +37,11 @@ class _Edits:
     def __init__(self, source):
         self.lines = source.splitlines(True)
         self.edits = []  # (line, col, end_line, end_col, text): 1-based lines, 0-based columns
+        self.first = set()  # edits that go above any other at their place
 
-    def insert_lines(self, before_line, indent, lines):
+    def insert_lines(self, before_line, indent, lines, first=False):
+        if first:
+            self.first.add(len(self.edits))
         self.edits.append((before_line, 0, before_line, 0, "".join(f"{indent}{line}\n" for line in lines)))
 
     def replace(self, node, text):
@@ -46,7 +52,10 @@ class _Edits:
 
     def apply(self):
         lines = list(self.lines)
-        for line, col, end_line, end_col, text in sorted(self.edits, key=lambda e: (e[0], e[1]), reverse=True):
+        # the last first; at one place, the one made last first too, so that they read in the order made
+        order = sorted(range(len(self.edits)),
+                       key=lambda i: (self.edits[i][0], self.edits[i][1], -1 if i in self.first else i), reverse=True)
+        for line, col, end_line, end_col, text in (self.edits[i] for i in order):
             if line > len(lines):
                 lines.append("")
             head = lines[line - 1][:col]
@@ -150,7 +159,7 @@ def _drop_keyword(edits, source_lines, call, kw):
 
 
 def _model_site(program, script):
-    site = next((m.get("site") for m in program.get("models") or [] if m.get("site")), None)
+    site = next(iter(program.get("model_sites") or []), None)
     if site is None:
         raise NoPatch("no frame of the script held the model it trains")
     if os.path.abspath(site["file"]) != os.path.abspath(script):
@@ -275,10 +284,62 @@ def patch_for(row, remedies, script, cwd):
             elif kind == "autocast":
                 top += _autocast(edits, tree, program, chosen, _torch_name(tree))
     if top:
-        edits.insert_lines(_top_insertion_line(tree), "", list(dict.fromkeys(top)))
+        edits.insert_lines(_top_insertion_line(tree), "", list(dict.fromkeys(top)), first=True)
     patched = edits.apply()
     rel = os.path.relpath(os.path.abspath(script), cwd)
     if rel.startswith(".."):
         raise NoPatch(f"the script is outside the folder the dry run ran in ({cwd})")
     diff = "".join(difflib.unified_diff(source.splitlines(True), patched.splitlines(True), f"a/{rel}", f"b/{rel}"))
     return patched, diff, rel
+
+
+def patch_and_run(runner, result, remedies, row, sweep_spec):
+    """The row's change as a patch, applied to a copy of the script beside
+    it (so that its imports resolve as the script's) and dry-run as the user
+    would run it (the patch installs any allocator it needs), at the sweep's
+    largest value where swept: {"written": True, "diff", "file", "path" (the
+    .patch in the dry run's folder), "fits", the run's peaks, its error}, or
+    {"written": False, "why"}. The copy is removed after its run."""
+    script = result["script"]
+    try:
+        patched, diff, rel = patch_for(row, remedies, script, result["cwd"])
+    except NoPatch as exc:
+        return {"written": False, "why": str(exc)}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:  # the dry run's figures stand
+        return {"written": False, "why": f"writing it failed here ({type(exc).__name__}: {exc})"}
+    folder = os.path.dirname(os.path.abspath(script))
+    fd, copy = tempfile.mkstemp(prefix=".vramguard-patched-", suffix=".py", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(patched)
+        args, env = runner.with_value(sweep_spec[0], max(sweep_spec[1])) if sweep_spec else (None, {})
+        run = runner.run("native", f"the patched {rel}", args=args, extra_env=env, snapshot=False, script=copy)
+    finally:
+        try:
+            os.unlink(copy)
+        except FileNotFoundError:
+            pass
+    path = os.path.join(runner.out_dir, "cheapest.patch")
+    write_atomically(path, diff)
+    return {"written": True, "diff": diff, "file": rel, "path": path, "fits": run.get("fits"),
+            "peak_allocated_bytes": run.get("peak_allocated_bytes"),
+            "peak_reserved_bytes": run.get("peak_reserved_bytes"), "error": run.get("error")}
+
+
+def patch_lines(remedies, cwd):
+    """The report's lines on the patch: the diff where its run fit, else why not."""
+    from ..._core import format_size
+
+    patch = remedies.get("patch")
+    if not patch:
+        return []
+    if not patch["written"]:
+        return [f"Not written as a patch: {patch['why']}."]
+    peaks = (f"peak allocated {format_size(patch['peak_allocated_bytes'] or 0)}, "
+             f"reserved {format_size(patch['peak_reserved_bytes'] or 0)}")
+    if patch["fits"] is not True:
+        how = "ran out of memory" if patch["fits"] is False else f"failed ({patch['error']})"
+        return [f"Written as a patch of {patch['file']} ({patch['path']}), the change was run on a copy, which "
+                f"{how}, {peaks}: not shown, since it is not the row's program."]
+    return ([f"As a patch of {patch['file']}, run on a copy: it fits, {peaks}. In {cwd}: "
+             f"patch -p1 < {patch['path']}"] + [f"    {line}" for line in patch["diff"].splitlines()])
