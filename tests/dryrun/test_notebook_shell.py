@@ -13,6 +13,17 @@ pytest.importorskip("IPython")
 from vramguard.dryrun.child import notebook_shell  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _no_shell_left():
+    """The shell is the process's IPython singleton: the child's alone in a
+    dry run, here gone after each test, so that no other test of this
+    process finds itself in IPython."""
+    yield
+    from IPython.core.interactiveshell import InteractiveShell
+
+    InteractiveShell.clear_instance()
+
+
 def _notebook(tmp_path, *sources):
     cells = [{"cell_type": "code", "source": s, "metadata": {}, "outputs": [], "execution_count": None}
              for s in sources]
