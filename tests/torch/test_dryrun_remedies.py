@@ -267,8 +267,8 @@ def test_an_autocast_region_in_float32_is_no_mixed_precision_and_its_remedy_is_m
     rows = _rows(result)
     written, amp = rows["as written"], rows["autocast fp16"]
     assert amp["applied"] and not amp.get("skipped")
-    assert result["remedies"]["program"]["full_width_autocast"] == {"line": "gpt.py:36", "dtype": "float32",
-                                                                    "regions": 2}
+    assert result["remedies"]["program"]["full_width_autocast"] == {"line": "gpt.py:36", "made_at": "gpt.py:36",
+                                                                    "dtype": "float32", "regions": 2}
     assert amp["peak_allocated_bytes"] < written["peak_allocated_bytes"]
     text = report(result)
     assert ("autocast fp16: the program's own autocast region at gpt.py:36 runs in float32, which is no mixed "

@@ -162,3 +162,19 @@ def test_a_script_without_torch_at_its_top_gets_it_above_the_autocast_line(tmp_p
         "import vramguard; vramguard.install()  # before the first CUDA call", "import torch",
         'torch.set_autocast_enabled("cuda", True); torch.set_autocast_dtype("cuda", torch.float16); '
         "torch.set_autocast_cache_enabled(False)  # the program's CUDA work under autocast", "print('hi')"]
+
+
+def test_a_region_built_on_one_line_and_entered_on_another_is_patched_where_it_is_built(tmp_path):
+    """A config's context (`ctx = torch.autocast(..., dtype=ptdtype)`, as many
+    training scripts build it), entered later (`with ctx:`)."""
+    source = textwrap.dedent("""\
+        import torch
+        ptdtype = {"float32": torch.float32, "float16": torch.float16}["float32"]
+        ctx = torch.amp.autocast(device_type="cuda", dtype=ptdtype)
+        with ctx:
+            pass
+        """)
+    patched, _, _ = _patch(tmp_path, ["autocast"], allocator="native", source=source,
+                           full_width_autocast={"line": "train.py:4", "made_at": "train.py:3", "dtype": "float32",
+                                                "regions": 1})
+    assert patched.splitlines()[2] == 'ctx = torch.amp.autocast(device_type="cuda", dtype=torch.float16)'

@@ -412,8 +412,8 @@ def _remedy_code(kind, row, program, chosen):
         dtype = "torch.float16" if half else "torch.bfloat16"
         region = program.get("full_width_autocast")
         if region:  # the program's own region, in float32: its dtype is the change
-            lines = [f'torch.autocast("cuda", dtype={dtype})  # at {region["line"]}, in place of its '
-                     f'dtype {region["dtype"]}']
+            lines = [f'torch.autocast("cuda", dtype={dtype})  # at {region.get("made_at") or region["line"]}, in '
+                     f'place of its dtype {region["dtype"]}']
         else:
             lines = [f'with torch.autocast("cuda", dtype={dtype}):  # around the forward pass and the loss']
         if half:

@@ -128,6 +128,16 @@ def _watch_autocast(torch, seen, is_user_file, show_file, half=None):
 
     compiling = _is_compiling(torch)
     half_dtype = getattr(torch, str(half), None) if half else None
+    original_init = cls.__init__
+
+    @functools.wraps(original_init)
+    def __init__(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        frame = sys._getframe(1)  # the program's own line that built it (`ctx = torch.autocast(...)`)
+        while frame is not None and not is_user_file(frame.f_code.co_filename):
+            frame = frame.f_back
+        if frame is not None:
+            self._vramguard_made_at = f"{show_file(frame.f_code.co_filename)}:{frame.f_lineno}"
 
     @functools.wraps(original)
     def __enter__(self):
@@ -136,7 +146,7 @@ def _watch_autocast(torch, seen, is_user_file, show_file, half=None):
             if getattr(self, "_enabled", False) and dtype in FULL_WIDTH:
                 mine, line = caller()
                 if mine:
-                    _full_width_region(seen, line, dtype)
+                    _full_width_region(seen, line, dtype, getattr(self, "_vramguard_made_at", None))
                     if isinstance(half_dtype, torch.dtype):
                         self.fast_dtype = half_dtype
                         if not (seen.autocast or {}).get("applied"):
@@ -149,11 +159,15 @@ def _watch_autocast(torch, seen, is_user_file, show_file, half=None):
 
     __enter__._vramguard_watch = True
     cls.__enter__ = __enter__
+    cls.__init__ = __init__
 
 
-def _full_width_region(seen, line, dtype):
+def _full_width_region(seen, line, dtype, made_at):
+    """The first full-width region entered: the line that enters it, the line
+    that built it (a config's `ctx = torch.autocast(..., dtype=ptdtype)`, entered
+    elsewhere), its dtype; and how often the program entered one."""
     if seen.full_width is None:
-        seen.full_width = {"line": line, "dtype": dtype, "regions": 0}
+        seen.full_width = {"line": line, "made_at": made_at or line, "dtype": dtype, "regions": 0}
     seen.full_width["regions"] += 1
 
 

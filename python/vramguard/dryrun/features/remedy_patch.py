@@ -213,10 +213,10 @@ def _autocast(edits, tree, program, chosen, torch):
     half = chosen.get("autocast") or "float16"
     region = program.get("full_width_autocast")
     if region:
-        line = int(region["line"].rsplit(":", 1)[1])
+        line = int((region.get("made_at") or region["line"]).rsplit(":", 1)[1])
         calls = _calls_at(tree, line, ("autocast",))
         if not calls:
-            raise NoPatch(f"no autocast(...) call at line {line} of the script")
+            raise NoPatch(f"no autocast(...) call at line {line} of the script, where its region was built")
         call = calls[0]
         if len(call.args) >= 2:
             edits.replace(call.args[1], f"{torch or 'torch'}.{half}")
