@@ -28,9 +28,10 @@ def _needs_line(result):
     return next(line for line in format_report(result).splitlines() if line.startswith("Needs"))
 
 
-CHECKED = ("A need is the smallest device a run fits on (the CUDA context included, to 16 MiB): runs on phantoms "
-           "of that size and of 16 MiB less checked it (a replay of the run's own recorded allocations under its "
-           "allocator's policy proposed it); peak reserved is what a cache with room keeps, not what it needs.")
+CHECKED = ("A need is the smallest device a run fits on (the CUDA context included, to 16 MiB), checked by runs: "
+           "it fits a phantom of that size, and one of 16 MiB less does not (a replay of the run's own recorded "
+           "allocations under its allocator's policy proposed it); peak reserved is what a cache with room keeps, "
+           "not what it needs.")
 
 
 def test_checked_needs():

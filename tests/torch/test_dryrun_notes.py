@@ -42,9 +42,9 @@ def test_the_need_is_the_smallest_device_not_peak_reserved(tmp_path):
     assert "native     448.00 MiB       40.00 MiB      70.00 MiB   yes  448.00 MiB  -" in text
     assert "vramguard  448.00 MiB       40.00 MiB      40.00 MiB   yes  448.00 MiB  -" in text
     assert ("Needs: native and vramguard 448.00 MiB. A need is the smallest device a run fits on (the CUDA "
-            "context included, to 16 MiB): runs on phantoms of that size and of 16 MiB less checked it (a replay "
-            "of the run's own recorded allocations under its allocator's policy proposed it); peak reserved is "
-            "what a cache with room keeps, not what it needs.") in text
+            "context included, to 16 MiB), checked by runs: it fits a phantom of that size, and one of 16 MiB less "
+            "does not (a replay of the run's own recorded allocations under its allocator's policy proposed it); "
+            "peak reserved is what a cache with room keeps, not what it needs.") in text
     assert "The replay proposed another need" not in text  # one figure: the search's, which the replay agrees with
     assert "Need not measured" not in text
     # the RTX 3060 (12 GB) is the smallest preset that holds it, not the T4 asked about

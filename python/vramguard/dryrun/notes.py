@@ -41,8 +41,8 @@ def _how_measured(runs, needs):
     checked = [n for n in needs if runs[n].get("need_checked")]
     how = (f"A need is the smallest device a run fits on (the CUDA context included, to {GRANULE >> 20} MiB)")
     if len(checked) == len(needs):
-        how += (": runs on phantoms of that size and of 16 MiB less checked it (a replay of the run's own "
-                "recorded allocations under its allocator's policy proposed it)")
+        how += (", checked by runs: it fits a phantom of that size, and one of 16 MiB less does not (a replay of "
+                "the run's own recorded allocations under its allocator's policy proposed it)")
     elif not checked:
         how += (", as a replay of the run's own recorded allocations under its allocator's policy finds it, "
                 "not checked by runs")
