@@ -52,20 +52,24 @@ def test_the_need_is_the_smallest_device_not_peak_reserved(tmp_path):
            "RTX-3060)" in text
 
 
+# Blocks of about 3 MiB, every other one freed, then 64 MiB (shared with test_needs_checked.py).
+FRAGMENTS = """
+    import torch
+    MiB = 1 << 20
+    keep = []
+    for i in range(40):
+        t = torch.empty(3 * MiB + 4096 * i, dtype=torch.uint8, device="cuda")
+        if i % 2:
+            keep.append(t)
+    big = torch.empty(64 * MiB, dtype=torch.uint8, device="cuda")
+"""
+
+
 def test_the_least_need_is_named_first(tmp_path):
     """Blocks of about 3 MiB, every other one freed, then 64 MiB: the
     allocators split and reuse the holes differently, so their needs
     differ; the line names the least first, then each other with its own."""
-    write(tmp_path, "frag.py", """
-        import torch
-        MiB = 1 << 20
-        keep = []
-        for i in range(40):
-            t = torch.empty(3 * MiB + 4096 * i, dtype=torch.uint8, device="cuda")
-            if i % 2:
-                keep.append(t)
-        big = torch.empty(64 * MiB, dtype=torch.uint8, device="cuda")
-    """)
+    write(tmp_path, "frag.py", FRAGMENTS)
     result, _ = dryrun(tmp_path, "--memory", "2GiB", "frag.py", expect=0)
     needs = {n: result[n]["need_bytes"] for n in ("native", "expandable", "vramguard")}
     assert all(needs.values()) and len(set(needs.values())) > 1, needs

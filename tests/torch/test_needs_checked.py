@@ -7,6 +7,7 @@ from the need; a sweep's needs are ranked at one value only."""
 import pytest
 
 from test_dryrun import MiB, dryrun, report, write
+from test_dryrun_notes import FRAGMENTS
 
 pytestmark = pytest.mark.torch
 
@@ -21,16 +22,7 @@ CACHE_HOLDS_MORE = """
 
 
 def test_the_printed_need_fits_and_16_mib_less_does_not(tmp_path):
-    write(tmp_path, "frag.py", """
-        import torch
-        MiB = 1 << 20
-        keep = []
-        for i in range(40):
-            t = torch.empty(3 * MiB + 4096 * i, dtype=torch.uint8, device="cuda")
-            if i % 2:
-                keep.append(t)
-        big = torch.empty(64 * MiB, dtype=torch.uint8, device="cuda")
-    """)
+    write(tmp_path, "frag.py", FRAGMENTS)
     result, _ = dryrun(tmp_path, "--memory", "2GiB", "--allocators", "native,vramguard", "frag.py", expect=0)
     for name in ("native", "vramguard"):
         run = result[name]

@@ -20,7 +20,7 @@ from ...render.text_table import text_table
 from ...render.words import a, count
 from ..contract import REMEDIES_ENV, WORK_ENV
 from .base import Feature
-from .remedy_patch import patch_and_run, patch_lines
+from .remedy_patch import allocator_lines, patch_and_run, patch_lines
 
 #: A phantom this many times the card's memory: where a setting that runs
 #: out of memory on the card takes its steps whole, for its peaks and work.
@@ -380,7 +380,7 @@ def _nothing_fits(result, remedies):
 def code_for(row, remedies):
     """The lines a user adds for the row's change."""
     program, chosen = remedies.get("program") or {}, remedies.get("settings") or {}
-    lines = _allocator_code(row["allocator"])
+    lines = allocator_lines(row["allocator"])
     for kind in row["remedies"]:
         lines += _remedy_code(kind, row, program, chosen)
     acc = row.get("accumulation")
@@ -393,14 +393,6 @@ def code_for(row, remedies):
             lines.append(f"# {name}={acc['batch']}: the loss divided by {acc['steps']}, backward() every batch, "
                          f"optimizer.step() and zero_grad() every {acc['steps']} batches")
     return lines
-
-
-def _allocator_code(allocator):
-    if allocator == "vramguard":
-        return ["import vramguard; vramguard.install()  # before the first CUDA call"]
-    if allocator == "expandable":
-        return ['import os; os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"  # before importing torch']
-    return []
 
 
 def _remedy_code(kind, row, program, chosen):

@@ -17,7 +17,7 @@ import tempfile
 
 from ..._files import write_atomically
 
-__all__ = ["NoPatch", "patch_for", "patch_and_run"]
+__all__ = ["NoPatch", "allocator_lines", "patch_for", "patch_and_run"]
 
 _LOOPS = (ast.For, ast.While, ast.AsyncFor)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -248,11 +248,13 @@ def _trainer(edits, tree, row, chosen, acc):
         _set_keyword(edits, call, "gradient_accumulation_steps", str(acc["steps"]))
 
 
-def _allocator_lines(allocator):
+def allocator_lines(allocator):
+    """The lines that put a program under `allocator`: printed as the
+    cheapest change's code (remedies.code_for) and written at the script's top."""
     if allocator == "vramguard":
         return ["import vramguard; vramguard.install()  # before the first CUDA call"]
     if allocator == "expandable":
-        return ['import os; os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"  # before torch']
+        return ['import os; os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"  # before importing torch']
     return []
 
 
@@ -270,7 +272,7 @@ def patch_for(row, remedies, script, cwd):
     program, chosen = remedies.get("program") or {}, remedies.get("settings") or {}
     acc = row.get("accumulation")
     edits = _Edits(source)
-    top = _allocator_lines(row["allocator"])
+    top = allocator_lines(row["allocator"])
     if program.get("trainer"):
         _trainer(edits, tree, row, chosen, acc)
     else:
