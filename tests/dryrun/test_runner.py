@@ -79,3 +79,32 @@ def test_a_sweep_run_that_fails_otherwise_ends_it_with_no_answer():
     runner = _runner(fits_up_to=32, fails_at=4)
     found, runs, failed = runner.sweep("native", "BATCH", [1, 2, 4, 8, 16, 32])
     assert found is None and failed["failed_at"] == {"value": 4} and runner.asked == [4]
+
+
+@pytest.mark.parametrize("off", [-5, -2, -1, 0, 1, 2, 3, 9])
+def test_a_replays_need_off_by_a_few_granules_costs_a_few_runs(off):
+    """The replay proposes 7 GiB; the runs fit from `off` granules above it.
+    The search steps out from the proposal by 1, 2, 4, ... granules, so a
+    right proposal costs two runs and a miss of k granules about
+    2 log2(k) + 2, wherever the bracket's far end lies."""
+    answer = 7 * GiB + off * GRANULE
+    runner = _runner(fits_from=answer)
+    full = {"fits": True, "peak_allocated_bytes": 1 * GiB, "need_bytes": 7 * GiB, "device_peak_bytes": 9 * GiB}
+    assert runner.min_memory("native", full) == answer
+    assert runner.asked[0] == 7 * GiB
+    assert all(size % GRANULE == 0 for size in runner.asked)
+    k = abs(off) or 1
+    assert len(runner.asked) <= 2 * (k.bit_length() + 1), runner.asked
+    if off == 0:
+        assert runner.asked == [7 * GiB, 7 * GiB - GRANULE]
+
+
+def test_a_replays_need_just_below_the_floor_stops_at_the_floor():
+    """Nothing fits below the context plus peak allocated: stepping down
+    from the proposal never asks for a size under that floor."""
+    floor = 400 * MiB + 6 * GiB  # the stand-in's context and peak allocated
+    runner = _runner(fits_from=floor + 1)
+    full = {"fits": True, "peak_allocated_bytes": 6 * GiB, "need_bytes": floor + 3 * GRANULE}
+    assert runner.min_memory("native", full) == floor + GRANULE
+    assert all(size >= floor for size in runner.asked)
+    assert runner.asked == [floor + d * GRANULE for d in (3, 2, 1, 0)]  # down 1, 2, then the floor itself

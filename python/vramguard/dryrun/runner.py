@@ -168,7 +168,9 @@ class Runner:
                 or self.context + int(full.get("peak_reserved_bytes") or 0))
         guess = -(-held // GRANULE) * GRANULE
 
-        if lo < guess < hi:
+        if lo < guess < hi and full.get("need_bytes"):  # a replay's guess: most often a few granules off
+            lo, hi = self._around(fits, guess, lo, hi)
+        elif lo < guess < hi:
             if fits(guess):
                 hi = guess
                 if lo < guess - GRANULE:  # the guess is the answer when a granule less does not fit
@@ -182,6 +184,23 @@ class Runner:
         _, hi = bisect(fits, lo, hi, close=lambda lo, hi: hi - lo <= GRANULE,
                        midpoint=lambda lo, hi: max((lo + hi) // 2 // GRANULE * GRANULE, lo + GRANULE))
         return hi
+
+    @staticmethod
+    def _around(fits, guess, lo, hi):
+        """The bracket (lo does not fit, hi fits) narrowed from a guess:
+        where it fits, steps down of 1, 2, 4, ... granules until one does
+        not; where it does not, up, until one does. The replay's guess is
+        most often right or a few granules off: the answer is confirmed in
+        two runs, and a miss costs about twice the log of its size, not the
+        log of the whole bracket (a guess from the peak alone is not so
+        close, and min_memory bisects from it instead)."""
+        if fits(guess):
+            below = (guess - lo) // GRANULE - 1  # the most granules down that stay above lo
+            held, failed = double(lambda d: fits(guess - d * GRANULE), 1, below) if below >= 1 else (None, None)
+            return (guess - failed * GRANULE if failed else lo), guess - (held or 0) * GRANULE
+        above = (hi - guess - 1) // GRANULE  # the most granules up that stay below hi
+        held, failed = double(lambda d: not fits(guess + d * GRANULE), 1, above) if above >= 1 else (None, None)
+        return guess + (held or 0) * GRANULE, (guess + failed * GRANULE if failed else hi)
 
     def check_need(self, allocator, run, args=None, extra_env=None):
         """The replay's need, checked by runs: a run on a phantom of that
