@@ -7,6 +7,7 @@ fails or never uses the GPU gets one line and no remedy runs."""
 import hashlib
 import io
 import subprocess
+import textwrap
 
 import pytest
 
@@ -332,3 +333,39 @@ def test_the_cheapest_change_is_a_patch_that_was_run_and_runs_as_printed(tmp_pat
     peak = run["native"]["peak_reserved_bytes"]
     assert peak == patch["peak_reserved_bytes"]
     assert abs(peak - row["peak_reserved_bytes"]) <= 0.01 * row["peak_reserved_bytes"], (peak, row)
+
+
+def _notebook_of(cells):
+    import json
+
+    return json.dumps({"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+                                  "source": textwrap.dedent(c).lstrip("\n").splitlines(True)} for c in cells],
+                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1, sort_keys=True,
+                      ensure_ascii=False) + "\n"
+
+
+def test_a_notebooks_cheapest_change_is_a_patch_of_its_cells_that_was_run(tmp_path):
+    """The same GPT as a notebook: a shell line's cell, the imports and
+    classes, then the training under %%time. The change is written as a
+    patch of the notebook's cells, run on a copy; patch -p1 applies it to a
+    clean copy, whose own dry run fits with the printed peak."""
+    import shutil
+
+    folder = tmp_path / "project"
+    folder.mkdir()
+    cells = ["!echo setting up", "import sys, torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+             + textwrap.dedent(GPT_CLASSES),
+             "%%time\n" + textwrap.dedent(GPT_TRAINING).replace("int(sys.argv[1])", "32")]
+    (folder / "nb.ipynb").write_text(_notebook_of(cells))
+    result, _ = dryrun(folder, "--allocator", "vramguard", "--no-snapshot", "--memory", "875MiB", "--remedies",
+                       "nb.ipynb", expect=1)
+    patch = result["remedies"]["patch"]
+    assert patch["written"] and patch["fits"] is True and patch["file"] == "nb.ipynb", patch
+    assert sorted(p.name for p in folder.iterdir()) == ["nb.ipynb", "out"]  # the copy is gone
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    shutil.copy(folder / "nb.ipynb", clean / "nb.ipynb")
+    applied = subprocess.run(["patch", "-p1", "-i", patch["path"]], cwd=clean, capture_output=True, text=True)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    run, _ = dryrun(clean, "--allocator", "native", "--no-snapshot", "--memory", "875MiB", "nb.ipynb", expect=0)
+    assert run["native"]["peak_reserved_bytes"] == patch["peak_reserved_bytes"]

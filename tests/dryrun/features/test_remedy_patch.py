@@ -150,10 +150,95 @@ def test_what_cannot_be_written_says_why(tmp_path, change, why):
     assert str(refused.value) == why
 
 
-def test_a_notebook_is_not_patched(tmp_path):
+NOTEBOOK_CELLS = [
+    "!pip install --quiet something\n",
+    "import torch\nfrom model import GPT",
+    "%%time\nmodel = GPT().cuda()\nopt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)\n"
+    "for step in range(10):\n    loss = model(torch.zeros(4, device='cuda')).sum()\n    loss.backward()\n"
+    "    opt.step()",
+]
+
+
+def _notebook(tmp_path, cells=NOTEBOOK_CELLS, layout=None):
+    """A notebook as Jupyter writes it (sorted keys, an indent of 1), one
+    markdown cell first, so that code cells are numbered apart from it."""
+    import json
+
+    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": ["# Training ✓"]}]
+          + [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+              "source": source.splitlines(True)} for source in cells],
+          "metadata": {"kernelspec": {"name": "python3"}}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps(nb, **(layout or dict(indent=1, sort_keys=True, ensure_ascii=False))) + "\n")
+    return path
+
+
+def _notebook_patch(tmp_path, remedies, **program):
+    path = _notebook(tmp_path, **{k: program.pop(k) for k in ("cells", "layout") if k in program})
+    cell = "nb.ipynb[cell 3]"
+    plan = {"program": dict({"models": ["GPT"], "model_sites": [{"file": cell, "line": 5, "name": "model"}],
+                             "optimizer_site": {"file": cell, "line": 3, "class": "AdamW"}, "trainer": False},
+                            **program),
+            "settings": {"autocast": "float16", "optimizer": "8bit"}}
+    row = {"remedies": remedies, "allocator": "vramguard", "accumulation": None,
+           "how": {"checkpoint": {"how": "wrapper", "block_sites": [{"module": "model", "name": "Block"}]}}}
+    return path, patch_for(row, plan, str(path), str(tmp_path))
+
+
+def test_a_notebooks_change_is_a_patch_of_its_cells_in_its_own_layout(tmp_path):
+    """The imports go before the first import of the first cell that has one
+    (after its pip line's cell); checkpointing before the loop of the %%time
+    cell, below the magic; the optimizer at its line. Only those lines of
+    the file change, and patch -p1 applies the diff."""
+    import json
+
+    path, (patched, diff, rel) = _notebook_patch(tmp_path, ["checkpoint", "optimizer"])
+    assert rel == "nb.ipynb"
+    cells = [("".join(c["source"])) for c in json.loads(patched)["cells"] if c["cell_type"] == "code"]
+    assert cells[0] == NOTEBOOK_CELLS[0]
+    assert cells[1] == ("import vramguard; vramguard.install()  # before the first CUDA call\n"
+                        "import bitsandbytes as bnb\nimport torch\nfrom model import GPT")
+    assert cells[2].splitlines()[:7] == [
+        "%%time", "model = GPT().cuda()", "opt = bnb.optim.AdamW8bit(model.parameters(), lr=1e-3)",
+        "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing",
+        "from model import Block",
+        "apply_activation_checkpointing(model, check_fn=lambda m: isinstance(m, Block))",
+        "for step in range(10):"]
+    changed = [line for line in diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    assert len(changed) == 2 + 5  # the optimizer's line out and in, five lines added
+    assert "# Training ✓" in patched  # not escaped, as Jupyter writes it
+    if shutil.which("patch"):
+        clean = tmp_path / "clean"
+        clean.mkdir()
+        shutil.copy(path, clean / "nb.ipynb")
+        (clean / "p.diff").write_text(diff)
+        subprocess.run(["patch", "-p1", "-s", "-i", "p.diff"], cwd=clean, check=True)
+        assert (clean / "nb.ipynb").read_text() == patched
+
+
+@pytest.mark.parametrize("program, why", [
+    (dict(layout=dict(indent=3)),
+     "its file is not in a layout this writer reproduces (Jupyter's, or json.dumps'), so a patch would rewrite all of it"),
+    (dict(cells=["import torch", "%time opt = torch.optim.AdamW([], foreach=True)"],
+          optimizer_site={"file": "nb.ipynb[cell 2]", "line": 1, "class": "AdamW"}),
+     "line 1 of nb.ipynb[cell 2] is an IPython line"),
+    (dict(model_sites=[{"file": "helpers.py", "line": 3, "name": "m"}]),
+     "the model is held in helpers.py, not in the notebook"),
+    (dict(cells=["x = 1"], optimizer_site={"file": "nb.ipynb[cell 1]", "line": 1, "class": "AdamW"}),
+     "no AdamW(...) call at line 1 of nb.ipynb[cell 1]"),
+])
+def test_what_a_notebook_cannot_have_written_says_why(tmp_path, program, why):
+    remedies = ["checkpoint"] if "model_sites" in program else ["optimizer"]
+    with pytest.raises(NoPatch) as refused:
+        _notebook_patch(tmp_path, remedies, **program)
+    assert str(refused.value) == why
+
+
+def test_a_notebook_that_is_not_json_says_so(tmp_path):
+    (tmp_path / "nb.ipynb").write_text("{ not json")
     with pytest.raises(NoPatch) as refused:
         patch_for({"remedies": ["checkpoint"], "allocator": "native"}, {}, str(tmp_path / "nb.ipynb"), str(tmp_path))
-    assert str(refused.value) == "a notebook's cells are not written as a patch"
+    assert str(refused.value).startswith("the notebook is not JSON (")
 
 
 def test_a_script_without_torch_at_its_top_gets_it_above_the_autocast_line(tmp_path):

@@ -1,7 +1,9 @@
-"""The cheapest change as a patch of the user's own script: a unified diff
-that `patch -p1` applies in the folder the dry run ran in. remedies.py
-applies it to a copy beside the script and dry-runs the copy; the diff is
-printed only when that run fits, with that run's peaks.
+"""The cheapest change as a patch of the user's own script or notebook: a
+unified diff that `patch -p1` applies in the folder the dry run ran in.
+remedies.py applies it to a copy beside the program and dry-runs the copy;
+the diff is printed only when that run fits, with that run's peaks. A
+notebook is edited cell by cell (remedy_notebook.py), each cell a unit as a
+script is one.
 
 Each remedy is an edit at the place the program's own run recorded
 (remedy_apply.py): the allocator and the imports at the script's top; the
@@ -16,6 +18,7 @@ import os
 import tempfile
 
 from ..._files import write_atomically
+from .remedy_notebook import NotebookCells
 
 __all__ = ["NoPatch", "allocator_lines", "patch_for", "patch_and_run"]
 
@@ -62,6 +65,70 @@ class _Edits:
             tail = lines[end_line - 1][end_col:] if end_line <= len(lines) else ""
             lines[line - 1:end_line] = [head + text + tail]
         return "".join(lines)
+
+
+class _Unit:
+    """One file, or one notebook cell: its source, the tree of the Python
+    that runs (a cell's IPython lines masked as `pass`), and its edits."""
+
+    def __init__(self, name, source, runs=None, label=None):
+        self.name, self.source = name, source
+        runs = source if runs is None else runs
+        try:
+            self.tree = ast.parse(runs, name)
+        except SyntaxError as exc:
+            raise NoPatch(f"{label or name} does not parse here ({exc.msg})") from None
+        self.edits = _Edits(source)
+        self.masked = {i for i, (line, ran) in enumerate(zip(source.splitlines(), runs.splitlines()), 1)
+                       if line != ran}
+
+    def check_unmasked(self):
+        """NoPatch where an edit within a line falls on one IPython runs
+        (a magic or a shell line), whose columns are not the Python's."""
+        for line, col, end_line, end_col, _ in self.edits.edits:
+            whole_lines = col == 0 and end_col == 0 and line == end_line
+            if not whole_lines and self.masked.intersection(range(line, end_line + 1)):
+                raise NoPatch(f"line {line} of {self.name} is an IPython line")
+
+
+class _Program:
+    """The units a patch edits: the script, or the notebook's code cells.
+    unit(file) is the one a recorded site's file names."""
+
+    def __init__(self, units, kind, cwd):
+        self.units, self.kind, self.cwd = units, kind, cwd
+
+    def unit(self, file, what):
+        """The unit `file` names: a cell's name, or a path (relative ones,
+        as the report shows them, from the folder the run ran in)."""
+        for unit in self.units:
+            if self.kind == "notebook":
+                same = unit.name == file
+            else:
+                same = os.path.abspath(unit.name) == os.path.abspath(os.path.join(self.cwd, file))
+            if same:
+                return unit
+        raise NoPatch(f"{what} in {file}, not in the {self.kind}")
+
+    def top(self):
+        """(the unit, the line) where the allocator's lines and the imports
+        go: the script's top; a notebook's first cell that imports, before
+        its first import (after any `pip install` lines of that cell)."""
+        if self.kind != "notebook":
+            return self.units[0], _top_insertion_line(self.units[0].tree)
+        for unit in self.units:
+            imports = [n for n in unit.tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+            if imports:
+                return unit, imports[0].lineno
+        raise NoPatch("no cell of the notebook imports anything, to put the change's imports before")
+
+    def torch(self):
+        """(the unit, the name) of the first top-level `import torch`, or (None, None)."""
+        for unit in self.units:
+            name = _torch_name(unit.tree)
+            if name:
+                return unit, name
+        return None, None
 
 
 def _top_insertion_line(tree):
@@ -115,13 +182,13 @@ def _chain(tree, line):
         body = [b for h in body for b in (h.body if isinstance(h, ast.ExceptHandler) else [h])]
 
 
-def _before_the_loop(tree, line):
+def _before_the_loop(unit, line):
     """The statement a change to the model goes before: the outermost loop
     around `line` in its function (the training loop), else the statement
     at `line` itself."""
-    chain = _chain(tree, line)
+    chain = _chain(unit.tree, line)
     if not chain:
-        raise NoPatch(f"no statement of the script holds line {line}")
+        raise NoPatch(f"no statement of {unit.name} holds line {line}")
     loops = [n for n in chain if isinstance(n, _LOOPS)]
     return loops[0] if loops else chain[-1]
 
@@ -158,44 +225,41 @@ def _drop_keyword(edits, source_lines, call, kw):
     edits.edits.append((kw.value.lineno, start, kw.value.lineno, kw.value.end_col_offset, ""))
 
 
-def _model_site(program, script):
+def _model_site(program, units):
     site = next(iter(program.get("model_sites") or []), None)
     if site is None:
-        raise NoPatch("no frame of the script held the model it trains")
-    if os.path.abspath(site["file"]) != os.path.abspath(script):
-        raise NoPatch(f"the model is held in {site['file']}, not in the script")
-    return site
+        raise NoPatch(f"no frame of the {units.kind} held the model it trains")
+    return site, units.unit(site["file"], "the model is held")
 
 
-def _checkpoint(edits, tree, row, program, script):
+def _checkpoint(units, row, program):
     how = (row.get("how") or {}).get("checkpoint") or {}
-    site = _model_site(program, script)
-    anchor = _before_the_loop(tree, site["line"])
+    site, unit = _model_site(program, units)
+    anchor = _before_the_loop(unit, site["line"])
     indent = " " * anchor.col_offset
     if how.get("how") == "huggingface":
         lines = [f"{site['name']}.{how.get('method') or 'gradient_checkpointing_enable'}()"]
     else:
         sites = how.get("block_sites") or []
         if not sites or any("<locals>" in s["name"] for s in sites):
-            raise NoPatch("its block class is not one the script can name")
+            raise NoPatch(f"its block class is not one the {units.kind} can name")
         lines = ["from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing"]
         lines += [f"from {s['module']} import {s['name']}" for s in sites if s["module"]]
         classes = ", ".join(s["name"] for s in sites)
         kinds = classes if len(sites) == 1 else f"({classes})"
         lines.append(f"apply_activation_checkpointing({site['name']}, check_fn=lambda m: isinstance(m, {kinds}))")
-    edits.insert_lines(anchor.lineno, indent, lines)
+    unit.edits.insert_lines(anchor.lineno, indent, lines)
 
 
-def _optimizer(edits, tree, row, program, chosen, script, source_lines):
+def _optimizer(units, program, chosen):
     site = program.get("optimizer_site")
     if not site:
-        raise NoPatch("the script built no torch.optim.Adam or AdamW that the run saw")
-    if os.path.abspath(site["file"]) != os.path.abspath(script):
-        raise NoPatch(f"the optimizer is built in {site['file']}, not in the script")
-    calls = _calls_at(tree, site["line"], (site["class"],))
+        raise NoPatch(f"the {units.kind} built no torch.optim.Adam or AdamW that the run saw")
+    unit = units.unit(site["file"], "the optimizer is built")
+    calls = _calls_at(unit.tree, site["line"], (site["class"],))
     if not calls:
-        raise NoPatch(f"no {site['class']}(...) call at line {site['line']} of the script")
-    call = calls[0]
+        raise NoPatch(f"no {site['class']}(...) call at line {site['line']} of {_named(units, unit)}")
+    call, edits = calls[0], unit.edits
     if chosen.get("optimizer") == "fused":
         for kw in call.keywords:
             if kw.arg == "foreach":
@@ -205,37 +269,46 @@ def _optimizer(edits, tree, row, program, chosen, script, source_lines):
     edits.replace(call.func, f"bnb.optim.{site['class']}8bit")
     for kw in call.keywords:
         if kw.arg not in _BNB_KEYWORDS:
-            _drop_keyword(edits, source_lines, call, kw)
+            _drop_keyword(edits, unit.source.splitlines(True), call, kw)
     return ["import bitsandbytes as bnb"]
 
 
-def _autocast(edits, tree, program, chosen, torch):
+def _named(units, unit):
+    return f"the {units.kind}" if units.kind == "script" else unit.name
+
+
+def _autocast(units, program, chosen):
     half = chosen.get("autocast") or "float16"
     region = program.get("full_width_autocast")
+    torch_unit, torch = units.torch()
     if region:
-        line = int((region.get("made_at") or region["line"]).rsplit(":", 1)[1])
-        calls = _calls_at(tree, line, ("autocast",))
+        file, line = (region.get("made_at") or region["line"]).rsplit(":", 1)
+        unit = units.unit(file, "its autocast region is built")
+        calls = _calls_at(unit.tree, int(line), ("autocast",))
         if not calls:
-            raise NoPatch(f"no autocast(...) call at line {line} of the script, where its region was built")
+            raise NoPatch(f"no autocast(...) call at line {line} of {_named(units, unit)}, "
+                          "where its region was built")
         call = calls[0]
         if len(call.args) >= 2:
-            edits.replace(call.args[1], f"{torch or 'torch'}.{half}")
+            unit.edits.replace(call.args[1], f"{torch or 'torch'}.{half}")
         else:
-            _set_keyword(edits, call, "dtype", f"{torch or 'torch'}.{half}")
+            _set_keyword(unit.edits, call, "dtype", f"{torch or 'torch'}.{half}")
         return []
     name = torch or "torch"
-    edits.insert_lines(_after_imports_line(tree), "", [
+    unit = torch_unit or units.top()[0]
+    unit.edits.insert_lines(_after_imports_line(unit.tree), "", [
         f'{name}.set_autocast_enabled("cuda", True); {name}.set_autocast_dtype("cuda", {name}.{half}); '
         f"{name}.set_autocast_cache_enabled(False)  # the program's CUDA work under autocast"])
     return [] if torch else ["import torch"]
 
 
-def _trainer(edits, tree, row, chosen, acc):
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+def _trainer(units, row, chosen, acc):
+    calls = [(unit, n) for unit in units.units for n in ast.walk(unit.tree) if isinstance(n, ast.Call)
              and (getattr(n.func, "id", None) or getattr(n.func, "attr", None)) == "TrainingArguments"]
     if len(calls) != 1:
-        raise NoPatch(f"the script has {len(calls)} TrainingArguments(...) calls, not one")
-    call = calls[0]
+        raise NoPatch(f"the {units.kind} has {len(calls)} TrainingArguments(...) calls, not one")
+    unit, call = calls[0]
+    edits = unit.edits
     for kind in row["remedies"]:
         if kind == "checkpoint":
             _set_keyword(edits, call, "gradient_checkpointing", "True")
@@ -258,40 +331,55 @@ def allocator_lines(allocator):
     return []
 
 
-def patch_for(row, remedies, script, cwd):
-    """(the patched source, the unified diff, the script's path in it) of
-    the row's change to `script`; NoPatch where it cannot be written."""
+def _units(script, cwd):
+    """(the _Program of `script`'s units, the notebook's cells or None)."""
     if script.endswith(".ipynb"):
-        raise NoPatch("a notebook's cells are not written as a patch")
+        try:
+            cells = NotebookCells(script)
+        except ValueError as exc:
+            raise NoPatch(str(exc)) from None
+        return _Program([_Unit(name, source, runs) for name, source, runs in cells.cells()], "notebook", cwd), cells
     with open(script, encoding="utf-8") as f:
         source = f.read()
-    try:
-        tree = ast.parse(source, script)
-    except SyntaxError as exc:
-        raise NoPatch(f"the script does not parse here ({exc.msg})") from None
+    return _Program([_Unit(os.path.abspath(script), source, label="the script")], "script", cwd), None
+
+
+def patch_for(row, remedies, script, cwd):
+    """(the patched text, the unified diff, the program's path in it) of
+    the row's change to `script` (a script or a notebook); NoPatch where it
+    cannot be written."""
+    units, cells = _units(script, cwd)
     program, chosen = remedies.get("program") or {}, remedies.get("settings") or {}
     acc = row.get("accumulation")
-    edits = _Edits(source)
     top = allocator_lines(row["allocator"])
     if program.get("trainer"):
-        _trainer(edits, tree, row, chosen, acc)
+        _trainer(units, row, chosen, acc)
     else:
         if acc and acc["steps"] > 1:
             raise NoPatch("its gradient accumulation changes the training loop, which is not written as a patch")
         for kind in row["remedies"]:
             if kind == "checkpoint":
-                _checkpoint(edits, tree, row, program, script)
+                _checkpoint(units, row, program)
             elif kind == "optimizer":
-                top += _optimizer(edits, tree, row, program, chosen, script, source.splitlines(True))
+                top += _optimizer(units, program, chosen)
             elif kind == "autocast":
-                top += _autocast(edits, tree, program, chosen, _torch_name(tree))
+                top += _autocast(units, program, chosen)
     if top:
-        edits.insert_lines(_top_insertion_line(tree), "", list(dict.fromkeys(top)), first=True)
-    patched = edits.apply()
+        unit, line = units.top()
+        unit.edits.insert_lines(line, "", list(dict.fromkeys(top)), first=True)
+    for unit in units.units:
+        unit.check_unmasked()
+    changed = {unit.name: unit.edits.apply() for unit in units.units if unit.edits.edits}
+    with open(script, encoding="utf-8") as f:
+        original = f.read()
+    try:
+        patched = cells.write(changed) if cells else changed.get(units.units[0].name, original)
+    except ValueError as exc:
+        raise NoPatch(str(exc)) from None
     rel = os.path.relpath(os.path.abspath(script), cwd)
     if rel.startswith(".."):
-        raise NoPatch(f"the script is outside the folder the dry run ran in ({cwd})")
-    diff = "".join(difflib.unified_diff(source.splitlines(True), patched.splitlines(True), f"a/{rel}", f"b/{rel}"))
+        raise NoPatch(f"the {units.kind} is outside the folder the dry run ran in ({cwd})")
+    diff = "".join(difflib.unified_diff(original.splitlines(True), patched.splitlines(True), f"a/{rel}", f"b/{rel}"))
     return patched, diff, rel
 
 
@@ -310,7 +398,8 @@ def patch_and_run(runner, result, remedies, row, sweep_spec):
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:  # the dry run's figures stand
         return {"written": False, "why": f"writing it failed here ({type(exc).__name__}: {exc})"}
     folder = os.path.dirname(os.path.abspath(script))
-    fd, copy = tempfile.mkstemp(prefix=".vramguard-patched-", suffix=".py", dir=folder)
+    fd, copy = tempfile.mkstemp(prefix=".vramguard-patched-", suffix=os.path.splitext(script)[1] or ".py",
+                                dir=folder)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(patched)
