@@ -132,3 +132,34 @@ def test_a_huge_request_is_an_oom_not_a_crash():
     r = replay(trace, budget=64 * MiB, policy=POLICY)
     assert (r.ooms, r.first_oom) == (2, 0)
     assert r.peak_reserved_bytes == 2 * MiB
+
+
+def test_each_budget_is_replayed_on_a_device_of_the_budget_and_what_lies_outside_it(monkeypatch):
+    """PyTorch sizes each segment's address range by the device's total (9/8
+    of it), the context's share included: min_budget's `outside` makes each
+    budget tried a device of budget + outside, and replay(budget="T4") the
+    T4's own total."""
+    import vramguard.trace.replay as replay_module
+    from vramguard._presets import find_preset
+
+    totals = []
+
+    def recording(*args, **kwargs):
+        totals.append((kwargs.get("budget"), kwargs.get("device_total")))
+        return expandable_replay(*args, **kwargs)
+
+    monkeypatch.setattr(replay_module, "expandable_replay", recording)
+    trace = build(("alloc", "a", 50 * MiB), ("free", "a"), ("alloc", "b", 70 * MiB))
+    assert min_budget(trace, policy=POLICY, outside=400 * MiB) == 80 * MiB  # 50 MiB cached, 70 MiB more: 4 pages
+    limited = [(budget, total) for budget, total in totals if budget]
+    assert limited and all(total == budget + 400 * MiB for budget, total in limited)
+    totals.clear()
+    replay(trace, budget="T4", policy=POLICY)
+    t4 = find_preset("T4")
+    assert totals == [(t4.usable_bytes, t4.total_bytes)]
+
+
+@pytest.mark.parametrize("outside", [-1, 1.5, True, "400MiB", 1 << 60])
+def test_a_bad_outside_gets_one_clear_error(outside):
+    with pytest.raises(ValueError, match="outside must be an int of bytes"):
+        min_budget(build(("alloc", "a", 50 * MiB)), policy=POLICY, outside=outside)

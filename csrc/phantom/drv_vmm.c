@@ -238,6 +238,55 @@ static void *reserve_pages(void *at, size_t size)
     return p == MAP_FAILED ? NULL : p;
 }
 
+/* Reservations go upward, as a real driver hands address space out (the
+ * device memory's addresses do too: core_memory.c), at the lowest free
+ * aligned address of one span of address space reserved once; mmap's own
+ * addresses go downward. The order matters to PyTorch's expandable
+ * segments, which take the lowest-addressed segment with room first: with
+ * mmap's, each new segment lay below the older ones, and a GPT's run that
+ * fits a 13.47 GiB phantom ran out of memory on one of 13.45 GiB where the
+ * replay of its own allocations, segments upward, fits. Where the span
+ * cannot be had (a sanitizer's layout) or is full, plain mmap serves. */
+#define VA_SPAN ((size_t)8 << 40)
+
+static struct {
+    uintptr_t base;
+    size_t size;
+    int tried;
+} va;
+
+static uintptr_t align_up(uintptr_t n, size_t alignment)
+{
+    return (n + alignment - 1) & ~(uintptr_t)(alignment - 1);
+}
+
+static int in_va_span(uintptr_t base)
+{
+    return va.size && base - va.base < va.size;
+}
+
+/* The span's lowest free address for `size` at `alignment`, or 0 (the lock held). */
+static uintptr_t va_first_fit_locked(size_t size, size_t alignment)
+{
+    if (!va.tried) {
+        va.tried = 1;
+        void *p = reserve_pages(NULL, VA_SPAN);
+        if (p) {
+            va.base = (uintptr_t)p;
+            va.size = VA_SPAN;
+        }
+    }
+    if (!va.size)
+        return 0;
+    uintptr_t end = va.base + va.size, at = align_up(va.base, alignment);
+    for (size_t i = first_above(&reserved, va.base - 1); i < reserved.n && reserved.v[i].base < end; i++) {
+        if (at < end && reserved.v[i].base >= at && reserved.v[i].base - at >= size)
+            break;
+        at = align_up(reserved.v[i].base + reserved.v[i].size, alignment);
+    }
+    return at < end && end - at >= size ? at : 0;
+}
+
 CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
                              unsigned long long flags)
 {
@@ -247,6 +296,16 @@ CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CU
         return drv_error(CUDA_ERROR_INVALID_VALUE);
     if (alignment < GRANULARITY)
         alignment = GRANULARITY;
+    pthread_mutex_lock(&lock);
+    uintptr_t at = size <= VA_SPAN ? va_first_fit_locked(size, alignment) : 0;
+    int refused = at ? add_span(&reserved, (struct span){.base = at, .size = size}) : 0;
+    pthread_mutex_unlock(&lock);
+    if (refused)
+        return drv_error(CUDA_ERROR_OUT_OF_MEMORY);
+    if (at) { /* the span's pages are PROT_NONE already */
+        *ptr = (CUdeviceptr)at;
+        return CUDA_SUCCESS;
+    }
     /* Over-reserve, then trim both ends to the alignment. */
     uintptr_t raw = (uintptr_t)reserve_pages(NULL, size + alignment);
     if (!raw)
@@ -276,7 +335,8 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
     pthread_mutex_lock(&lock);
     struct span *r = enclosing(&reserved, (uintptr_t)ptr, size);
     if (r && r->base == (uintptr_t)ptr && r->size == size && !any_within(&mapped, r->base, r->size)) {
-        munmap((void *)r->base, r->size);
+        if (!in_va_span(r->base)) /* in the span, its pages stay PROT_NONE, for the next reservation */
+            munmap((void *)r->base, r->size);
         remove_span(&reserved, r);
         res = CUDA_SUCCESS;
     }

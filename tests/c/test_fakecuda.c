@@ -1355,7 +1355,20 @@ static int addresses_child(void)
     char *other;
     if (cudaSetDevice(1) || cudaMalloc((void **)&other, 4 * MiB) || (other >= a && other < f + 4 * MiB))
         return 6;                                                      /* each device its own space */
-    return cudaFree(a) || cudaFree(c) || cudaFree(d) || cudaFree(e) || cudaFree(f) || cudaFree(other) ? 7 : 0;
+    if (cudaFree(a) || cudaFree(c) || cudaFree(d) || cudaFree(e) || cudaFree(f) || cudaFree(other))
+        return 7;
+    /* Address space reserved for mappings goes upward too (PyTorch's
+     * expandable segments take the lowest-addressed one with room first),
+     * at the alignment asked, a freed range the lowest hole again. */
+    CUdeviceptr r1, r2, r3, r4;
+    if (cuMemAddressReserve(&r1, 64 * MiB, 0, 0, 0) || cuMemAddressReserve(&r2, 6 * MiB, 0, 0, 0) ||
+        cuMemAddressReserve(&r3, 64 * MiB, 64 * MiB, 0, 0))
+        return 8;
+    if (r2 != r1 + 64 * MiB || r3 % (64 * MiB) || r3 < r2 + 6 * MiB || r3 >= r2 + 6 * MiB + 64 * MiB)
+        return 9;
+    if (cuMemAddressFree(r1, 64 * MiB) || cuMemAddressReserve(&r4, 32 * MiB, 0, 0, 0) || r4 != r1)
+        return 10;
+    return cuMemAddressFree(r2, 6 * MiB) || cuMemAddressFree(r3, 64 * MiB) || cuMemAddressFree(r4, 32 * MiB) ? 11 : 0;
 }
 
 static void test_addresses_upward(void)

@@ -45,13 +45,13 @@ def _one(snapshot, figures, context, policy, granule, history_entries):
         return None, "the recording's ring overflowed (its start was lost)"
     if history_entries and (meta.get("source_events") or 0) >= history_entries:
         return None, "PyTorch's memory history overflowed (its start was lost)"
-    try:
-        budget = min_budget(trace, policy=policy)
-    except (ValueError, RuntimeError) as exc:
-        return None, f"the replay failed ({exc})"
     # what the device held beside the allocator's reserve at its fullest: never less than the context
     outside = int(figures.get("device_peak_bytes") or 0) - int(figures.get("peak_reserved_bytes") or 0)
     outside = max(outside, context)
+    try:
+        budget = min_budget(trace, policy=policy, outside=outside)
+    except (ValueError, RuntimeError) as exc:
+        return None, f"the replay failed ({exc})"
     return _rounded(budget + outside, granule), None
 
 

@@ -258,8 +258,12 @@ def replay(trace, budget=None, policy="vramguard", samples=1000):
     would, and `first_oom_at` says where the first one was (in the source's
     own event numbers) and what was live then."""
     trace = as_trace(trace)
-    result = _run(trace, _budget_bytes(budget), policy, samples)
     preset = find_preset(budget)
+    limit = _budget_bytes(budget)
+    # A card's own total, where the budget names one: expandable segments
+    # size their address ranges by it, not by the part the tensors may use.
+    outside = max(0, preset.total_bytes - limit) if preset and limit else 0
+    result = _run(trace, limit, policy, samples, outside)
     result.budget_name = preset.name if preset else None
     if result.first_oom >= 0:
         result.first_oom_at = live_at(trace, result.first_oom)
@@ -268,11 +272,18 @@ def replay(trace, budget=None, policy="vramguard", samples=1000):
     return result
 
 
-def _run(trace, limit, policy, samples):
-    """The replay itself, `limit` bytes already checked (0 for none)."""
+def _run(trace, limit, policy, samples, outside=0):
+    """The replay itself, `limit` bytes already checked (0 for none), on a
+    device that holds `outside` bytes beside the allocator's (its total:
+    limit + outside)."""
     check_policy_name(policy)
     if policy == "torch-expandable":  # an emulation, not a heap: torch_expandable.c
-        r = expandable_replay(*trace.columns(), trace.nids, budget=limit, samples=samples)
+        # PyTorch reserves each segment's address range as 9/8 of the
+        # device's total (the context's share included): a range sized by
+        # the limit alone fills sooner, and the replay then makes a segment
+        # that the run on that device never made.
+        total = {"device_total": limit + outside} if limit and outside else {}
+        r = expandable_replay(*trace.columns(), trace.nids, budget=limit, samples=samples, **total)
     else:
         heap = Heap(UNLIMITED, budget=limit or None, policy=policy)
         r = heap.replay(*trace.columns(), trace.nids, samples)
@@ -300,10 +311,10 @@ def _run(trace, limit, policy, samples):
     )
 
 
-def _fits(trace, policy, budget):
+def _fits(trace, policy, budget, outside=0):
     # Every allocation takes a segment of at least 2 MiB: a smaller budget
     # fits nothing (and a heap refuses one, as a person's budget is refused).
-    return budget >= SEGMENT_GRANULE and _run(trace, budget, policy, 0).fits
+    return budget >= SEGMENT_GRANULE and _run(trace, budget, policy, 0, outside).fits
 
 
 def _granularity(granularity):
@@ -314,13 +325,17 @@ def _granularity(granularity):
     return granularity
 
 
-def min_budget(trace, policy="vramguard", granularity=SEGMENT_GRANULE):
+def min_budget(trace, policy="vramguard", granularity=SEGMENT_GRANULE, outside=0):
     """The smallest budget, a multiple of `granularity` (an int of bytes),
     at which `trace` replays under `policy` without an OOM: a bisection
-    between the physical limit and the peak reserved with no budget."""
+    between the physical limit and the peak reserved with no budget.
+    `outside`: the bytes the device holds beside the allocator's (the CUDA
+    context), so that each budget tried is a device of budget + outside."""
     check_policy_name(policy)
     trace = as_trace(trace)
     g = _granularity(granularity)
+    if isinstance(outside, bool) or not isinstance(outside, int) or not 0 <= outside <= UNLIMITED:
+        raise ValueError(f"outside must be an int of bytes from 0 to {UNLIMITED}, got {outside!r}")
     live = trace.peak_live()
     if live == 0:
         return 0
@@ -331,12 +346,12 @@ def min_budget(trace, policy="vramguard", granularity=SEGMENT_GRANULE):
         )
     # The search runs in whole units of g, so that every step narrows it.
     lo = live // g  # the physical limit rounded down: it fits only if equal
-    if lo and _fits(trace, policy, lo * g):
+    if lo and _fits(trace, policy, lo * g, outside):
         return lo * g
     start = max(-(-_run(trace, 0, policy, 0).peak_reserved_bytes // g), lo + 1)
     # a budget equal to the free-running peak nearly always fits: doubled at most 7 times
-    _, hi = double(lambda units: not _fits(trace, policy, units * g), start, start << 7, cap=False)
+    _, hi = double(lambda units: not _fits(trace, policy, units * g, outside), start, start << 7, cap=False)
     if hi is None:
         raise RuntimeError(f"{trace.name}: no budget up to {(start << 8) * g} bytes fits under policy {policy!r}")
-    _, hi = bisect(lambda units: _fits(trace, policy, units * g), lo, hi)  # lo does not fit (or is 0), hi fits
+    _, hi = bisect(lambda units: _fits(trace, policy, units * g, outside), lo, hi)  # lo does not fit (or is 0), hi fits
     return hi * g
