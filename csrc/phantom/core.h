@@ -113,8 +113,11 @@ int vgfc_mem_find(const void *ptr, vgfc_range *out);
 int vgfc_mem_check_device(const void *ptr, size_t size, int dev);
 
 /* Accounting for memory the VMM calls create (core_memory.c). */
-int vgfc_mem_charge(int dev, size_t size);  /* VGFC_OUT_OF_MEMORY past capacity */
-void vgfc_mem_uncharge(int dev, size_t size);
+/* `mapped` 0: a VMM handle not mapped yet, which counts in the peak only
+ * once vgfc_mem_mapped says it is. */
+int vgfc_mem_charge(int dev, size_t size, int mapped);  /* VGFC_OUT_OF_MEMORY past capacity */
+void vgfc_mem_uncharge(int dev, size_t size, int mapped);
+void vgfc_mem_mapped(int dev, size_t size);
 void vgfc_mem_add_range(const vgfc_range *r);
 void vgfc_mem_remove_range(uintptr_t base);
 

@@ -31,7 +31,12 @@ static vgfc_range *ranges; /* sorted by base, never overlapping */
 static size_t nranges, ranges_cap;
 
 static struct {
-    size_t used, peak;
+    /* `unmapped`: the part of `used` in VMM handles never mapped yet. The
+     * peak leaves it out: PyTorch's expandable segments create a range's
+     * handles before mapping them, and release them when one fails (the
+     * device full): memory held for an instant, by a map that did not
+     * happen, is not what the program held beside its allocator. */
+    size_t used, unmapped, peak;
     long live;
     /* Unified memory allocated while the device was current, and the part
      * of all unified memory its last prefetch put on the device: neither is
@@ -147,37 +152,54 @@ static void erase(size_t i)
 
 /* ---- accounting -------------------------------------------------------- */
 
-static int charge_locked(int dev, size_t size)
+static void note_peak_locked(int dev)
+{
+    size_t held = stats[dev].used - stats[dev].unmapped;
+    if (held > stats[dev].peak)
+        stats[dev].peak = held;
+}
+
+/* `size` more in use, of which `unmapped` in handles not mapped yet. */
+static int charge_locked(int dev, size_t size, size_t unmapped)
 {
     size_t capacity = vgfc_capacity(dev); /* a knob may have lowered it below used */
     size_t held = stats[dev].used + vgfc_context_bytes();
     if (held > capacity || size > capacity - held)
         return VGFC_OUT_OF_MEMORY;
     stats[dev].used += size;
+    stats[dev].unmapped += unmapped;
     stats[dev].live++;
-    if (stats[dev].used > stats[dev].peak)
-        stats[dev].peak = stats[dev].used;
+    note_peak_locked(dev);
     return VGFC_SUCCESS;
 }
 
-static void uncharge_locked(int dev, size_t size)
+static void uncharge_locked(int dev, size_t size, size_t unmapped)
 {
     stats[dev].used -= size;
+    stats[dev].unmapped -= unmapped;
     stats[dev].live--;
 }
 
-int vgfc_mem_charge(int dev, size_t size)
+int vgfc_mem_charge(int dev, size_t size, int mapped)
 {
     pthread_mutex_lock(&lock);
-    int err = charge_locked(dev, size);
+    int err = charge_locked(dev, size, mapped ? 0 : size);
     pthread_mutex_unlock(&lock);
     return err;
 }
 
-void vgfc_mem_uncharge(int dev, size_t size)
+void vgfc_mem_uncharge(int dev, size_t size, int mapped)
 {
     pthread_mutex_lock(&lock);
-    uncharge_locked(dev, size);
+    uncharge_locked(dev, size, mapped ? 0 : size);
+    pthread_mutex_unlock(&lock);
+}
+
+void vgfc_mem_mapped(int dev, size_t size)
+{
+    pthread_mutex_lock(&lock);
+    stats[dev].unmapped -= size;
+    note_peak_locked(dev);
     pthread_mutex_unlock(&lock);
 }
 
@@ -296,14 +318,14 @@ int vgfc_mem_alloc(int dev, size_t size, enum vgfc_mem_kind kind, void **out)
     *out = NULL;
     if (size == 0)
         return VGFC_SUCCESS;
-    if (dev >= 0 && vgfc_mem_charge(dev, size) != VGFC_SUCCESS)
+    if (dev >= 0 && vgfc_mem_charge(dev, size, 1) != VGFC_SUCCESS)
         return VGFC_OUT_OF_MEMORY;
     if (dev >= 0 && (*out = span_alloc(dev, size, kind)) != NULL)
         return VGFC_SUCCESS;
     void *p = dev >= 0 ? map_device(size) : vgfc_map_anonymous(size);
     if (!p) {
         if (dev >= 0)
-            vgfc_mem_uncharge(dev, size);
+            vgfc_mem_uncharge(dev, size, 1);
         return VGFC_OUT_OF_MEMORY;
     }
     vgfc_range r = {(uintptr_t)p, size, dev, kind, 0, 0, 0};
@@ -327,7 +349,7 @@ int vgfc_mem_free(void *ptr, enum vgfc_mem_kind kind)
     vgfc_range r = ranges[i];
     erase((size_t)i);
     if (r.device >= 0)
-        uncharge_locked(r.device, r.size);
+        uncharge_locked(r.device, r.size, 0);
     if (managed) {
         stats[r.home].managed -= r.size;
         if (r.resident)
@@ -531,7 +553,7 @@ void vgfc_mem_reset_peaks(void)
 {
     pthread_mutex_lock(&lock);
     for (int d = 0; d < VGFC_MAX_DEVICES; d++) {
-        stats[d].peak = stats[d].used;
+        stats[d].peak = stats[d].used - stats[d].unmapped;
         stats[d].managed_peak = stats[d].managed;
         stats[d].resident_peak = stats[d].resident;
     }

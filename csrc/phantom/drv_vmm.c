@@ -31,7 +31,8 @@
 struct phys {
     int fd;
     size_t size;
-    int refs; /* the handle's own references plus its mappings */
+    int refs;        /* the handle's own references plus its mappings */
+    int ever_mapped; /* counted in the device's peak from its first mapping */
     CUmemAllocationProp prop;
     struct phys *next;
 };
@@ -133,7 +134,7 @@ static void unref(struct phys *p)
     }
     if (p->fd >= 0)
         close(p->fd);
-    vgfc_mem_uncharge(p->prop.location.id, p->size);
+    vgfc_mem_uncharge(p->prop.location.id, p->size, p->ever_mapped);
     free(p);
 }
 
@@ -166,7 +167,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
     if (!handle || !valid_prop(prop) || size == 0 || !aligned(size) || flags != 0)
         return drv_error(CUDA_ERROR_INVALID_VALUE);
     int dev = prop->location.id;
-    if (vgfc_mem_charge(dev, size) != VGFC_SUCCESS)
+    if (vgfc_mem_charge(dev, size, 0) != VGFC_SUCCESS)
         return drv_error(CUDA_ERROR_OUT_OF_MEMORY);
     struct phys *p = calloc(1, sizeof *p);
     /* A phantom's physical memory is a count, not a file: a descriptor per
@@ -177,7 +178,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
         if (fd >= 0)
             close(fd);
         free(p);
-        vgfc_mem_uncharge(dev, size);
+        vgfc_mem_uncharge(dev, size, 0);
         return drv_error(CUDA_ERROR_OUT_OF_MEMORY);
     }
     *p = (struct phys){.fd = fd, .size = size, .refs = 1, .prop = *prop};
@@ -367,6 +368,10 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
             res = CUDA_ERROR_OUT_OF_MEMORY;
         } else {
             p->refs++;
+            if (!p->ever_mapped) {
+                p->ever_mapped = 1;
+                vgfc_mem_mapped(p->prop.location.id, p->size);
+            }
             res = CUDA_SUCCESS;
         }
     }

@@ -953,9 +953,19 @@ static void test_vmm(void)
     CHECK_EQ(cuMemCreate(&big, 508 * MiB, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
     CHECK_EQ(cuMemCreate(&big, 3 * MiB, &prop, 0), CUDA_ERROR_INVALID_VALUE); /* not granular */
 
+    /* A handle counts in the peak from its first mapping: one created and
+     * released unmapped (a map that failed, the device full) never does. */
+    long long before = vg_fakecuda_peak_bytes(1);
+    CUmemGenericAllocationHandle unused;
+    CHECK_EQ(cuMemCreate(&unused, 8 * MiB, &prop, 0), CUDA_SUCCESS);
+    CHECK_EQ(cuMemRelease(unused), CUDA_SUCCESS);
+    CHECK_EQ(vg_fakecuda_peak_bytes(1), before);
+
     /* Two handles side by side: one piece of memory to a copy. */
     CHECK_EQ(cuMemMap(va, 2 * MiB, 0, h1, 0), CUDA_SUCCESS);
+    CHECK_EQ(vg_fakecuda_peak_bytes(1), before + (long long)(2 * MiB));
     CHECK_EQ(cuMemMap(va + 2 * MiB, 4 * MiB, 0, h2, 0), CUDA_SUCCESS);
+    CHECK_EQ(vg_fakecuda_peak_bytes(1), before + (long long)(6 * MiB));
     CHECK_EQ(cuMemMap(va, 2 * MiB, 0, h2, 0), CUDA_ERROR_INVALID_VALUE); /* already mapped */
     char *p = (char *)(uintptr_t)va;
     CHECK_EQ(cudaMemset(p, 1, 3 * MiB), cudaErrorInvalidValue); /* no access yet */
