@@ -1,0 +1,238 @@
+"""Public out-of-memory reports rebuilt on the phantom GPU, figure by figure.
+
+Reads the reports (reports.toml: facts copied from public pages) and our rebuilds
+(rebuilds.toml: which script of rebuild/ stands for each report, with which
+arguments, and which report fact or default each setting comes from), dry-runs
+each rebuild on a phantom of the card's total as its message prints it, the CUDA
+context set to what the message leaves beside PyTorch's cache (total - free -
+allocated - reserved but unallocated) where it gives all four, and compares the
+phantom's out-of-memory message with the report's: the failing request, allocated
+at the failure, reserved but unallocated, and free.
+
+    python bench/public_ooms/run.py                      # every rebuild; JSON and table under bench/results/
+    python bench/public_ooms/run.py --only ID,ID --out DIR
+
+Rows: bench/results/public-ooms-<torch>-<date>/rows.json (one per report, rebuilt or
+not), table.md (the markdown table and its summary line).
+"""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+import messages  # noqa: E402
+
+FIGURES = ("requested", "allocated", "reserved_unallocated", "free")
+
+
+def load(path, key):
+    with open(path, "rb") as f:
+        return tomllib.load(f).get(key, [])
+
+
+def real_figures(report):
+    """The report's message, parsed; its figures as Size (None where not printed)."""
+    msg = messages.parse_message(report["message"])
+    unalloc = msg.reserved_unallocated
+    if unalloc is None and msg.reserved_unallocated_bytes() is not None:
+        # the old form's reserved in total less allocated, marked as derived
+        unalloc = messages.Size(messages.format_size(msg.reserved_unallocated_bytes()) + "*",
+                                msg.reserved_unallocated_bytes(), msg.allocated.unit)
+    return msg, {"requested": msg.requested, "allocated": msg.allocated, "reserved_unallocated": unalloc,
+                 "free": msg.free}
+
+
+def dryrun_command(rebuild, msg, out_dir, python=sys.executable):
+    """The dry run's command line and environment for one rebuild."""
+    cmd = [python, "-m", "vramguard", "dryrun", "--gpu", rebuild["gpu"], "--memory", str(msg.total.bytes),
+           "--allocators", rebuild.get("allocator", "native"), "--no-check-needs", "--no-snapshot",
+           "--json", "--out", str(out_dir)]
+    context = rebuild.get("context", "from message")
+    if context == "from message":
+        nonpt = msg.non_pytorch_bytes()
+        if nonpt is None:
+            raise ValueError(f"{rebuild['id']}: context 'from message', but the message lacks a figure")
+        cmd += ["--context", str(nonpt)]
+    elif context != "default":
+        cmd += ["--context", str(context)]
+    if rebuild.get("no_weights"):
+        cmd.append("--no-weights")
+    if rebuild.get("steps"):
+        cmd += ["--steps", str(rebuild["steps"])]
+    if rebuild.get("timeout"):
+        cmd += ["--timeout", str(rebuild["timeout"])]
+    cmd += [str(HERE / "rebuild" / rebuild["script"]), *rebuild.get("args", [])]
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("VRAMGUARD_")}
+    paths = [str(ROOT / "python")] + [str(ROOT / p) for p in rebuild.get("pythonpath", [])]
+    env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    if rebuild.get("alloc_conf"):
+        env["PYTORCH_CUDA_ALLOC_CONF"] = rebuild["alloc_conf"]
+    return cmd, env
+
+
+def run_rebuild(rebuild, report, out_dir, python=sys.executable, timeout=900):
+    """Dry-runs one rebuild; returns the row comparing its figures with the report's."""
+    msg, real = real_figures(report)
+    cmd, env = dryrun_command(rebuild, msg, out_dir, python)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=out_dir, timeout=timeout)
+    row = base_row(report, rebuild, real)
+    row["command"] = " ".join(cmd[1:])
+    row["context_bytes"] = None
+    try:
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        row["phantom_error"] = (proc.stderr or proc.stdout)[-2000:]
+        return row
+    run = result[rebuild.get("allocator", "native")]
+    row["torch"] = result.get("torch")
+    row["context_bytes"] = run.get("context_bytes")
+    oom = run.get("first_oom") or {}
+    if not oom.get("message"):
+        row["phantom_error"] = run.get("error") or ("fits: no out-of-memory" if run.get("fits") else "no OOM")
+        return row
+    row["oom_line"] = oom.get("line")
+    try:
+        phantom = messages.parse_message(oom["message"])
+    except messages.MessageError as e:
+        row["phantom_error"] = str(e)
+        return row
+    row["phantom"] = {"requested": phantom.requested.text, "allocated": phantom.allocated.text,
+                      "reserved_unallocated": phantom.reserved_unallocated.text, "free": phantom.free.text}
+    # the request is compared from its bytes (the memory history's), the rest from the message
+    ph_bytes = {"requested": oom.get("request_bytes") or phantom.requested.bytes,
+                "allocated": phantom.allocated.bytes, "reserved_unallocated": phantom.reserved_unallocated.bytes,
+                "free": phantom.free.bytes}
+    row["request_equal"] = messages.equal_at_precision(real["requested"], ph_bytes["requested"])
+    for name in FIGURES:
+        row[f"{name}_error"] = messages.signed_error(real[name], ph_bytes[name])
+    return row
+
+
+def base_row(report, rebuild, real):
+    return {"id": report["id"], "link": report.get("link"), "card": report.get("card"),
+            "total": report.get("card_total_from_message"), "torch_reported": report.get("torch_version"),
+            "rebuilt": rebuild is not None,
+            "gpu": rebuild and rebuild.get("gpu"), "allocator": rebuild and rebuild.get("allocator", "native"),
+            "alloc_conf": rebuild and rebuild.get("alloc_conf"),
+            "script": rebuild and rebuild.get("script"), "args": rebuild and rebuild.get("args"),
+            "basis": rebuild and rebuild.get("basis"),
+            "real": {k: (v.text if v is not None else None) for k, v in real.items()},
+            "phantom": None, "request_equal": None, "allocated_error": None,
+            "cause": (rebuild or {}).get("cause")}
+
+
+def not_rebuilt_row(report, entry):
+    try:
+        _, real = real_figures(report)
+    except messages.MessageError:
+        real = {k: None for k in FIGURES}
+    row = base_row(report, None, real)
+    row["cause"] = entry.get("cause") if entry else "no rebuild yet"
+    return row
+
+
+def pct(x):
+    return "-" if x is None else f"{x * 100:+.2f}%"
+
+
+def summary(rows):
+    """The summary line's figures, over the rebuilt rows that reached an OOM."""
+    compared = [r for r in rows if r.get("phantom")]
+    errors = [r["allocated_error"] for r in compared if r["allocated_error"] is not None]
+    equal = sum(1 for r in compared if r["request_equal"])
+    within = sum(1 for e in errors if abs(e) <= 0.02)
+    worst = max(errors, key=abs) if errors else None
+    return {"reports": len(rows), "rebuilt": sum(1 for r in rows if r["rebuilt"]), "compared": len(compared),
+            "request_equal": equal, "allocated_within_2pct": within,
+            "allocated_median_abs_error": statistics.median(abs(e) for e in errors) if errors else None,
+            "allocated_worst_error": worst}
+
+
+def summary_line(s):
+    n = s["reports"]
+    med = "-" if s["allocated_median_abs_error"] is None else f"{s['allocated_median_abs_error'] * 100:.2f}%"
+    return (f"{n} reports, {s['rebuilt']} rebuilt, {s['compared']} reached an out-of-memory error on the phantom. "
+            f"Request equal at the printed precision: {s['request_equal']} of {n} "
+            f"({s['request_equal'] / n * 100:.0f}%); allocated at the failure within 2%: "
+            f"{s['allocated_within_2pct']} of {n} ({s['allocated_within_2pct'] / n * 100:.0f}%); "
+            f"allocated error over the compared: median {med}, worst {pct(s['allocated_worst_error'])}.")
+
+
+def table(rows):
+    head = ("| report | card (total), settings | requested: real / phantom | allocated: real / phantom (error) "
+            "| reserved unallocated: real / phantom | free: real / phantom | cause of a difference over 2% |")
+    lines = [head, "|" + "---|" * 7]
+    for r in rows:
+        real, ph = r["real"], r.get("phantom") or {}
+
+        def cell(name, err=False):
+            a, b = real.get(name) or "-", ph.get(name) or "-"
+            text = f"{a} / {b}"
+            if err and r.get(f"{name}_error") is not None:
+                text += f" ({pct(r[f'{name}_error'])})"
+            return text
+
+        if r["rebuilt"]:
+            settings = f"{r['total']} as {r['gpu']}, {r['allocator']}" + (
+                f", {r['alloc_conf']}" if r.get("alloc_conf") else "") + f"; `{r['script']}`"
+        else:
+            settings = f"{r['total']}; not rebuilt"
+        req = cell("requested") + (" (equal)" if r.get("request_equal") else (" (differs)" if r.get("phantom")
+                                                                              else ""))
+        cause = r.get("cause") or ("-" if r.get("phantom") else (r.get("phantom_error") or "-"))
+        lines.append(f"| [{r['id']}]({r['link']}) | {settings} | {req} | {cell('allocated', True)} "
+                     f"| {cell('reserved_unallocated')} | {cell('free')} | {cause} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--reports", default=str(HERE / "reports.toml"))
+    p.add_argument("--rebuilds", default=str(HERE / "rebuilds.toml"))
+    p.add_argument("--only", default="", help="comma-separated report ids")
+    p.add_argument("--out", default=None, help="default bench/results/public-ooms-<torch>-<date>")
+    p.add_argument("--work", default=str(ROOT / "build" / "public-ooms"), help="the dry runs' folders")
+    args = p.parse_args(argv)
+    reports = load(args.reports, "report")
+    rebuilds = {r["id"]: r for r in load(args.rebuilds, "rebuild")}
+    unrebuilt = {r["id"]: r for r in load(args.rebuilds, "not_rebuilt")}
+    only = {x for x in args.only.split(",") if x}
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for report in reports:
+        if only and report["id"] not in only:
+            continue
+        rebuild = rebuilds.get(report["id"])
+        if rebuild is None:
+            rows.append(not_rebuilt_row(report, unrebuilt.get(report["id"])))
+            continue
+        print(f"{report['id']} ...", file=sys.stderr, flush=True)
+        row = run_rebuild(rebuild, report, work)
+        print(f"  phantom {row.get('phantom') or row.get('phantom_error', '')[:300]}", file=sys.stderr)
+        rows.append(row)
+    import torch  # the version the phantom ran, for the folder's name
+
+    version = torch.__version__.split("+")[0]
+    out = Path(args.out or ROOT / "bench" / "results" / f"public-ooms-{version}-{datetime.date.today()}")
+    out.mkdir(parents=True, exist_ok=True)
+    s = summary(rows)
+    (out / "rows.json").write_text(json.dumps({"torch": torch.__version__, "summary": s, "rows": rows},
+                                              indent=1) + "\n")
+    text = table(rows) + "\n\n" + summary_line(s) + "\n"
+    (out / "table.md").write_text(text)
+    print(text)
+    print(f"written: {out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
