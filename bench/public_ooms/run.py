@@ -96,8 +96,11 @@ def run_rebuild(rebuild, report, out_dir, python=sys.executable, timeout=900):
     row["torch"] = result.get("torch")
     row["context_bytes"] = run.get("context_bytes")
     oom = run.get("first_oom") or {}
+    row["peak_allocated_bytes"] = run.get("peak_allocated_bytes")
     if not oom.get("message"):
-        row["phantom_error"] = run.get("error") or ("fits: no out-of-memory" if run.get("fits") else "no OOM")
+        peak = run.get("peak_allocated_bytes")
+        row["phantom_error"] = run.get("error") or (
+            f"fits: no out-of-memory, peak allocated {messages.format_size(peak)}" if run.get("fits") else "no OOM")
         return row
     row["oom_line"] = oom.get("line")
     try:
@@ -188,7 +191,9 @@ def table(rows):
             settings = f"{r['total']}; not rebuilt"
         req = cell("requested") + (" (equal)" if r.get("request_equal") else (" (differs)" if r.get("phantom")
                                                                               else ""))
-        cause = r.get("cause") or ("-" if r.get("phantom") else (r.get("phantom_error") or "-"))
+        cause = r.get("cause") or "-"
+        if r["rebuilt"] and not r.get("phantom"):
+            cause = f"phantom: {r.get('phantom_error')}. " + (r.get("cause") or "")
         lines.append(f"| [{r['id']}]({r['link']}) | {settings} | {req} | {cell('allocated', True)} "
                      f"| {cell('reserved_unallocated')} | {cell('free')} | {cause} |")
     return "\n".join(lines)

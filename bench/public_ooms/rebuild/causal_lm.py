@@ -1,0 +1,138 @@
+"""A Hugging Face causal LM, loaded and optionally trained as a report ran it: the
+model class and its config (published values given as --config key=value), a
+checkpoint stand-in of that shape (vramguard's sparse safetensors: real header,
+no data) loaded with from_pretrained (4-bit or 8-bit through bitsandbytes when
+asked), then optionally LoRA (peft) and transformers' Trainer on random tokens
+of the stated batch and length until --steps steps.
+
+    python causal_lm.py --arch llama --config hidden_size=4096 ... --quant 4bit --train --batch 4 --seq 2048
+"""
+import argparse
+import ast
+import json
+import os
+import tempfile
+
+import torch
+import transformers
+
+from vramguard.dryrun.features.weightless import header_from_tensors, write_sparse_safetensors
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+CONFIGS = {"llama": "LlamaConfig", "gpt_neox": "GPTNeoXConfig", "mistral": "MistralConfig", "qwen2": "Qwen2Config"}
+
+
+def value(text):
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def sparse_checkpoint(config, folder, dtype, shard_bytes=2 << 30):
+    """The model's checkpoint as sparse safetensors shards (real headers, data holes) of at most
+    `shard_bytes` each (one file of a 12B model's size is more than the host would map at once),
+    with config.json and the shard index beside them."""
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    shards, size = [[]], 0
+    for name, t in model.state_dict().items():
+        wanted = dtype if t.is_floating_point() else t.dtype
+        nbytes = t.numel() * wanted.itemsize
+        if shards[-1] and size + nbytes > shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append((name, (wanted, tuple(t.shape))))
+        size += nbytes
+    os.makedirs(folder, exist_ok=True)
+    config.save_pretrained(folder)
+    weight_map = {}
+    for i, shard in enumerate(shards):
+        file = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        write_sparse_safetensors(os.path.join(folder, file), header_from_tensors(dict(shard)))
+        weight_map.update({name: file for name, _ in shard})
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f)
+    return folder
+
+
+class RandomTokens(torch.utils.data.Dataset):
+    def __init__(self, n, seq, vocab):
+        self.n, self.seq, self.vocab = n, seq, vocab
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        ids = torch.randint(0, self.vocab, (self.seq,))
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--arch", choices=CONFIGS, default="llama")
+    p.add_argument("--config", nargs="*", default=[], help="key=value of the model's published config")
+    p.add_argument("--checkpoint-dtype", choices=DTYPES, default="fp16")
+    p.add_argument("--dtype", choices=DTYPES, default=None, help="from_pretrained's dtype (default: the config's)")
+    p.add_argument("--quant", choices=("none", "4bit", "8bit"), default="none")
+    p.add_argument("--bnb-4bit-compute-dtype", choices=DTYPES, default="fp32")
+    p.add_argument("--bnb-4bit-quant-type", default="fp4")
+    p.add_argument("--bnb-4bit-double-quant", action="store_true")
+    p.add_argument("--attn", default=None, help="attn_implementation (eager, sdpa); default the library's")
+    p.add_argument("--train", action="store_true")
+    p.add_argument("--lora-r", type=int, default=0)
+    p.add_argument("--lora-alpha", type=int, default=8)
+    p.add_argument("--lora-dropout", type=float, default=0.0)
+    p.add_argument("--lora-targets", default=None, help="comma-separated; default peft's for the model")
+    p.add_argument("--prepare-kbit", action="store_true", help="peft's prepare_model_for_kbit_training")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--seq", type=int, default=512)
+    p.add_argument("--grad-accum", type=int, default=1)
+    p.add_argument("--gradient-checkpointing", action="store_true")
+    p.add_argument("--mixed", choices=("none", "fp16", "bf16"), default="none")
+    p.add_argument("--optim", default="adamw_torch")
+    p.add_argument("--steps", type=int, default=2)
+    a = p.parse_args()
+
+    config = getattr(transformers, CONFIGS[a.arch])(**{k: value(v) for k, v in
+                                                       (kv.split("=", 1) for kv in a.config)})
+    folder = os.path.join(os.environ.get("VRAMGUARD_DRYRUN_DIR") or tempfile.mkdtemp(), "checkpoint")
+    sparse_checkpoint(config, folder, DTYPES[a.checkpoint_dtype])
+    kwargs = {"device_map": {"": 0}}
+    if a.dtype:
+        kwargs["dtype"] = DTYPES[a.dtype]
+    if a.attn:
+        kwargs["attn_implementation"] = a.attn
+    if a.quant == "4bit":
+        kwargs["quantization_config"] = transformers.BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type=a.bnb_4bit_quant_type,
+            bnb_4bit_compute_dtype=DTYPES[a.bnb_4bit_compute_dtype],
+            bnb_4bit_use_double_quant=a.bnb_4bit_double_quant)
+    elif a.quant == "8bit":
+        kwargs["quantization_config"] = transformers.BitsAndBytesConfig(load_in_8bit=True)
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    if not a.train:
+        return
+    model.config.use_cache = False
+    if a.prepare_kbit:
+        import peft
+
+        model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=a.gradient_checkpointing)
+    if a.lora_r:
+        import peft
+
+        targets = a.lora_targets.split(",") if a.lora_targets else None
+        model = peft.get_peft_model(model, peft.LoraConfig(r=a.lora_r, lora_alpha=a.lora_alpha,
+                                                           lora_dropout=a.lora_dropout, target_modules=targets,
+                                                           bias="none", task_type="CAUSAL_LM"))
+    args = transformers.TrainingArguments(
+        output_dir=os.path.join(os.path.dirname(folder), "out"), per_device_train_batch_size=a.batch,
+        gradient_accumulation_steps=a.grad_accum, max_steps=a.steps, optim=a.optim,
+        gradient_checkpointing=a.gradient_checkpointing, fp16=a.mixed == "fp16", bf16=a.mixed == "bf16",
+        report_to=[], save_strategy="no", logging_steps=1, dataloader_num_workers=0)
+    data = RandomTokens(a.batch * a.grad_accum * a.steps, a.seq, config.vocab_size)
+    transformers.Trainer(model=model, args=args, train_dataset=data).train()
+
+
+if __name__ == "__main__":
+    main()
