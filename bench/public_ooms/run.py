@@ -69,7 +69,8 @@ def dryrun_command(rebuild, msg, out_dir, python=sys.executable):
         cmd += ["--steps", str(rebuild["steps"])]
     if rebuild.get("timeout"):
         cmd += ["--timeout", str(rebuild["timeout"])]
-    cmd += [str(HERE / "rebuild" / rebuild["script"]), *rebuild.get("args", [])]
+    args = [str(ROOT / x) if x.startswith("build/") else x for x in rebuild.get("args", [])]
+    cmd += [str(HERE / "rebuild" / rebuild["script"]), *args]
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("VRAMGUARD_")}
     paths = [str(ROOT / "python")] + [str(ROOT / p) for p in rebuild.get("pythonpath", [])]
     env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
