@@ -28,7 +28,7 @@ INC = -Iinclude -Icsrc/core
 HDRS = $(wildcard include/vramguard/*.h csrc/*/*.h) tests/c/harness.h tests/c/fake_cudart.h
 BUILD = build/c
 
-.PHONY: all test-c test-c-san test-c-tsan bench bench-compare bench-oom bench-oom-compare bench-zoo check-zoo check pytest clean fuzz test check-other-pythons
+.PHONY: all test-c test-c-san test-c-tsan bench bench-compare bench-oom bench-oom-compare bench-zoo bench-public-ooms check-zoo check pytest clean fuzz test check-other-pythons
 C_TESTS = test_core test_hostile test_devices test_cuda test_hook test_threads test_expandable test_report test_arena test_pools
 all: $(C_TESTS:%=$(BUILD)/%)
 
@@ -275,6 +275,15 @@ ZOO_ARGS ?=
 bench-zoo: $(TORCH_VENV)/.installed
 	$(TORCH_VENV)/bin/python bench/zoo.py $(ZOO_ARGS)
 	$(TORCH_VENV)/bin/python bench/zoo_ranks.py --out build/zoo-ranks --check
+
+# Public out-of-memory reports rebuilt on the phantom (bench/public_ooms/run.py): each
+# report's figures against the phantom's, JSON and the table under bench/results/. The
+# libraries of the reports' day first (bench/public_ooms/deps.sh, into build/).
+# PUBLIC_OOMS_ARGS to narrow it (--only ID,ID) or to read another corpus (--reports FILE).
+PUBLIC_OOMS_ARGS ?=
+bench-public-ooms: $(TORCH_VENV)/.installed
+	PYTHON=$(TORCH_VENV)/bin/python bench/public_ooms/deps.sh
+	$(TORCH_VENV)/bin/python bench/public_ooms/run.py $(PUBLIC_OOMS_ARGS)
 
 # CI's reduced zoo: GPT-2 at its small size, the largest batch on a T4 only;
 # fails on a goal missed for a cause not known (bench/zoo.py --check,

@@ -1,0 +1,24 @@
+#!/bin/sh
+# The libraries of the reports' day that rebuilds.toml's `pythonpath` names, under
+# build/public-ooms-deps (not installed into the environment: each rebuild puts only
+# its own on the path). PYTHON: the torch tier's interpreter.
+#   torchtune at eb2ba94a (main the day of torchtune#1603, the PR's parent), with what
+#   `import torchtune` needs; nanoGPT's train.py, model.py, configurator.py, config/ at a82b33b5.
+set -eu
+PYTHON=${PYTHON:-.venv-torch/bin/python}
+DEPS=${DEPS:-build/public-ooms-deps}
+mkdir -p "$DEPS"
+"$PYTHON" -m pip install -q --no-deps --target "$DEPS" torchao==0.5.0 omegaconf==2.4.0 \
+    antlr4-python3-runtime==4.9.3 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 pandas==3.1.1 \
+    pyarrow==26.0.1 fsspec==2024.6.1 xxhash==4.1.0 sentencepiece==0.2.3 tiktoken==0.14.0 blobfile==3.3.0 \
+    torchtune==0.3.0
+fetch() {  # repository, commit, folder, paths...
+    repo=$1 commit=$2 dest=$3; shift 3
+    [ -d "$dest" ] && return 0
+    tmp=$(mktemp -d)
+    git -C "$tmp" init -q && git -C "$tmp" fetch -q --depth 1 "https://github.com/$repo" "$commit"
+    mkdir -p "$dest" && git -C "$tmp" archive FETCH_HEAD "$@" | tar -x -C "$dest"
+    rm -rf "$tmp"
+}
+fetch meta-pytorch/torchtune eb2ba94a2e61ceafd7f47c3a942e141681155293 "$DEPS/torchtune-eb2ba94a" torchtune
+fetch karpathy/nanoGPT a82b33b525ca9855d705656387698e13eb8e8d4b "$DEPS/nanoGPT-a82b33b5" train.py model.py configurator.py config
