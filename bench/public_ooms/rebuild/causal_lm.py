@@ -19,7 +19,7 @@ import transformers
 from vramguard.dryrun.features.weightless import header_from_tensors, write_sparse_safetensors
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-CONFIGS = {"llama": "LlamaConfig", "gpt_neox": "GPTNeoXConfig", "mistral": "MistralConfig", "qwen2": "Qwen2Config"}
+CONFIGS = {"llama": "LlamaConfig", "gpt2": "GPT2Config", "gpt_neox": "GPTNeoXConfig", "mistral": "MistralConfig", "qwen2": "Qwen2Config"}
 
 
 def value(text):
@@ -68,6 +68,20 @@ class RandomTokens(torch.utils.data.Dataset):
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
 
 
+class ShiftedLogitsLoss(transformers.Trainer):
+    """The loss as transformers' causal LMs computed it before 4.46: the logits upcast
+    (.float()), the shifted logits copied (logits[..., :-1, :].contiguous()), cross entropy
+    against labels[..., 1:]."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        labels = inputs.pop("labels")
+        outputs = model(**inputs)
+        logits = outputs.logits.float()
+        shift = logits[..., :-1, :].contiguous()
+        loss = torch.nn.functional.cross_entropy(shift.view(-1, shift.size(-1)), labels[..., 1:].contiguous().view(-1))
+        return (loss, outputs) if return_outputs else loss
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--arch", choices=CONFIGS, default="llama")
@@ -92,6 +106,8 @@ def main():
     p.add_argument("--mixed", choices=("none", "fp16", "bf16"), default="none")
     p.add_argument("--optim", default="adamw_torch")
     p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--shifted-logits-loss", action="store_true",
+                   help="the loss of transformers before 4.46 (ShiftedLogitsLoss)")
     a = p.parse_args()
 
     config = getattr(transformers, CONFIGS[a.arch])(**{k: value(v) for k, v in
@@ -131,7 +147,8 @@ def main():
         gradient_checkpointing=a.gradient_checkpointing, fp16=a.mixed == "fp16", bf16=a.mixed == "bf16",
         report_to=[], save_strategy="no", logging_steps=1, dataloader_num_workers=0)
     data = RandomTokens(a.batch * a.grad_accum * a.steps, a.seq, config.vocab_size)
-    transformers.Trainer(model=model, args=args, train_dataset=data).train()
+    trainer = ShiftedLogitsLoss if a.shifted_logits_loss else transformers.Trainer
+    trainer(model=model, args=args, train_dataset=data).train()
 
 
 if __name__ == "__main__":
