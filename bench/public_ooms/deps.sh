@@ -22,3 +22,5 @@ fetch() {  # repository, commit, folder, paths...
 }
 fetch meta-pytorch/torchtune eb2ba94a2e61ceafd7f47c3a942e141681155293 "$DEPS/torchtune-eb2ba94a" torchtune
 fetch karpathy/nanoGPT a82b33b525ca9855d705656387698e13eb8e8d4b "$DEPS/nanoGPT-a82b33b5" train.py model.py configurator.py config
+fetch FareedKhan-dev/train-llm-from-scratch 99358bdca218626e4498c58c90e104f9f97a5ae3 \
+    "$DEPS/train-llm-from-scratch-99358bd" src config scripts/train_transformer.py data_loader

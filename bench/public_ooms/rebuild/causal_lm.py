@@ -19,7 +19,9 @@ import transformers
 from vramguard.dryrun.features.weightless import header_from_tensors, write_sparse_safetensors
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-CONFIGS = {"llama": "LlamaConfig", "gpt2": "GPT2Config", "gpt_neox": "GPTNeoXConfig", "mistral": "MistralConfig", "qwen2": "Qwen2Config"}
+CONFIGS = {"llama": "LlamaConfig", "gpt2": "GPT2Config", "gpt_neox": "GPTNeoXConfig", "mistral": "MistralConfig",
+           "qwen2": "Qwen2Config", "roberta": "RobertaConfig"}
+HEADS = {"causal": "AutoModelForCausalLM", "masked": "AutoModelForMaskedLM"}
 
 
 def value(text):
@@ -29,12 +31,12 @@ def value(text):
         return text
 
 
-def sparse_checkpoint(config, folder, dtype, shard_bytes=2 << 30):
+def sparse_checkpoint(config, folder, dtype, head="causal", shard_bytes=2 << 30):
     """The model's checkpoint as sparse safetensors shards (real headers, data holes) of at most
     `shard_bytes` each (one file of a 12B model's size is more than the host would map at once),
     with config.json and the shard index beside them."""
     with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(config)
+        model = getattr(transformers, HEADS[head]).from_config(config)
     shards, size = [[]], 0
     for name, t in model.state_dict().items():
         wanted = dtype if t.is_floating_point() else t.dtype
@@ -86,6 +88,9 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--arch", choices=CONFIGS, default="llama")
     p.add_argument("--config", nargs="*", default=[], help="key=value of the model's published config")
+    p.add_argument("--head", choices=HEADS, default="causal")
+    p.add_argument("--half-cuda", action="store_true",
+                   help="built on the CPU, then model.half().cuda(): the weights copied to the GPU in module order")
     p.add_argument("--checkpoint-dtype", choices=DTYPES, default="fp16")
     p.add_argument("--dtype", choices=DTYPES, default=None, help="from_pretrained's dtype (default: the config's)")
     p.add_argument("--quant", choices=("none", "4bit", "8bit"), default="none")
@@ -112,8 +117,16 @@ def main():
 
     config = getattr(transformers, CONFIGS[a.arch])(**{k: value(v) for k, v in
                                                        (kv.split("=", 1) for kv in a.config)})
+    if a.half_cuda:
+        # what .half().cuda() allocates on the GPU, in its order (Module._apply: children first,
+        # then a module's own parameters and buffers), without the model's bytes on the host
+        with torch.device("meta"):
+            model = getattr(transformers, HEADS[a.head]).from_config(config)
+        model.half().to_empty(device="cuda")
+        torch.cuda.synchronize()
+        return
     folder = os.path.join(os.environ.get("VRAMGUARD_DRYRUN_DIR") or tempfile.mkdtemp(), "checkpoint")
-    sparse_checkpoint(config, folder, DTYPES[a.checkpoint_dtype])
+    sparse_checkpoint(config, folder, DTYPES[a.checkpoint_dtype], a.head)
     kwargs = {"device_map": {"": 0}}
     if a.dtype:
         kwargs["dtype"] = DTYPES[a.dtype]
@@ -126,7 +139,7 @@ def main():
             bnb_4bit_use_double_quant=a.bnb_4bit_double_quant)
     elif a.quant == "8bit":
         kwargs["quantization_config"] = transformers.BitsAndBytesConfig(load_in_8bit=True)
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    model = getattr(transformers, HEADS[a.head]).from_pretrained(folder, **kwargs)
     if not a.train:
         return
     model.config.use_cache = False
