@@ -66,6 +66,14 @@ def test_the_old_form_derives_reserved_but_unallocated():
     assert msg.reserved_unallocated_bytes() == msg.reserved_total.bytes - msg.allocated.bytes
 
 
+def test_the_old_form_reformatted_with_line_breaks_and_tabs():
+    msg = m.parse_message("RuntimeError: CUDA out of memory. \nTried to allocate 9.49 GiB (\n\tGPU 0; \n\t24.00 GiB "
+                          "total capacity; \n\t9.88 GiB already allocated;\n\t2.15 GiB free; \n\t19.38 GiB reserved "
+                          "in total by PyTorch\n) \n")
+    assert msg.form == "old" and msg.requested.text == "9.49 GiB" and msg.total.text == "24.00 GiB"
+    assert msg.allocated.text == "9.88 GiB" and msg.free.text == "2.15 GiB" and msg.reserved_total.text == "19.38 GiB"
+
+
 def test_the_short_form():
     msg = m.parse_message(SHORT)
     assert msg.form == "short"

@@ -108,7 +108,7 @@ def parse_message(text):
     requested = _find(r"Tried to allocate " + _SIZE, text)
     if requested is None:
         raise MessageError(f"no 'Tried to allocate' in {text[:80]!r}")
-    if re.search(r"Tried to allocate " + _SIZE + r" \(GPU", text):
+    if re.search(r"Tried to allocate " + _SIZE + r" \(\s*GPU", text):
         msg = OomMessage("old", requested)
         msg.total = _find(_SIZE + r" total capacity", text)
         msg.allocated = _find(_SIZE + r" already allocated", text)
