@@ -34,8 +34,15 @@ FIGURES = ("requested", "allocated", "reserved_unallocated", "free")
 
 
 def load(path, key):
+    """The entries of `key` in a TOML file; ValueError when an id is there twice."""
     with open(path, "rb") as f:
-        return tomllib.load(f).get(key, [])
+        entries = tomllib.load(f).get(key, [])
+    seen = set()
+    for entry in entries:
+        if entry["id"] in seen:
+            raise ValueError(f"{path}: {entry['id']} is there twice")
+        seen.add(entry["id"])
+    return entries
 
 
 def real_figures(report):
