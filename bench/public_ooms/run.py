@@ -169,13 +169,16 @@ def summary(rows):
 
 
 def summary_line(s):
-    n = s["reports"]
+    n, r = s["reports"], s["rebuilt"]
     med = "-" if s["allocated_median_abs_error"] is None else f"{s['allocated_median_abs_error'] * 100:.2f}%"
-    return (f"{n} reports, {s['rebuilt']} rebuilt, {s['compared']} reached an out-of-memory error on the phantom. "
-            f"Request equal at the printed precision: {s['request_equal']} of {n} "
-            f"({s['request_equal'] / n * 100:.0f}%); allocated at the failure within 2%: "
-            f"{s['allocated_within_2pct']} of {n} ({s['allocated_within_2pct'] / n * 100:.0f}%); "
-            f"allocated error over the compared: median {med}, worst {pct(s['allocated_worst_error'])}.")
+
+    def share(k):
+        return f"{k} of {n} reports ({k / n * 100:.0f}%), {k} of {r} rebuilt ({k / max(r, 1) * 100:.0f}%)"
+
+    return (f"{n} reports, {r} rebuilt, {s['compared']} of them reaching an out-of-memory error on the phantom. "
+            f"Request equal at the printed precision: {share(s['request_equal'])}; allocated at the failure "
+            f"within 2%: {share(s['allocated_within_2pct'])}; allocated at the failure over the "
+            f"{s['compared']} compared: median absolute error {med}, worst {pct(s['allocated_worst_error'])}.")
 
 
 def table(rows):
@@ -214,7 +217,20 @@ def main(argv=None):
     p.add_argument("--only", default="", help="comma-separated report ids")
     p.add_argument("--out", default=None, help="default bench/results/public-ooms-<torch>-<date>")
     p.add_argument("--work", default=str(ROOT / "build" / "public-ooms"), help="the dry runs' folders")
+    p.add_argument("--table-from", default=None, help="a rows.json written before: its table and summary again")
     args = p.parse_args(argv)
+    if args.table_from:  # the measured figures kept; the causes as rebuilds.toml now words them
+        path = Path(args.table_from)
+        data = json.loads(path.read_text())
+        causes = {r["id"]: r.get("cause") for r in load(args.rebuilds, "rebuild") + load(args.rebuilds, "not_rebuilt")}
+        for row in data["rows"]:
+            row["cause"] = causes.get(row["id"], row.get("cause"))
+        data["summary"] = summary(data["rows"])
+        path.write_text(json.dumps(data, indent=1) + "\n")
+        text = table(data["rows"]) + "\n\n" + summary_line(data["summary"]) + "\n"
+        (path.parent / "table.md").write_text(text)
+        print(text)
+        return
     reports = load(args.reports, "report")
     rebuilds = {r["id"]: r for r in load(args.rebuilds, "rebuild")}
     unrebuilt = {r["id"]: r for r in load(args.rebuilds, "not_rebuilt")}

@@ -23,6 +23,7 @@ import run as public_ooms  # noqa: E402
 CASES = {
     "llama-82-11gb-llama1-7b-example-seq32-bs1-load": (True, 0.0),
     "torchtune-pr1603-rtx4090-llama31-8b-generate": (True, 0.0),
+    "fastchat-517-6g-vicuna7b-cli-load-8bit-compress": (True, 0.0),
     "llama-455-rtx3060-llama2-7b-text-completion-load": (False, 0.0073),
     "llama2-4bit-python-coder-1-colab-t4-qlora-llama2-7b-seq2048-bs4": (True, -0.1828),
 }
