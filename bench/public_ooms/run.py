@@ -205,6 +205,7 @@ def table(rows):
         cause = r.get("cause") or "-"
         if r["rebuilt"] and not r.get("phantom"):
             cause = f"phantom: {r.get('phantom_error')}. " + (r.get("cause") or "")
+        cause = " ".join(cause.split()).replace("|", "/")  # one line in the table's cell
         lines.append(f"| [{r['id']}]({r['link']}) | {settings} | {req} | {cell('allocated', True)} "
                      f"| {cell('reserved_unallocated')} | {cell('free')} | {cause} |")
     return "\n".join(lines)
