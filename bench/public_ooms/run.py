@@ -93,7 +93,7 @@ def run_rebuild(rebuild, report, out_dir, python=sys.executable, timeout=900):
     cmd, env = dryrun_command(rebuild, msg, out_dir, python)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=out_dir, timeout=timeout)
     row = base_row(report, rebuild, real)
-    row["command"] = " ".join(cmd[1:])
+    row["command"] = relative(" ".join(cmd[1:]))
     row["context_bytes"] = None
     try:
         result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -110,7 +110,7 @@ def run_rebuild(rebuild, report, out_dir, python=sys.executable, timeout=900):
         row["phantom_error"] = run.get("error") or (
             f"fits: no out-of-memory, peak allocated {messages.format_size(peak)}" if run.get("fits") else "no OOM")
         return row
-    row["oom_line"] = oom.get("line")
+    row["oom_line"] = relative(oom.get("line"))
     try:
         phantom = messages.parse_message(oom["message"])
     except messages.MessageError as e:
@@ -126,6 +126,11 @@ def run_rebuild(rebuild, report, out_dir, python=sys.executable, timeout=900):
     for name in FIGURES:
         row[f"{name}_error"] = messages.signed_error(real[name], ph_bytes[name])
     return row
+
+
+def relative(text):
+    """Paths under the repository as the repository names them."""
+    return text.replace(str(ROOT) + os.sep, "") if isinstance(text, str) else text
 
 
 def base_row(report, rebuild, real):
@@ -226,6 +231,8 @@ def main(argv=None):
         causes = {r["id"]: r.get("cause") for r in load(args.rebuilds, "rebuild") + load(args.rebuilds, "not_rebuilt")}
         for row in data["rows"]:
             row["cause"] = causes.get(row["id"], row.get("cause"))
+            for key in ("command", "oom_line", "phantom_error"):
+                row[key] = relative(row.get(key))
         data["summary"] = summary(data["rows"])
         path.write_text(json.dumps(data, indent=1) + "\n")
         text = table(data["rows"]) + "\n\n" + summary_line(data["summary"]) + "\n"
