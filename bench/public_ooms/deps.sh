@@ -4,7 +4,8 @@
 # its own on the path). PYTHON: the torch tier's interpreter.
 #   torchtune at eb2ba94a (main the day of torchtune#1603, the PR's parent), with what
 #   `import torchtune` needs; transformers 2.5.1, 3.0.2 and 3.1.0 (each in a folder of its
-#   own, with requests for their file_utils); segment-anything 1.0; the programs' sources at
+#   own, with requests for their file_utils), 4.57.3 for a check of koalpaca#112's row;
+#   segment-anything 1.0; the programs' sources at
 #   their commits: nanoGPT (a82b33b5), train-llm-from-scratch (99358bd).
 set -eu
 PYTHON=${PYTHON:-.venv-torch/bin/python}
@@ -21,6 +22,7 @@ target() {  # folder, requirements...
 target "$DEPS/requests-2.32" requests==2.32.3 certifi charset_normalizer idna urllib3
 for v in 2.5.1 3.0.2 3.1.0; do target "$DEPS/transformers-$v" "transformers==$v"; done
 target "$DEPS/segment-anything-1.0" segment-anything==1.0
+target "$DEPS/transformers-4.57.3" transformers==4.57.3 huggingface_hub==0.36.0 tokenizers==0.22.1
 fetch() {  # repository, commit, folder, paths...
     repo=$1 commit=$2 dest=$3; shift 3
     [ -d "$dest" ] && return 0
