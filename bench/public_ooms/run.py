@@ -224,6 +224,8 @@ def main(argv=None):
     p.add_argument("--out", default=None, help="default bench/results/public-ooms-<torch>-<date>")
     p.add_argument("--work", default=str(ROOT / "build" / "public-ooms"), help="the dry runs' folders")
     p.add_argument("--table-from", default=None, help="a rows.json written before: its table and summary again")
+    p.add_argument("--update", action="store_true",
+                   help="with --only and --out: replace those reports' rows in --out's rows.json, keep the others")
     args = p.parse_args(argv)
     if args.table_from:  # the measured figures kept; the causes as rebuilds.toml now words them
         path = Path(args.table_from)
@@ -262,6 +264,10 @@ def main(argv=None):
     version = torch.__version__.split("+")[0]
     out = Path(args.out or ROOT / "bench" / "results" / f"public-ooms-{version}-{datetime.date.today()}")
     out.mkdir(parents=True, exist_ok=True)
+    if args.update and (out / "rows.json").exists():
+        fresh = {r["id"]: r for r in rows}
+        kept = json.loads((out / "rows.json").read_text())["rows"]
+        rows = [fresh.pop(r["id"], r) for r in kept] + list(fresh.values())
     s = summary(rows)
     (out / "rows.json").write_text(json.dumps({"torch": torch.__version__, "summary": s, "rows": rows},
                                               indent=1) + "\n")

@@ -110,11 +110,20 @@ def main():
     p.add_argument("--gradient-checkpointing", action="store_true")
     p.add_argument("--mixed", choices=("none", "fp16", "bf16"), default="none")
     p.add_argument("--optim", default="adamw_torch")
+    p.add_argument("--fsdp", default="", help="TrainingArguments' fsdp (\"full_shard auto_wrap\"), one process")
+    p.add_argument("--fsdp-wrap", default=None, help="the decoder layer class FSDP wraps")
+    p.add_argument("--fsdp-version", type=int, default=2, help="1: torch's FullyShardedDataParallel; 2: fully_shard")
+    p.add_argument("--fsdp-flat-params", action="store_true",
+                   help="FSDP1 with use_orig_params=False: the optimizer steps each unit's flat parameter")
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--shifted-logits-loss", action="store_true",
                    help="the loss of transformers before 4.46 (ShiftedLogitsLoss)")
     a = p.parse_args()
 
+    if a.fsdp:  # one process, as torchrun --nproc_per_node 1 starts it
+        for key, val in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
+                         ("MASTER_PORT", "29533")):
+            os.environ.setdefault(key, val)
     config = getattr(transformers, CONFIGS[a.arch])(**{k: value(v) for k, v in
                                                        (kv.split("=", 1) for kv in a.config)})
     if a.half_cuda:
@@ -158,7 +167,10 @@ def main():
         output_dir=os.path.join(os.path.dirname(folder), "out"), per_device_train_batch_size=a.batch,
         gradient_accumulation_steps=a.grad_accum, max_steps=a.steps, optim=a.optim,
         gradient_checkpointing=a.gradient_checkpointing, fp16=a.mixed == "fp16", bf16=a.mixed == "bf16",
-        report_to=[], save_strategy="no", logging_steps=1, dataloader_num_workers=0)
+        report_to=[], save_strategy="no", logging_steps=1, dataloader_num_workers=0,
+        fsdp=a.fsdp, fsdp_config={"version": a.fsdp_version, **(
+            {"use_orig_params": False} if a.fsdp_flat_params else {}), **(
+            {"transformer_layer_cls_to_wrap": [a.fsdp_wrap]} if a.fsdp_wrap else {})} if a.fsdp else None)
     data = RandomTokens(a.batch * a.grad_accum * a.steps, a.seq, config.vocab_size)
     trainer = ShiftedLogitsLoss if a.shifted_logits_loss else transformers.Trainer
     trainer(model=model, args=args, train_dataset=data).train()
