@@ -27,8 +27,11 @@ fetch() {  # repository, commit, folder, paths...
     repo=$1 commit=$2 dest=$3; shift 3
     [ -d "$dest" ] && return 0
     tmp=$(mktemp -d)
-    git -C "$tmp" init -q && git -C "$tmp" fetch -q --depth 1 "https://github.com/$repo" "$commit"
-    mkdir -p "$dest" && git -C "$tmp" archive FETCH_HEAD "$@" | tar -x -C "$dest"
+    if git -C "$tmp" init -q && git -C "$tmp" fetch -q --depth 1 "https://github.com/$repo" "$commit"; then
+        mkdir -p "$dest" && git -C "$tmp" archive FETCH_HEAD "$@" | tar -x -C "$dest"
+    else  # the rebuilds that need it say so in their rows
+        echo "deps.sh: $repo@$commit not fetched" >&2
+    fi
     rm -rf "$tmp"
 }
 fetch meta-pytorch/torchtune eb2ba94a2e61ceafd7f47c3a942e141681155293 "$DEPS/torchtune-eb2ba94a" torchtune

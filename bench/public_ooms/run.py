@@ -90,6 +90,12 @@ def dryrun_command(rebuild, msg, out_dir, python=sys.executable):
 def run_rebuild(rebuild, report, out_dir, python=sys.executable, timeout=900):
     """Dry-runs one rebuild; returns the row comparing its figures with the report's."""
     msg, real = real_figures(report)
+    missing = [p for p in rebuild.get("pythonpath", []) + [a for a in rebuild.get("args", []) if a.startswith("build/")]
+               if not (ROOT / p).exists()]
+    if missing:
+        row = base_row(report, rebuild, real)
+        row["phantom_error"] = f"not fetched: {', '.join(missing)} (bench/public_ooms/deps.sh)"
+        return row
     cmd, env = dryrun_command(rebuild, msg, out_dir, python)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=out_dir, timeout=timeout)
     row = base_row(report, rebuild, real)
