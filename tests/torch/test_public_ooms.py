@@ -19,12 +19,14 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench" / "public_ooms"))
 import run as public_ooms  # noqa: E402
 
-#: id: (request equal, allocated error as the table measured it)
+#: id: (request equal, allocated error as the table measured it). Rows whose
+#: rebuild needs nothing fetched (no library of the day under build/), so that
+#: CI, which reaches only the package index, runs every one.
 CASES = {
     "llama-82-11gb-llama1-7b-example-seq32-bs1-load": (True, 0.0),
-    "torchtune-pr1603-rtx4090-llama31-8b-generate": (True, 0.0),
-    "fastchat-517-6g-vicuna7b-cli-load-8bit-compress": (True, 0.0),
     "llama-455-rtx3060-llama2-7b-text-completion-load": (False, 0.0073),
+    "stablelm-39-g4dn-t4-tuned-alpha-7b-readme-half-cuda-load": (True, -0.0174),
+    "stanford-alpaca-189-a100-80g-llama7b-fsdp-bf16": (True, -0.0028),
     "llama2-4bit-python-coder-1-colab-t4-qlora-llama2-7b-seq2048-bs4": (True, -0.1828),
 }
 TOLERANCE = 0.005
