@@ -146,11 +146,28 @@ def test_a_model_config_becomes_a_checkpoint_of_its_shapes(tmp_path):
     cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=4096, intermediate_size=11008,
                                    num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32)
     folder = weightless.sparse_checkpoint_from_config(cfg, str(tmp_path / "llama7b"), dtype=torch.float16)
-    header = weightless.read_safetensors_header(os.path.join(folder, "model.safetensors"))
-    params = sum(int(torch.Size(v["shape"]).numel()) for k, v in header.items() if k != "__metadata__")
+    index = json.loads((Path(folder) / "model.safetensors.index.json").read_text())
+    files = sorted(set(index["weight_map"].values()))
+    assert files == [f"model-{i:05d}-of-00007.safetensors" for i in range(1, 8)]  # 13.5 GB in shards of 2 GiB
+    tensors = {}
+    for name in files:
+        header = weightless.read_safetensors_header(os.path.join(folder, name))
+        assert os.path.getsize(os.path.join(folder, name)) <= weightless.SHARD_BYTES + (1 << 20)
+        tensors.update((k, v) for k, v in header.items() if k != "__metadata__")
+        assert all(index["weight_map"][k] == name for k in header if k != "__metadata__")
+    assert set(tensors) == set(index["weight_map"])
+    params = sum(int(torch.Size(v["shape"]).numel()) for v in tensors.values())
     assert params == 6_738_415_616  # Llama-2-7B's parameter count
-    assert {v["dtype"] for k, v in header.items() if k != "__metadata__"} == {"F16"}
+    assert index["metadata"]["total_size"] == params * 2
+    assert {v["dtype"] for v in tensors.values()} == {"F16"}
     assert _disk_bytes(folder) < 1 << 20
+
+
+def test_a_small_model_config_is_one_file(tmp_path):
+    cfg = transformers.LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=4)
+    folder = Path(weightless.sparse_checkpoint_from_config(cfg, str(tmp_path / "tiny")))
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
 
 
 # ------------------------------------------------------------------ dry runs

@@ -9,14 +9,13 @@ of the stated batch and length until --steps steps.
 """
 import argparse
 import ast
-import json
 import os
 import tempfile
 
 import torch
 import transformers
 
-from vramguard.dryrun.features.weightless import header_from_tensors, write_sparse_safetensors
+from vramguard.dryrun.features.weightless import sparse_checkpoint_from_config
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 CONFIGS = {"llama": "LlamaConfig", "gpt2": "GPT2Config", "gpt_neox": "GPTNeoXConfig", "mistral": "MistralConfig",
@@ -31,31 +30,10 @@ def value(text):
         return text
 
 
-def sparse_checkpoint(config, folder, dtype, head="causal", shard_bytes=2 << 30):
-    """The model's checkpoint as sparse safetensors shards (real headers, data holes) of at most
-    `shard_bytes` each (one file of a 12B model's size is more than the host would map at once),
-    with config.json and the shard index beside them."""
-    with torch.device("meta"):
-        model = getattr(transformers, HEADS[head]).from_config(config)
-    shards, size = [[]], 0
-    for name, t in model.state_dict().items():
-        wanted = dtype if t.is_floating_point() else t.dtype
-        nbytes = t.numel() * wanted.itemsize
-        if shards[-1] and size + nbytes > shard_bytes:
-            shards.append([])
-            size = 0
-        shards[-1].append((name, (wanted, tuple(t.shape))))
-        size += nbytes
-    os.makedirs(folder, exist_ok=True)
-    config.save_pretrained(folder)
-    weight_map = {}
-    for i, shard in enumerate(shards):
-        file = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        write_sparse_safetensors(os.path.join(folder, file), header_from_tensors(dict(shard)))
-        weight_map.update({name: file for name, _ in shard})
-    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
-        json.dump({"metadata": {}, "weight_map": weight_map}, f)
-    return folder
+def sparse_checkpoint(config, folder, dtype, head="causal"):
+    """The model's checkpoint as sparse safetensors (real headers, data holes), in shards of at
+    most 2 GiB (one file of a 12B model's size is more than the host would map at once)."""
+    return sparse_checkpoint_from_config(config, folder, dtype, model_class=getattr(transformers, HEADS[head]))
 
 
 class RandomTokens(torch.utils.data.Dataset):

@@ -29,6 +29,7 @@ import shutil
 import struct
 import tempfile
 
+from ..._files import write_atomically
 from ..contract import NO_WEIGHTS_ENV
 from .base import Feature
 
@@ -110,26 +111,66 @@ def _itemsize(code):
     return {"F64": 8, "I64": 8, "F32": 4, "I32": 4, "F16": 2, "BF16": 2, "I16": 2}.get(code, 1)
 
 
-def sparse_checkpoint_from_config(config, folder, dtype=None):
+#: The largest shard sparse_checkpoint_from_config writes: loading maps each
+#: file whole, and a host refuses to map one much larger than its memory
+#: (a 12.8B model's 25.8 GB in one file, on 24 GiB), sparse or not.
+SHARD_BYTES = 2 << 30
+
+
+def sparse_checkpoint_from_config(config, folder, dtype=None, shard_bytes=SHARD_BYTES, model_class=None):
     """A stand-in checkpoint of a Hugging Face model that never had weights:
     the model built from `config` on the meta device (no memory), its state
-    dict's names, shapes and dtypes written as a sparse model.safetensors,
+    dict's names, shapes and dtypes written as a sparse model.safetensors
+    (or, past `shard_bytes`, shards of at most that much, each tensor whole,
+    and model.safetensors.index.json, as Hugging Face shards a checkpoint),
     with config.json beside it. `dtype` (a torch dtype) overrides the
     parameters' dtype, as a released checkpoint in fp16 or bf16 has it.
-    Returns `folder`."""
+    `model_class`: the transformers class whose from_config builds it
+    (default AutoModelForCausalLM). Returns `folder`."""
     import torch
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+        model = (model_class or AutoModelForCausalLM).from_config(config)
     tensors = {}
     for name, tensor in model.state_dict().items():
         wanted = dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype
         tensors[name] = (wanted, tuple(tensor.shape))
     os.makedirs(folder, exist_ok=True)
     config.save_pretrained(folder)
-    write_sparse_safetensors(os.path.join(folder, "model.safetensors"), header_from_tensors(tensors))
+    shards = _shards(tensors, shard_bytes)
+    if len(shards) == 1:
+        write_sparse_safetensors(os.path.join(folder, "model.safetensors"), header_from_tensors(tensors))
+        return folder
+    weight_map, total = {}, 0
+    for number, shard in enumerate(shards, 1):
+        name = f"model-{number:05d}-of-{len(shards):05d}.safetensors"
+        write_sparse_safetensors(os.path.join(folder, name), header_from_tensors(shard))
+        weight_map.update(dict.fromkeys(shard, name))
+        total += sum(_nbytes(*spec) for spec in shard.values())
+    write_atomically(os.path.join(folder, "model.safetensors.index.json"),
+                     json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2) + "\n")
     return folder
+
+
+def _nbytes(dtype, shape):
+    import math
+
+    return math.prod(shape) * _itemsize(_TORCH_TO_SAFETENSORS.get(str(dtype).replace("torch.", ""), "U8"))
+
+
+def _shards(tensors, shard_bytes):
+    """{name: (dtype, shape)} cut, in order, into dicts of at most
+    `shard_bytes` each (a tensor larger than that alone in its own)."""
+    shards, size = [{}], 0
+    for name, spec in tensors.items():
+        nbytes = _nbytes(*spec)
+        if shards[-1] and size + nbytes > shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = spec
+        size += nbytes
+    return shards
 
 
 # ------------------------------------------------------------------ stand-ins
