@@ -8,7 +8,6 @@ of the stated batch and length until --steps steps.
     python causal_lm.py --arch llama --config hidden_size=4096 ... --quant 4bit --train --batch 4 --seq 2048
 """
 import argparse
-import ast
 import os
 import tempfile
 
@@ -16,18 +15,12 @@ import torch
 import transformers
 
 from vramguard.dryrun.features.weightless import sparse_checkpoint_from_config
+from config_args import config_kwargs
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 CONFIGS = {"llama": "LlamaConfig", "gpt2": "GPT2Config", "gpt_neox": "GPTNeoXConfig", "mistral": "MistralConfig",
            "qwen2": "Qwen2Config", "roberta": "RobertaConfig"}
 HEADS = {"causal": "AutoModelForCausalLM", "masked": "AutoModelForMaskedLM"}
-
-
-def value(text):
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
 
 
 def sparse_checkpoint(config, folder, dtype, head="causal"):
@@ -102,8 +95,7 @@ def main():
         for key, val in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
                          ("MASTER_PORT", "29533")):
             os.environ.setdefault(key, val)
-    config = getattr(transformers, CONFIGS[a.arch])(**{k: value(v) for k, v in
-                                                       (kv.split("=", 1) for kv in a.config)})
+    config = getattr(transformers, CONFIGS[a.arch])(**config_kwargs(a.config))
     if a.half_cuda:
         # what .half().cuda() allocates on the GPU, in its order (Module._apply: children first,
         # then a module's own parameters and buffers), without the model's bytes on the host

@@ -9,19 +9,13 @@ out at full size, as the real weights are.
     python fastchat_load.py --fastchat DIR --config hidden_size=4096 ...
 """
 import argparse
-import ast
 import importlib.util
 import os
 
 import torch
 import transformers
 
-
-def value(text):
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
+from config_args import config_kwargs
 
 
 def main():
@@ -33,7 +27,7 @@ def main():
     spec = importlib.util.spec_from_file_location("fastchat_compression", path)
     compression = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(compression)
-    config = transformers.LlamaConfig(**{k: value(v) for k, v in (kv.split("=", 1) for kv in a.config)})
+    config = transformers.LlamaConfig(**config_kwargs(a.config))
     with torch.device("meta"):
         model = transformers.LlamaForCausalLM(config).to(torch.float16)
     for module in model.modules():

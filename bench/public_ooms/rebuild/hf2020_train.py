@@ -19,12 +19,7 @@ import types
 
 import torch
 
-
-def value(text):
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
+from config_args import config_kwargs
 
 
 def stub_s3_clients():
@@ -67,7 +62,7 @@ def main():
     modeling = importlib.import_module(f"transformers.{a.module}")
     config_module = importlib.import_module("transformers." + a.module.replace("modeling_", "configuration_"))
     optimization = importlib.import_module("transformers.optimization")
-    config = getattr(config_module, a.config)(**{k: value(v) for k, v in (kv.split("=", 1) for kv in a.set)})
+    config = getattr(config_module, a.config)(**config_kwargs(a.set))
     model = getattr(modeling, a.model)(config).to("cuda")
     model.train()
     decay = [p for n, p in model.named_parameters() if not any(nd in n for nd in ("bias", "LayerNorm.weight"))]

@@ -4,9 +4,9 @@ IPython's magics and shell lines left out (said), `%%writefile` cells
 written, and `%time`-like magics keeping the statement they time."""
 import json
 import linecache
-import os
 import re
 
+from .cell_names import cell_name, cell_source
 from .log import say
 
 __all__ = ["notebook_cells", "run_notebook"]
@@ -115,9 +115,8 @@ def notebook_cells(path):
         if cell.get("cell_type") != "code":
             continue
         number += 1
-        source = cell.get("source", "")
-        source = "".join(source) if isinstance(source, list) else str(source)
-        name = f"{os.path.basename(path)}[cell {number}]"
+        source = cell_source(cell)
+        name = cell_name(path, number)
         lines = source.splitlines()
         first = lines[0].strip() if lines else ""
         if first.startswith("%%"):

@@ -16,6 +16,7 @@ import shutil
 import tempfile
 
 from ..contract import DIR_ENV
+from .cell_names import cell_name, cell_source
 
 __all__ = ["available", "code_cells", "run_cells"]
 
@@ -34,9 +35,7 @@ def code_cells(path):
     for cell in nb.get("cells", []):
         if cell.get("cell_type") != "code":
             continue
-        source = cell.get("source", "")
-        source = "".join(source) if isinstance(source, list) else str(source)
-        cells.append((f"{os.path.basename(path)}[cell {len(cells) + 1}]", source))
+        cells.append((cell_name(path, len(cells) + 1), cell_source(cell)))
     return cells
 
 

@@ -10,22 +10,16 @@ escapes); a notebook in any other layout is not written as a patch, since
 the diff would rewrite the whole file."""
 import itertools
 import json
-import os
 
+from ..child.cell_names import cell_name, cell_source
 from ..child.cells import notebook_cells
 
-__all__ = ["NotebookCells", "cell_name"]
+__all__ = ["NotebookCells"]
 
 # json.dumps options, Jupyter's (nbformat's writer) first.
 _LAYOUTS = [dict(indent=indent, sort_keys=sort_keys, ensure_ascii=ascii_only, separators=separators)
             for indent, sort_keys, ascii_only, separators in itertools.product(
                 (1, 2, 0, 4), (True, False), (False, True), ((",", ": "), None))]
-
-
-def cell_name(path, number):
-    """The name the dry run's child gives code cell `number` (from 1): its
-    frames' file name, so the program's recorded sites name their cell."""
-    return f"{os.path.basename(path)}[cell {number}]"
 
 
 class NotebookCells:
@@ -51,7 +45,7 @@ class NotebookCells:
         for number, cell in enumerate(self.code, 1):
             name = cell_name(path, number)
             if name in run:  # a %%writefile or a skipped %% cell runs no Python of its own
-                self._cells.append((name, _source(cell), run[name]))
+                self._cells.append((name, cell_source(cell), run[name]))
 
     @staticmethod
     def _dumps(notebook, layout, end):
@@ -71,8 +65,3 @@ class NotebookCells:
             if source is not None:
                 cell["source"] = source.splitlines(True) if isinstance(cell.get("source"), list) else source
         return self._dumps(self.notebook, self.layout, self.end)
-
-
-def _source(cell):
-    source = cell.get("source", "")
-    return "".join(source) if isinstance(source, list) else str(source)

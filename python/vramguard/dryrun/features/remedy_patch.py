@@ -73,11 +73,12 @@ class _Unit:
 
     def __init__(self, name, source, runs=None, label=None):
         self.name, self.source = name, source
+        self.label = label or name  # how a sentence names it: "the script", or the cell
         runs = source if runs is None else runs
         try:
             self.tree = ast.parse(runs, name)
         except SyntaxError as exc:
-            raise NoPatch(f"{label or name} does not parse here ({exc.msg})") from None
+            raise NoPatch(f"{self.label} does not parse here ({exc.msg})") from None
         self.edits = _Edits(source)
         self.masked = {i for i, (line, ran) in enumerate(zip(source.splitlines(), runs.splitlines()), 1)
                        if line != ran}
@@ -188,7 +189,7 @@ def _before_the_loop(unit, line):
     at `line` itself."""
     chain = _chain(unit.tree, line)
     if not chain:
-        raise NoPatch(f"no statement of {unit.name} holds line {line}")
+        raise NoPatch(f"no statement of {unit.label} holds line {line}")
     loops = [n for n in chain if isinstance(n, _LOOPS)]
     return loops[0] if loops else chain[-1]
 
@@ -258,7 +259,7 @@ def _optimizer(units, program, chosen):
     unit = units.unit(site["file"], "the optimizer is built")
     calls = _calls_at(unit.tree, site["line"], (site["class"],))
     if not calls:
-        raise NoPatch(f"no {site['class']}(...) call at line {site['line']} of {_named(units, unit)}")
+        raise NoPatch(f"no {site['class']}(...) call at line {site['line']} of {unit.label}")
     call, edits = calls[0], unit.edits
     if chosen.get("optimizer") == "fused":
         for kw in call.keywords:
@@ -273,10 +274,6 @@ def _optimizer(units, program, chosen):
     return ["import bitsandbytes as bnb"]
 
 
-def _named(units, unit):
-    return f"the {units.kind}" if units.kind == "script" else unit.name
-
-
 def _autocast(units, program, chosen):
     half = chosen.get("autocast") or "float16"
     region = program.get("full_width_autocast")
@@ -286,7 +283,7 @@ def _autocast(units, program, chosen):
         unit = units.unit(file, "its autocast region is built")
         calls = _calls_at(unit.tree, int(line), ("autocast",))
         if not calls:
-            raise NoPatch(f"no autocast(...) call at line {line} of {_named(units, unit)}, "
+            raise NoPatch(f"no autocast(...) call at line {line} of {unit.label}, "
                           "where its region was built")
         call = calls[0]
         if len(call.args) >= 2:
@@ -370,8 +367,7 @@ def patch_for(row, remedies, script, cwd):
     for unit in units.units:
         unit.check_unmasked()
     changed = {unit.name: unit.edits.apply() for unit in units.units if unit.edits.edits}
-    with open(script, encoding="utf-8") as f:
-        original = f.read()
+    original = cells.text if cells else units.units[0].source
     try:
         patched = cells.write(changed) if cells else changed.get(units.units[0].name, original)
     except ValueError as exc:
