@@ -5,8 +5,11 @@
 #   torchtune at eb2ba94a (main the day of torchtune#1603, the PR's parent), with what
 #   `import torchtune` needs; transformers 2.5.1, 3.0.2 and 3.1.0 (each in a folder of its
 #   own, with requests for their file_utils), 4.57.3 for a check of koalpaca#112's row;
-#   segment-anything 1.0; the programs' sources at
-#   their commits: nanoGPT (a82b33b5), train-llm-from-scratch (99358bd).
+#   transformers 4.31.0 (July 2023, for InternLM's model code) and 4.53.1 with diffusers
+#   0.34.0 (July 2025, FLUX); einops 0.4.1, omegaconf 2.1.1 and open_clip 2.7.0 for latent
+#   diffusion (2022); segment-anything 1.0; the programs' sources at their commits: nanoGPT
+#   (a82b33b5), train-llm-from-scratch (99358bd), InternLM's model code (1896dd0), CompVis'
+#   and Stability-AI's latent diffusion (69ae4b35, 21f890f9; d4e8234), openai-whisper (b80bcf6).
 set -eu
 PYTHON=${PYTHON:-.venv-torch/bin/python}
 DEPS=${DEPS:-build/public-ooms-deps}
@@ -23,6 +26,11 @@ target "$DEPS/requests-2.32" requests==2.32.3 certifi charset_normalizer idna ur
 for v in 2.5.1 3.0.2 3.1.0; do target "$DEPS/transformers-$v" "transformers==$v"; done
 target "$DEPS/segment-anything-1.0" segment-anything==1.0
 target "$DEPS/transformers-4.57.3" transformers==4.57.3 huggingface_hub==0.36.0 tokenizers==0.22.1
+target "$DEPS/transformers-4.31.0" transformers==4.31.0 huggingface_hub==0.16.4 tokenizers==0.13.3
+target "$DEPS/transformers-4.53.1" transformers==4.53.1 huggingface_hub==0.33.2 tokenizers==0.21.2
+target "$DEPS/diffusers-0.34.0" diffusers==0.34.0
+target "$DEPS/ldm-libs" einops==0.4.1 omegaconf==2.1.1 antlr4-python3-runtime==4.8 open_clip_torch==2.7.0 \
+    ftfy==6.1.1 wcwidth==0.2.5
 fetch() {  # repository, commit, folder, paths...
     repo=$1 commit=$2 dest=$3; shift 3
     [ -d "$dest" ] && return 0
@@ -39,3 +47,9 @@ fetch karpathy/nanoGPT a82b33b525ca9855d705656387698e13eb8e8d4b "$DEPS/nanoGPT-a
 fetch lm-sys/FastChat 537c827a62c96834d75e09a3b4d1b5f448bfcc40 "$DEPS/FastChat-537c827a" fastchat/serve/compression.py
 fetch FareedKhan-dev/train-llm-from-scratch 99358bdca218626e4498c58c90e104f9f97a5ae3 \
     "$DEPS/train-llm-from-scratch-99358bd" src config scripts/train_transformer.py data_loader
+fetch InternLM/InternLM 1896dd097a2011ce5d4d3bc982e0666c37364f6f "$DEPS/InternLM-1896dd0" tools/transformers
+for c in 69ae4b35e0a0f6ee1af8bb9a5d0016ccb27e36dc 21f890f9da3cfbeaba8e2ac3c425ee9e998d5229; do
+    fetch CompVis/stable-diffusion $c "$DEPS/stable-diffusion-$(echo $c | cut -c1-8)" ldm configs
+done
+fetch Stability-AI/stablediffusion d4e8234adf120cdb39f545ad3ab4f0972d34075e "$DEPS/stablediffusion-d4e8234" ldm configs
+fetch openai/whisper b80bcf610d89960bc658b61af9c333fc6d978d78 "$DEPS/whisper-b80bcf6" whisper

@@ -34,14 +34,19 @@ FIGURES = ("requested", "allocated", "reserved_unallocated", "free")
 
 
 def load(path, key):
-    """The entries of `key` in a TOML file; ValueError when an id is there twice."""
+    """The entries of `key` in a TOML file; ValueError when an id is there twice, or when
+    two entries quote the same message from the same page (one report under two ids)."""
     with open(path, "rb") as f:
         entries = tomllib.load(f).get(key, [])
-    seen = set()
+    seen, quoted = set(), {}
     for entry in entries:
         if entry["id"] in seen:
             raise ValueError(f"{path}: {entry['id']} is there twice")
         seen.add(entry["id"])
+        if "message" in entry:
+            same = quoted.setdefault((entry.get("link"), " ".join(entry["message"].split())), entry["id"])
+            if same != entry["id"]:
+                raise ValueError(f"{path}: {entry['id']} is the report {same} again (same page, same message)")
     return entries
 
 
@@ -142,7 +147,7 @@ def relative(text):
 def base_row(report, rebuild, real):
     return {"id": report["id"], "link": report.get("link"), "card": report.get("card"),
             "total": report.get("card_total_from_message"), "torch_reported": report.get("torch_version"),
-            "rebuilt": rebuild is not None,
+            "rebuilt": rebuild is not None, "rebuildable": True,
             "gpu": rebuild and rebuild.get("gpu"), "allocator": rebuild and rebuild.get("allocator", "native"),
             "alloc_conf": rebuild and rebuild.get("alloc_conf"),
             "script": rebuild and rebuild.get("script"), "args": rebuild and rebuild.get("args"),
@@ -159,6 +164,7 @@ def not_rebuilt_row(report, entry):
         real = {k: None for k in FIGURES}
     row = base_row(report, None, real)
     row["cause"] = entry.get("cause") if entry else "no rebuild yet"
+    row["rebuildable"] = entry.get("rebuildable", True) if entry else True
     return row
 
 
@@ -166,14 +172,23 @@ def pct(x):
     return "-" if x is None else f"{x * 100:+.2f}%"
 
 
+def in_corpus(row):
+    """A report that says enough to rebuild its run; one set aside (rebuildable = false) does not."""
+    return row.get("rebuildable", True)
+
+
 def summary(rows):
-    """The summary line's figures, over the rebuilt rows that reached an OOM."""
-    compared = [r for r in rows if r.get("phantom")]
+    """The summary line's figures. The shares are over the corpus (every report that says enough
+    to rebuild its run, rebuilt or not: one not rebuilt, or not reaching an OOM, counts as a
+    miss); the errors over the rebuilt rows that reached an OOM."""
+    corpus = [r for r in rows if in_corpus(r)]
+    compared = [r for r in corpus if r.get("phantom")]
     errors = [r["allocated_error"] for r in compared if r["allocated_error"] is not None]
     equal = sum(1 for r in compared if r["request_equal"])
     within = sum(1 for e in errors if abs(e) <= 0.02)
     worst = max(errors, key=abs) if errors else None
-    return {"reports": len(rows), "rebuilt": sum(1 for r in rows if r["rebuilt"]), "compared": len(compared),
+    return {"looked_at": len(rows), "set_aside": len(rows) - len(corpus), "reports": len(corpus),
+            "rebuilt": sum(1 for r in corpus if r["rebuilt"]), "compared": len(compared),
             "request_equal": equal, "allocated_within_2pct": within,
             "allocated_median_abs_error": statistics.median(abs(e) for e in errors) if errors else None,
             "allocated_worst_error": worst}
@@ -184,15 +199,36 @@ def summary_line(s):
     med = "-" if s["allocated_median_abs_error"] is None else f"{s['allocated_median_abs_error'] * 100:.2f}%"
 
     def share(k):
-        return f"{k} of {n} reports ({k / n * 100:.0f}%), {k} of {r} rebuilt ({k / max(r, 1) * 100:.0f}%)"
+        return f"{k} of {n} ({k / max(n, 1) * 100:.0f}%)"
 
-    return (f"{n} reports, {r} rebuilt, {s['compared']} of them reaching an out-of-memory error on the phantom. "
-            f"Request equal at the printed precision: {share(s['request_equal'])}; allocated at the failure "
-            f"within 2%: {share(s['allocated_within_2pct'])}; allocated at the failure over the "
+    aside = s.get("set_aside", 0)
+    looked = (f"{s.get('looked_at', n)} reports looked at, {aside} set aside (the page does not say enough to "
+              f"rebuild the run); " if aside else "")
+    return (f"{looked}{n} in the corpus, {r} rebuilt, {s['compared']} of them reaching an out-of-memory error on "
+            f"the phantom. Request equal at the printed precision: {share(s['request_equal'])}; allocated at the "
+            f"failure within 2%: {share(s['allocated_within_2pct'])}; allocated at the failure over the "
             f"{s['compared']} compared: median absolute error {med}, worst {pct(s['allocated_worst_error'])}.")
 
 
 def table(rows):
+    """The corpus's table, then the reports set aside, each with what its page does not say."""
+    text = corpus_table([r for r in rows if in_corpus(r)])
+    aside = [r for r in rows if not in_corpus(r)]
+    if aside:
+        text += "\n\nSet aside, the page not saying enough to rebuild the run:\n\n" + set_aside_table(aside)
+    return text
+
+
+def set_aside_table(rows):
+    lines = ["| report | total | requested | allocated | what the page does not say |", "|" + "---|" * 5]
+    for r in rows:
+        cause = " ".join((r.get("cause") or "-").split()).replace("|", "/")
+        lines.append(f"| [{r['id']}]({r['link']}) | {r['total']} | {r['real'].get('requested') or '-'} "
+                     f"| {r['real'].get('allocated') or '-'} | {cause} |")
+    return "\n".join(lines)
+
+
+def corpus_table(rows):
     head = ("| report | card (total), settings | requested: real / phantom | allocated: real / phantom (error) "
             "| reserved unallocated: real / phantom | free: real / phantom | cause of a difference over 2% |")
     lines = [head, "|" + "---|" * 7]
@@ -236,9 +272,13 @@ def main(argv=None):
     if args.table_from:  # the measured figures kept; the causes as rebuilds.toml now words them
         path = Path(args.table_from)
         data = json.loads(path.read_text())
-        causes = {r["id"]: r.get("cause") for r in load(args.rebuilds, "rebuild") + load(args.rebuilds, "not_rebuilt")}
+        entries = {r["id"]: r for r in load(args.rebuilds, "rebuild") + load(args.rebuilds, "not_rebuilt")}
+        kept = {r["id"] for r in load(args.reports, "report")}
+        data["rows"] = [row for row in data["rows"] if row["id"] in kept]  # a report since removed goes
         for row in data["rows"]:
-            row["cause"] = causes.get(row["id"], row.get("cause"))
+            entry = entries.get(row["id"], {})
+            row["cause"] = entry.get("cause", row.get("cause"))
+            row["rebuildable"] = entry.get("rebuildable", True)
             for key in ("command", "oom_line", "phantom_error"):
                 row[key] = relative(row.get(key))
         data["summary"] = summary(data["rows"])

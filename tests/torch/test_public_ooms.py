@@ -23,7 +23,7 @@ import run as public_ooms  # noqa: E402
 #: rebuild needs nothing fetched (no library of the day under build/), so that
 #: CI, which reaches only the package index, runs every one.
 CASES = {
-    "llama-82-11gb-llama1-7b-example-seq32-bs1-load": (True, 0.0),
+    "llama-48-v100-16gb-llama1-13b-mp2-example-load-bs32-seq1024": (True, 0.0),
     "llama-455-rtx3060-llama2-7b-text-completion-load": (False, 0.0073),
     "stablelm-39-g4dn-t4-tuned-alpha-7b-readme-half-cuda-load": (True, -0.0174),
     "stanford-alpaca-189-a100-80g-llama7b-fsdp-bf16": (True, -0.0028),

@@ -7,7 +7,15 @@ then per layer wq, wk, wv, wo, the KV caches zeros(max_batch_size, max_seq_len,
 n_local_kv_heads, head_dim), w1, w2, w3 and two RMSNorms, then the final norm,
 the output projection and freqs_cis. fairscale's parallel layers at model
 parallel size 1 allocate one (out, in) weight each and initialise it in place
-(init_method = identity), which nn.Parameter(torch.empty(...)) does here.
+(init_method = identity), which nn.Parameter(torch.empty(...)) does here. At a
+model parallel size N > 1 (--model-parallel, one process per checkpoint shard)
+each rank holds its slice (column-parallel wq, wk, wv, w1, w3 and output: out/N
+rows; row-parallel wo and w2: in/N columns; the embedding: dim/N columns; the
+caches: n_heads/N heads), and fairscale's _initialize_affine_weight builds every
+slice from a full-size master weight it makes with torch.empty under the default
+tensor type (so on the GPU), copies its slice out of, and drops: those
+temporaries are made here too. Only rank 0's allocations are made: every rank
+allocates the same.
 Then a prompt of --prompt-len tokens through the model (--generate).
 
     python llama_reference.py --dim 4096 --n-layers 32 --n-heads 32 --max-seq-len 128 --max-batch-size 4
@@ -29,19 +37,33 @@ class RMSNorm(nn.Module):
         return out.type_as(x) * self.weight
 
 
-def weight(out_features, in_features):
-    return nn.Parameter(torch.empty(out_features, in_features))
+MODEL_PARALLEL = 1
+
+
+def weight(out_features, in_features, split=0):
+    """A parallel layer's slice on this rank: split 0 cuts the output rows (column
+    parallel), split 1 the input columns (row parallel, and the embedding's dim)."""
+    n = MODEL_PARALLEL
+    shape = (out_features // n, in_features) if split == 0 else (out_features, in_features // n)
+    param = nn.Parameter(torch.empty(*shape))
+    if n > 1:  # fairscale's master weight, on the default tensor type's device, then dropped
+        master = torch.empty(out_features, in_features, dtype=param.dtype, requires_grad=False)
+        with torch.no_grad():
+            param.copy_(master.narrow(split, 0, shape[split]))
+        del master
+    return param
 
 
 class Block(nn.Module):
     def __init__(self, a):
         super().__init__()
-        self.n_heads, self.n_kv = a.n_heads, a.n_kv_heads or a.n_heads
         self.head_dim = a.dim // a.n_heads
+        n_kv = a.n_kv_heads or a.n_heads
         self.wq = weight(a.n_heads * self.head_dim, a.dim)
-        self.wk = weight(self.n_kv * self.head_dim, a.dim)
-        self.wv = weight(self.n_kv * self.head_dim, a.dim)
-        self.wo = weight(a.dim, a.n_heads * self.head_dim)
+        self.wk = weight(n_kv * self.head_dim, a.dim)
+        self.wv = weight(n_kv * self.head_dim, a.dim)
+        self.wo = weight(a.dim, a.n_heads * self.head_dim, split=1)
+        self.n_heads, self.n_kv = a.n_heads // MODEL_PARALLEL, n_kv // MODEL_PARALLEL
         self.cache_k = torch.zeros((a.max_batch_size, a.max_seq_len, self.n_kv, self.head_dim)).cuda()
         self.cache_v = torch.zeros((a.max_batch_size, a.max_seq_len, self.n_kv, self.head_dim)).cuda()
         hidden = int(2 * 4 * a.dim / 3)
@@ -49,7 +71,7 @@ class Block(nn.Module):
             hidden = int(a.ffn_dim_multiplier * hidden)
         hidden = a.multiple_of * ((hidden + a.multiple_of - 1) // a.multiple_of)
         self.w1 = weight(hidden, a.dim)
-        self.w2 = weight(a.dim, hidden)
+        self.w2 = weight(a.dim, hidden, split=1)
         self.w3 = weight(hidden, a.dim)
         self.attention_norm = RMSNorm(a.dim, a.norm_eps)
         self.ffn_norm = RMSNorm(a.dim, a.norm_eps)
@@ -75,7 +97,7 @@ class Block(nn.Module):
 class Transformer(nn.Module):
     def __init__(self, a):
         super().__init__()
-        self.tok_embeddings = nn.Parameter(torch.empty(a.vocab_size, a.dim))
+        self.tok_embeddings = weight(a.vocab_size, a.dim, split=1)
         self.layers = nn.ModuleList(Block(a) for _ in range(a.n_layers))
         self.norm = RMSNorm(a.dim, a.norm_eps)
         self.output = weight(a.vocab_size, a.dim)
@@ -106,11 +128,17 @@ def main():
     p.add_argument("--max-seq-len", type=int, default=512)
     p.add_argument("--max-batch-size", type=int, default=32)
     p.add_argument("--prompt-len", type=int, default=8)
+    p.add_argument("--model-parallel", type=int, default=1, help="processes (checkpoint shards); rank 0 is built")
     a = p.parse_args()
+    global MODEL_PARALLEL
+    MODEL_PARALLEL = a.model_parallel
     torch.cuda.set_device(0)
     torch.set_default_tensor_type(torch.cuda.HalfTensor)
     model = Transformer(a)
     torch.set_default_tensor_type(torch.FloatTensor)
+    if MODEL_PARALLEL > 1:
+        raise SystemExit("llama_reference.py: built; a prompt through a model-parallel rank is not rebuilt "
+                         "(its all-gathers between the ranks)")
     tokens = torch.randint(0, a.vocab_size, (a.max_batch_size, a.prompt_len), device="cuda")
     model(tokens, 0)
 

@@ -1,0 +1,42 @@
+"""A model whose code ships with it (a Hugging Face remote-code model, its modeling
+file as the model's own repository publishes it) moved onto the GPU whole, as
+`.cuda()` moves it: Module._apply's order (a module's children first, then its own
+parameters and buffers), every tensor in the model's dtype. The model is built on
+the meta device from its config (no weights on the host), then given GPU memory in
+that order (to_empty), so the GPU sees the allocations .cuda() makes.
+
+    python model_code_to_cuda.py --code DIR --module modeling_internlm --model InternLMForCausalLM \\
+        --config-module configuration_internlm --config InternLMConfig --dtype fp32
+"""
+import argparse
+import importlib
+import sys
+
+import torch
+
+from config_args import config_kwargs
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--code", required=True, help="the folder holding the model's modeling and config files")
+    p.add_argument("--module", required=True)
+    p.add_argument("--model", required=True, help="the model class in --module")
+    p.add_argument("--config-module", required=True)
+    p.add_argument("--config", required=True, help="the config class in --config-module")
+    p.add_argument("--set", nargs="*", default=[], help="key=value of the model's published config")
+    p.add_argument("--dtype", choices=DTYPES, default="fp32")
+    a = p.parse_args()
+    sys.path.insert(0, a.code)
+    config = getattr(importlib.import_module(a.config_module), a.config)(**config_kwargs(a.set))
+    model_class = getattr(importlib.import_module(a.module), a.model)
+    with torch.device("meta"):
+        model = model_class(config)
+    model.to(DTYPES[a.dtype]).to_empty(device="cuda")
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""The public reports' corpus as bench/public_ooms/run.py reads it: one report once, every
+report with a rebuild or a cause, and the summary's shares over the reports that say enough
+to rebuild their run (no torch needed)."""
+import os
+import sys
+
+import pytest
+
+pytest.importorskip("tomllib")  # the runner reads TOML with the standard library's reader (3.11+)
+
+HERE = os.path.join(os.path.dirname(__file__), "..", "bench", "public_ooms")
+sys.path.insert(0, HERE)
+import run  # noqa: E402
+
+MESSAGE = ("CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 14.75 GiB total capacity; 13.00 GiB "
+           "already allocated; 10.00 MiB free; 13.50 GiB reserved in total by PyTorch)")
+
+
+def write(tmp_path, text):
+    path = tmp_path / "reports.toml"
+    path.write_text(text)
+    return path
+
+
+def entry(id_, link="https://example.org/1", message=MESSAGE):
+    return f'[[report]]\nid = "{id_}"\nlink = "{link}"\nmessage = "{message}"\n\n'
+
+
+def test_an_id_twice_is_refused(tmp_path):
+    path = write(tmp_path, entry("a") + entry("a", link="https://example.org/2"))
+    with pytest.raises(ValueError, match="a is there twice"):
+        run.load(path, "report")
+
+
+def test_one_report_under_two_ids_is_refused(tmp_path):
+    # the same page quoting the same message, reflowed: one report
+    path = write(tmp_path, entry("a") + entry("b", message=MESSAGE.replace("; ", ";  ")))
+    with pytest.raises(ValueError, match="b is the report a again"):
+        run.load(path, "report")
+
+
+def test_two_messages_on_one_page_are_two_reports(tmp_path):
+    other = MESSAGE.replace("20.00 MiB", "40.00 MiB")
+    path = write(tmp_path, entry("a") + entry("b", message=other))
+    assert [e["id"] for e in run.load(path, "report")] == ["a", "b"]
+
+
+def row(id_, rebuilt=True, rebuildable=True, phantom=True, equal=True, error=0.001):
+    return {"id": id_, "rebuilt": rebuilt, "rebuildable": rebuildable,
+            "phantom": {"requested": "1"} if phantom else None,
+            "request_equal": equal if phantom else None, "allocated_error": error if phantom else None}
+
+
+def test_shares_count_the_corpus_and_a_miss_for_each_report_not_matched():
+    rows = [row("match"), row("off", equal=False, error=0.05), row("fits", phantom=False),
+            row("not-yet", rebuilt=False, phantom=False),
+            row("aside", rebuilt=False, rebuildable=False, phantom=False)]
+    s = run.summary(rows)
+    assert (s["looked_at"], s["set_aside"], s["reports"], s["rebuilt"], s["compared"]) == (5, 1, 4, 3, 2)
+    assert (s["request_equal"], s["allocated_within_2pct"]) == (1, 1)
+    assert s["allocated_worst_error"] == 0.05
+    line = run.summary_line(s)
+    assert line.startswith("5 reports looked at, 1 set aside (the page does not say enough to rebuild the "
+                           "run); 4 in the corpus, 3 rebuilt, 2 of them reaching")
+    assert "Request equal at the printed precision: 1 of 4 (25%)" in line
+    assert "within 2%: 1 of 4 (25%)" in line
+
+
+@pytest.mark.parametrize("aside", [0, 1, 3])
+def test_the_summary_line_at_each_count_set_aside(aside):
+    rows = [row("m")] + [row(f"x{i}", rebuilt=False, rebuildable=False, phantom=False) for i in range(aside)]
+    line = run.summary_line(run.summary(rows))
+    if aside:
+        assert line.startswith(f"{1 + aside} reports looked at, {aside} set aside")
+    else:
+        assert line.startswith("1 in the corpus, 1 rebuilt, 1 of them")
+    assert "1 of 1 (100%)" in line
+
+
+def test_an_empty_corpus_has_no_shares_to_divide():
+    line = run.summary_line(run.summary([row("x", rebuilt=False, rebuildable=False, phantom=False)]))
+    assert "0 in the corpus, 0 rebuilt, 0 of them" in line and "0 of 0 (0%)" in line
+
+
+def test_the_set_aside_reports_get_a_table_of_their_own():
+    r = row("aside", rebuilt=False, rebuildable=False, phantom=False)
+    r.update(link="https://example.org/a", total="14.75 GiB", cause="unstated: batch",
+             real={"requested": "20.00 MiB", "allocated": "13.00 GiB"})
+    kept = row("m", rebuilt=False, phantom=False)
+    kept.update(link="https://example.org/m", total="14.75 GiB", cause="not yet rebuilt",
+                real={"requested": "1", "allocated": "2"})
+    text = run.table([kept, r])
+    corpus, aside = text.split("Set aside, the page not saying enough to rebuild the run:")
+    assert "[m](https://example.org/m)" in corpus and "aside" not in corpus
+    assert "| [aside](https://example.org/a) | 14.75 GiB | 20.00 MiB | 13.00 GiB | unstated: batch |" in aside
+
+
+def test_the_shipped_corpus_is_whole():
+    reports = run.load(os.path.join(HERE, "reports.toml"), "report")
+    rebuilds = run.load(os.path.join(HERE, "rebuilds.toml"), "rebuild")
+    unrebuilt = run.load(os.path.join(HERE, "rebuilds.toml"), "not_rebuilt")
+    ids = {r["id"] for r in reports}
+    covered = [r["id"] for r in rebuilds + unrebuilt]
+    assert sorted(covered) == sorted(ids), "each report has one rebuild or one cause, and nothing else is there"
+    for r in unrebuilt:
+        assert r["cause"].strip(), r["id"]
+        assert r.get("rebuildable", True) in (True, False), r["id"]
