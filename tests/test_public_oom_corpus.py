@@ -61,7 +61,7 @@ def test_shares_count_the_corpus_and_a_miss_for_each_report_not_matched():
     assert s["allocated_worst_error"] == 0.05
     line = run.summary_line(s)
     assert line.startswith("5 reports looked at, 1 set aside (the page does not say enough to rebuild the "
-                           "run); 4 in the corpus, 3 rebuilt, 2 of them reaching")
+                           "run, or quotes the message short); 4 in the corpus, 3 rebuilt, 2 of them reaching")
     assert "Request equal at the printed precision: 1 of 4 (25%)" in line
     assert "within 2%: 1 of 4 (25%)" in line
 
@@ -90,7 +90,7 @@ def test_the_set_aside_reports_get_a_table_of_their_own():
     kept.update(link="https://example.org/m", total="14.75 GiB", cause="not yet rebuilt",
                 real={"requested": "1", "allocated": "2"})
     text = run.table([kept, r])
-    corpus, aside = text.split("Set aside, the page not saying enough to rebuild the run:")
+    corpus, aside = text.split("Set aside, the page not saying enough to rebuild the run, or quoting the message short:")
     assert "[m](https://example.org/m)" in corpus and "aside" not in corpus
     assert "| [aside](https://example.org/a) | 14.75 GiB | 20.00 MiB | 13.00 GiB | unstated: batch |" in aside
 

@@ -139,6 +139,11 @@ def run_rebuild(rebuild, report, out_dir, python=sys.executable, timeout=900):
     return row
 
 
+def torch_version(python):
+    return subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
 def relative(text):
     """Paths under the repository as the repository names them."""
     return text.replace(str(ROOT) + os.sep, "") if isinstance(text, str) else text
@@ -203,7 +208,7 @@ def summary_line(s):
 
     aside = s.get("set_aside", 0)
     looked = (f"{s.get('looked_at', n)} reports looked at, {aside} set aside (the page does not say enough to "
-              f"rebuild the run); " if aside else "")
+              f"rebuild the run, or quotes the message short); " if aside else "")
     return (f"{looked}{n} in the corpus, {r} rebuilt, {s['compared']} of them reaching an out-of-memory error on "
             f"the phantom. Request equal at the printed precision: {share(s['request_equal'])}; allocated at the "
             f"failure within 2%: {share(s['allocated_within_2pct'])}; allocated at the failure over the "
@@ -215,7 +220,8 @@ def table(rows):
     text = corpus_table([r for r in rows if in_corpus(r)])
     aside = [r for r in rows if not in_corpus(r)]
     if aside:
-        text += "\n\nSet aside, the page not saying enough to rebuild the run:\n\n" + set_aside_table(aside)
+        text += ("\n\nSet aside, the page not saying enough to rebuild the run, or quoting the message short:\n\n"
+                 + set_aside_table(aside))
     return text
 
 
@@ -266,6 +272,8 @@ def main(argv=None):
     p.add_argument("--out", default=None, help="default bench/results/public-ooms-<torch>-<date>")
     p.add_argument("--work", default=str(ROOT / "build" / "public-ooms"), help="the dry runs' folders")
     p.add_argument("--table-from", default=None, help="a rows.json written before: its table and summary again")
+    p.add_argument("--python", default=sys.executable,
+                   help="the interpreter whose torch the phantom runs (default this one): another torch's column")
     p.add_argument("--update", action="store_true",
                    help="with --only and --out: replace those reports' rows in --out's rows.json, keep the others")
     args = p.parse_args(argv)
@@ -302,12 +310,11 @@ def main(argv=None):
             rows.append(not_rebuilt_row(report, unrebuilt.get(report["id"])))
             continue
         print(f"{report['id']} ...", file=sys.stderr, flush=True)
-        row = run_rebuild(rebuild, report, work)
+        row = run_rebuild(rebuild, report, work, python=args.python)
         print(f"  phantom {row.get('phantom') or row.get('phantom_error', '')[:300]}", file=sys.stderr)
         rows.append(row)
-    import torch  # the version the phantom ran, for the folder's name
-
-    version = torch.__version__.split("+")[0]
+    full = torch_version(args.python)  # the version the phantom ran, for the folder's name
+    version = full.split("+")[0]
     out = Path(args.out or ROOT / "bench" / "results" / f"public-ooms-{version}-{datetime.date.today()}")
     out.mkdir(parents=True, exist_ok=True)
     if args.update and (out / "rows.json").exists():
@@ -315,7 +322,7 @@ def main(argv=None):
         kept = json.loads((out / "rows.json").read_text())["rows"]
         rows = [fresh.pop(r["id"], r) for r in kept] + list(fresh.values())
     s = summary(rows)
-    (out / "rows.json").write_text(json.dumps({"torch": torch.__version__, "summary": s, "rows": rows},
+    (out / "rows.json").write_text(json.dumps({"torch": full, "summary": s, "rows": rows},
                                               indent=1) + "\n")
     text = table(rows) + "\n\n" + summary_line(s) + "\n"
     (out / "table.md").write_text(text)

@@ -78,8 +78,10 @@ ncclResult_t vgnc_check_comm(ncclComm_t comm, const char *what)
 
 size_t vgnc_bytes(size_t count, size_t times, ncclDataType_t type)
 {
-    static const size_t sizes[ncclNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
-    if ((int)type < 0 || type >= ncclNumTypes)
+    /* int8 .. bfloat16, then fp8 e4m3 and e5m2 (NCCL 2.24 on: an older header's
+     * ncclNumTypes stops before them) */
+    static const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+    if ((int)type < 0 || type >= ncclNumTypes || (size_t)type >= sizeof sizes / sizeof *sizes)
         return 0;
     size_t each = sizes[type];
     if (times && count > SIZE_MAX / times)
@@ -342,6 +344,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
     return new_comm(newcomm, comm->nranks, comm->rank, comm->device, blocking, comm->id);
 }
 
+#ifdef NCCL_SHRINK_DEFAULT /* NCCL 2.27 and later */
 ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm,
                             ncclConfig_t *config, int shrinkFlags)
 {
@@ -376,6 +379,7 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeR
     }
     return new_comm(newcomm, comm->nranks - gone, comm->rank - below, comm->device, blocking, comm->id);
 }
+#endif
 
 ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId)
 {
@@ -509,6 +513,7 @@ ncclResult_t ncclGroupEnd(void)
 }
 
 /* Nothing takes time on a phantom: the estimate is 0. */
+#ifdef NCCL_SIM_INFO_INITIALIZER /* NCCL 2.22 and later */
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo)
 {
     if (simInfo && (simInfo->magic != 0x74685283u || simInfo->size < sizeof *simInfo))
@@ -519,6 +524,7 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo)
         simInfo->estimatedTime = 0.0f;
     return r;
 }
+#endif
 
 /* ---- memory ------------------------------------------------------------- */
 
@@ -604,6 +610,7 @@ ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle)
     return free_handle(VGNC_REG_MAGIC, comm, handle, "ncclCommDeregister");
 }
 
+#ifdef NCCL_WIN_COLL_SYMMETRIC /* windows: NCCL 2.27 and later */
 ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags)
 {
     ncclResult_t r = vgnc_check_comm(comm, "ncclCommWindowRegister");
@@ -643,3 +650,4 @@ ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUser
     *outUserPtr = h->buff;
     return ncclSuccess;
 }
+#endif

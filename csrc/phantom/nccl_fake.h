@@ -34,7 +34,16 @@ ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, nccl
 ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
                          ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId);
+/* 2.19 to 2.27's, for an older header (torch 2.1 to 2.7 ship NCCL 2.18 to 2.26) */
+ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId,
+                                      ncclUniqueId *commIds, ncclConfig_t *config);
+ncclResult_t ncclMemAlloc(void **ptr, size_t size);
+ncclResult_t ncclMemFree(void *ptr);
+ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle);
+ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle);
+#ifdef NCCL_WIN_COLL_SYMMETRIC /* windows: NCCL 2.27 and later */
 ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
+#endif
 
 /* NCCL_CONFIG_INITIALIZER's magic (NCCL_API_MAGIC from 2.28 on). */
 #define VGNC_API_MAGIC 0xcafebeefu

@@ -153,7 +153,9 @@ static cudaError_t managed_target(int device, int *dev)
     return cudaSuccess;
 }
 
-/* The same from a location (CUDA 12.2's _v2 calls, CUDA 13's). */
+/* The same from a location (CUDA 12.2's _v2 calls, CUDA 13's; 12.0 and 12.1
+ * have neither, nor the host location types). */
+#if CUDART_VERSION >= 12020
 static cudaError_t location_target(struct cudaMemLocation location, int *dev)
 {
     switch (location.type) {
@@ -168,6 +170,7 @@ static cudaError_t location_target(struct cudaMemLocation location, int *dev)
         return cudaErrorInvalidValue;
     }
 }
+#endif
 
 static cudaError_t prefetch(const void *ptr, size_t count, cudaError_t target_err, int dev, unsigned flags,
                             cudaStream_t stream)

@@ -108,6 +108,7 @@ cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **fn, unsigned long
     return entry_point(symbol, fn, CUDART_VERSION, flags, status);
 }
 
+#if CUDART_VERSION >= 12050 /* CUDA 12.5 on */
 cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned int version,
                                              unsigned long long flags,
                                              enum cudaDriverEntryPointQueryResult *status)
@@ -115,3 +116,4 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsi
     RT_ENTER(cudaGetDriverEntryPointByVersion);
     return entry_point(symbol, fn, (int)version, flags, status);
 }
+#endif

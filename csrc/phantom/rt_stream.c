@@ -125,6 +125,7 @@ cudaError_t cudaStreamGetFlags(cudaStream_t stream, unsigned int *flags)
  * built-in handles). A lookup only, so the fake lets it through a capture;
  * whether the driver does is what tests/gpu/probe_accumulate_grad.py asks
  * of a GPU. */
+#if CUDART_VERSION >= 12080
 cudaError_t cudaStreamGetDevice(cudaStream_t stream, int *device)
 {
     RT_ENTER(cudaStreamGetDevice);
@@ -135,6 +136,7 @@ cudaError_t cudaStreamGetDevice(cudaStream_t stream, int *device)
         *device = rt_stream_device(stream);
     return err;
 }
+#endif
 
 /* ---- events ------------------------------------------------------------ */
 
