@@ -9,7 +9,7 @@
 #   0.34.0 (July 2025, FLUX); einops 0.4.1, omegaconf 2.1.1 and open_clip 2.7.0 for latent
 #   diffusion (2022); segment-anything 1.0; the programs' sources at their commits: nanoGPT
 #   (a82b33b5), train-llm-from-scratch (99358bd), InternLM's model code (1896dd0), CompVis'
-#   and Stability-AI's latent diffusion (69ae4b35, 21f890f9; d4e8234), openai-whisper (b80bcf6),
+#   and Stability-AI's latent diffusion (69ae4b35, 21f890f9; d4e8234), openai-whisper (82725ce, b80bcf6),
 #   codegeex-fastertransformer's weights class (a07a583).
 set -eu
 PYTHON=${PYTHON:-.venv-torch/bin/python}
@@ -54,5 +54,6 @@ for c in 69ae4b35e0a0f6ee1af8bb9a5d0016ccb27e36dc 21f890f9da3cfbeaba8e2ac3c425ee
 done
 fetch Stability-AI/stablediffusion d4e8234adf120cdb39f545ad3ab4f0972d34075e "$DEPS/stablediffusion-d4e8234" ldm configs
 fetch openai/whisper b80bcf610d89960bc658b61af9c333fc6d978d78 "$DEPS/whisper-b80bcf6" whisper
+fetch openai/whisper 82725cea9c339cdc3a2004a622bba766b1871945 "$DEPS/whisper-82725ce" whisper
 fetch CodeGeeX/codegeex-fastertransformer a07a5830ccd104bd801b43cb9efdc19cbbd210ca "$DEPS/codegeex-ft-a07a583" \
     examples/pytorch/codegeex/utils/codegeex.py

@@ -43,6 +43,8 @@ def load(path, key):
         if entry["id"] in seen:
             raise ValueError(f"{path}: {entry['id']} is there twice")
         seen.add(entry["id"])
+        if key == "rebuild" and "rebuildable" in entry:
+            raise ValueError(f"{path}: {entry['id']} is rebuilt: `rebuildable` belongs to [[not_rebuilt]] only")
         if "message" in entry:
             same = quoted.setdefault((entry.get("link"), " ".join(entry["message"].split())), entry["id"])
             if same != entry["id"]:
@@ -139,9 +141,30 @@ def run_rebuild(rebuild, report, out_dir, python=sys.executable, timeout=900):
     return row
 
 
+def refreshed(rows, reports_path, rebuilds_path):
+    """Rows measured before, as the corpus words them now: a report since removed dropped, each
+    cause and `rebuildable` taken from rebuilds.toml (the figures are kept as measured)."""
+    entries = {r["id"]: r for r in load(rebuilds_path, "rebuild") + load(rebuilds_path, "not_rebuilt")}
+    kept = {r["id"] for r in load(reports_path, "report")}
+    rows = [row for row in rows if row["id"] in kept]
+    for row in rows:
+        entry = entries.get(row["id"], {})
+        row["cause"] = entry.get("cause", row.get("cause"))
+        row["rebuildable"] = entry.get("rebuildable", True)
+    return rows
+
+
 def torch_version(python):
-    return subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    """The torch version `python` imports; SystemExit with one line where it has none."""
+    try:
+        proc = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True,
+                              text=True, timeout=120)
+    except OSError as e:
+        raise SystemExit(f"run.py: --python {python}: {e.strerror or e}") from None
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"run.py: --python {python} cannot import torch: {last}")
+    return proc.stdout.strip()
 
 
 def relative(text):
@@ -280,13 +303,8 @@ def main(argv=None):
     if args.table_from:  # the measured figures kept; the causes as rebuilds.toml now words them
         path = Path(args.table_from)
         data = json.loads(path.read_text())
-        entries = {r["id"]: r for r in load(args.rebuilds, "rebuild") + load(args.rebuilds, "not_rebuilt")}
-        kept = {r["id"] for r in load(args.reports, "report")}
-        data["rows"] = [row for row in data["rows"] if row["id"] in kept]  # a report since removed goes
+        data["rows"] = refreshed(data["rows"], args.reports, args.rebuilds)
         for row in data["rows"]:
-            entry = entries.get(row["id"], {})
-            row["cause"] = entry.get("cause", row.get("cause"))
-            row["rebuildable"] = entry.get("rebuildable", True)
             for key in ("command", "oom_line", "phantom_error"):
                 row[key] = relative(row.get(key))
         data["summary"] = summary(data["rows"])
@@ -297,6 +315,7 @@ def main(argv=None):
         return
     reports = load(args.reports, "report")
     rebuilds = {r["id"]: r for r in load(args.rebuilds, "rebuild")}
+    full = torch_version(args.python)  # the version the phantom runs, for the folder's name, asked first
     unrebuilt = {r["id"]: r for r in load(args.rebuilds, "not_rebuilt")}
     only = {x for x in args.only.split(",") if x}
     work = Path(args.work)
@@ -313,14 +332,13 @@ def main(argv=None):
         row = run_rebuild(rebuild, report, work, python=args.python)
         print(f"  phantom {row.get('phantom') or row.get('phantom_error', '')[:300]}", file=sys.stderr)
         rows.append(row)
-    full = torch_version(args.python)  # the version the phantom ran, for the folder's name
     version = full.split("+")[0]
     out = Path(args.out or ROOT / "bench" / "results" / f"public-ooms-{version}-{datetime.date.today()}")
     out.mkdir(parents=True, exist_ok=True)
     if args.update and (out / "rows.json").exists():
         fresh = {r["id"]: r for r in rows}
         kept = json.loads((out / "rows.json").read_text())["rows"]
-        rows = [fresh.pop(r["id"], r) for r in kept] + list(fresh.values())
+        rows = refreshed([fresh.pop(r["id"], r) for r in kept], args.reports, args.rebuilds) + list(fresh.values())
     s = summary(rows)
     (out / "rows.json").write_text(json.dumps({"torch": full, "summary": s, "rows": rows},
                                               indent=1) + "\n")

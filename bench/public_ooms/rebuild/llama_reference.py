@@ -16,7 +16,9 @@ slice from a full-size master weight it makes with torch.empty under the default
 tensor type (so on the GPU), copies its slice out of, and drops: those
 temporaries are made here too. Only rank 0's allocations are made: every rank
 allocates the same.
-Then a prompt of --prompt-len tokens through the model (--generate).
+Then, at model parallel size 1, a prompt of --prompt-len tokens through the
+model; at N > 1 the run ends after the build with an error that says so (a
+rank's forward needs the all-gathers between the ranks, not rebuilt).
 
     python llama_reference.py --dim 4096 --n-layers 32 --n-heads 32 --max-seq-len 128 --max-batch-size 4
 """
@@ -44,6 +46,9 @@ def weight(out_features, in_features, split=0):
     """A parallel layer's slice on this rank: split 0 cuts the output rows (column
     parallel), split 1 the input columns (row parallel, and the embedding's dim)."""
     n = MODEL_PARALLEL
+    if (out_features, in_features)[split] % n:
+        raise SystemExit(f"llama_reference.py: {(out_features, in_features)[split]} does not divide by "
+                         f"--model-parallel {n} (fairscale asserts it too)")
     shape = (out_features // n, in_features) if split == 0 else (out_features, in_features // n)
     param = nn.Parameter(torch.empty(*shape))
     if n > 1:  # fairscale's master weight, on the default tensor type's device, then dropped
