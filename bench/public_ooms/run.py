@@ -141,12 +141,11 @@ def run_rebuild(rebuild, report, out_dir, python=sys.executable, timeout=900):
     return row
 
 
-def refreshed(rows, reports_path, rebuilds_path):
+def refreshed(rows, report_ids, entries):
     """Rows measured before, as the corpus words them now: a report since removed dropped, each
-    cause and `rebuildable` taken from rebuilds.toml (the figures are kept as measured)."""
-    entries = {r["id"]: r for r in load(rebuilds_path, "rebuild") + load(rebuilds_path, "not_rebuilt")}
-    kept = {r["id"] for r in load(reports_path, "report")}
-    rows = [row for row in rows if row["id"] in kept]
+    cause and `rebuildable` taken from its entry of rebuilds.toml (`entries`, by id; the figures
+    are kept as measured)."""
+    rows = [row for row in rows if row["id"] in report_ids]
     for row in rows:
         entry = entries.get(row["id"], {})
         row["cause"] = entry.get("cause", row.get("cause"))
@@ -303,7 +302,8 @@ def main(argv=None):
     if args.table_from:  # the measured figures kept; the causes as rebuilds.toml now words them
         path = Path(args.table_from)
         data = json.loads(path.read_text())
-        data["rows"] = refreshed(data["rows"], args.reports, args.rebuilds)
+        entries = {r["id"]: r for r in load(args.rebuilds, "rebuild") + load(args.rebuilds, "not_rebuilt")}
+        data["rows"] = refreshed(data["rows"], {r["id"] for r in load(args.reports, "report")}, entries)
         for row in data["rows"]:
             for key in ("command", "oom_line", "phantom_error"):
                 row[key] = relative(row.get(key))
@@ -338,7 +338,8 @@ def main(argv=None):
     if args.update and (out / "rows.json").exists():
         fresh = {r["id"]: r for r in rows}
         kept = json.loads((out / "rows.json").read_text())["rows"]
-        rows = refreshed([fresh.pop(r["id"], r) for r in kept], args.reports, args.rebuilds) + list(fresh.values())
+        rows = refreshed([fresh.pop(r["id"], r) for r in kept], {r["id"] for r in reports},
+                         {**rebuilds, **unrebuilt}) + list(fresh.values())
     s = summary(rows)
     (out / "rows.json").write_text(json.dumps({"torch": full, "summary": s, "rows": rows},
                                               indent=1) + "\n")
