@@ -653,3 +653,31 @@ def test_torch_compile_builds_its_kernels_on_the_cpu(tmp_path, needs_matmul):
     assert "its Triton kernels were built on this CPU" in report(compiled)
     assert eager["native"]["compiled"]["torch_compile"] is False
     assert eager["native"]["peak_allocated_bytes"] != run["peak_allocated_bytes"]
+
+
+def test_runs_share_the_compiled_code_and_allocate_as_a_cold_compile(tmp_path, needs_matmul):
+    """The second allocator's run loads the code the first one generated
+    (features/compile_cache.py), saves nothing of its own, and under the
+    same allocator as a cold compile (expandable against native: the same
+    requests) reaches the same peak allocated to the byte."""
+    pytest.importorskip("triton")
+    script = write(tmp_path, "compiled.py", """
+        import torch
+        model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(),
+                                    torch.nn.Linear(2048, 512)).cuda()
+        opt = torch.optim.AdamW(model.parameters())
+        step_model = torch.compile(model)
+        x = torch.randn(4096, 512, device="cuda")
+        for _ in range(2):
+            opt.zero_grad()
+            step_model(x).square().mean().backward()
+            opt.step()
+    """)
+    shared, _ = dryrun(tmp_path, "--no-snapshot", "--allocator", "native,expandable", str(script), expect=0)
+    cold, _ = dryrun(tmp_path, "--no-snapshot", "--allocator", "expandable", str(script), expect=0)
+    first, second = shared["native"]["compile_cache"], shared["expandable"]["compile_cache"]
+    assert first["hits"] == 0 and first["saved"] >= 1 and first["not_saved"] == 0
+    assert second["hits"] == first["saved"] and second["compiled"] == 0
+    assert cold["expandable"]["compile_cache"]["hits"] == 0
+    assert shared["expandable"]["peak_allocated_bytes"] == cold["expandable"]["peak_allocated_bytes"]
+    assert "runs loaded the code an earlier run had generated" in report(shared)

@@ -26,7 +26,8 @@ _SWEEP = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.+)$")
 #: Variables the dry run sets or its runs need: a --sweep of one of them
 #: would undo the phantom (or the allocator) it set.
 _RESERVED_ENV = ("LD_PRELOAD", "LD_LIBRARY_PATH", "PYTORCH_CUDA_ALLOC_CONF", "PATH", "PYTHONPATH",
-                 "PYTHONUNBUFFERED", "TRITON_LIBCUDA_PATH", "TORCH_COMPILE_DISABLE", "TORCHINDUCTOR_CACHE_DIR")
+                 "PYTHONUNBUFFERED", "TRITON_LIBCUDA_PATH", "TORCH_COMPILE_DISABLE", "TORCHINDUCTOR_CACHE_DIR",
+                 "TORCHINDUCTOR_AUTOGRAD_CACHE")
 
 
 _RESERVED_PREFIXES = ("VG_FAKECUDA_", "VRAMGUARD_")

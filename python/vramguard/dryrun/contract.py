@@ -107,6 +107,7 @@ class RunRecord:
     host_peak_rss_bytes: Optional[int] = None
     snapshot: Optional[str] = None
     compiled: Dict[str, bool] = dataclasses.field(default_factory=dict)
+    compile_cache: Optional[Dict[str, int]] = None  # Inductor's code shared by the runs (features/compile_cache.py)
     script_installed_vramguard: bool = False
     alloc_conf: Optional[str] = None  # PYTORCH_CUDA_ALLOC_CONF at the run's end
     extensions: Dict[str, Any] = dataclasses.field(default_factory=dict)  # {name: kernels, launches, ...}

@@ -154,6 +154,8 @@ def dryrun(script, *args, gpu="T4", allocators=ALLOCATORS, memory=None, min_memo
         else:
             shutil.rmtree(out_dir, ignore_errors=True)  # nothing in it, and nobody told where it is
         raise
+    finally:
+        runner.close()
 
 
 def _make_out_dir(out_path, out):

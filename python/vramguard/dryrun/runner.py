@@ -6,6 +6,7 @@ every step is a run."""
 import os
 import shutil
 import tempfile
+import threading
 
 from .._core import format_size
 from .._search import bisect, double
@@ -64,6 +65,8 @@ class Runner:
         if nproc > 1:  # a device per rank
             self.base_env["VG_FAKECUDA_DEVICES"] = str(nproc)
         self.out_dir = None  # set by dryrun() once the environment is there
+        self._compile_cache = None
+        self._compile_cache_lock = threading.Lock()
         self.live = Live()
         self.extra_env = {}
         self.started = 0  # runs started: a dry run that fails before any leaves no temporary directory
@@ -105,24 +108,21 @@ class Runner:
         size = format_size(int(memory or self.memory))
         self.say(f"{label}: running on a phantom {self.gpu.name} of {size}")
         self.started += 1
-        # torch.compile's cache, empty for each run: a cache another run
-        # warmed skips the autotuning whose buffers a cold first run holds,
-        # and the rows would measure different programs.
-        env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix=".inductor-", dir=self.out_dir)
+        # torch.compile's cache: empty when the dry run starts, then shared by
+        # its runs on terms that leave each run's allocations a cold
+        # compile's (features/compile_cache.py); removed when the dry run ends.
+        env["TORCHINDUCTOR_CACHE_DIR"] = self.compile_cache_dir()
         # Triton's kernels, compiled for the card, are the same whoever asks:
         # shared (Triton's own default folder), they build once.
         env.setdefault("TRITON_CACHE_DIR", os.environ.get("TRITON_CACHE_DIR")
                        or os.path.join(os.path.expanduser("~"), ".triton", "cache"))
-        try:
-            result = run_child(script or self.script, self.args if args is None else args, allocator, child_env(env),
-                               self.out_dir, label, notebook=self.notebook,
-                               steps=self.steps if steps is None else steps,
-                               snapshot=self.snapshot if snapshot is None else snapshot,
-                               echo=self.echo, stdout=self.stdout, stderr=self.stderr, live=self.live,
-                               cwd=self.cwd and self.cwd.replace(CWD_PER_RUN, allocator),
-                               nproc=self.nproc, timeout=self.timeout)
-        finally:
-            shutil.rmtree(env["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
+        result = run_child(script or self.script, self.args if args is None else args, allocator, child_env(env),
+                           self.out_dir, label, notebook=self.notebook,
+                           steps=self.steps if steps is None else steps,
+                           snapshot=self.snapshot if snapshot is None else snapshot,
+                           echo=self.echo, stdout=self.stdout, stderr=self.stderr, live=self.live,
+                           cwd=self.cwd and self.cwd.replace(CWD_PER_RUN, allocator),
+                           nproc=self.nproc, timeout=self.timeout)
         result["alloc_conf_set"] = conf  # what the run was given; alloc_conf: what it had at its end
         recorded = self.snapshot if snapshot is None else snapshot
         if recorded or memory is None:  # a search's runs record nothing, and need no need
@@ -134,6 +134,20 @@ class Runner:
         self.say(f"{label}: {verdict}, peak allocated {size_text(result.get('peak_allocated_bytes'))}, "
                  f"reserved {size_text(result.get('peak_reserved_bytes'))} ({result.get('elapsed_s', 0):.1f}s)")
         return result
+
+    def compile_cache_dir(self):
+        """The folder Inductor caches the runs' compiled code in, made at
+        the first run."""
+        with self._compile_cache_lock:  # runs of several allocators at once (--jobs)
+            if self._compile_cache is None:
+                self._compile_cache = tempfile.mkdtemp(prefix=".inductor-", dir=self.out_dir)
+            return self._compile_cache
+
+    def close(self):
+        """The dry run is over: its compiled code goes."""
+        if self._compile_cache is not None:
+            shutil.rmtree(self._compile_cache, ignore_errors=True)
+            self._compile_cache = None
 
     def min_memory(self, allocator, full, args=None, extra_env=None):
         """The smallest device on which the run fits, by bisection: exact to

@@ -8,11 +8,11 @@ entry in FEATURES. The parent (dryrun/run.py, dryrun/report.py) and the
 child (dryrun/child/run.py) go through the list; neither names a feature.
 """
 
-from . import accelerate, extensions, fake_world, llm_int8, managed, remedies, weightless, work
+from . import accelerate, compile_cache, extensions, fake_world, llm_int8, managed, remedies, weightless, work
 from .base import Feature, Options
 
 __all__ = ["FEATURES", "Feature", "Options"]
 
 #: In the order their notes come in the report.
 FEATURES = (accelerate.FEATURE, llm_int8.FEATURE, extensions.FEATURE, weightless.FEATURE, fake_world.FEATURE,
-            managed.FEATURE, work.FEATURE, remedies.FEATURE)
+            managed.FEATURE, compile_cache.FEATURE, work.FEATURE, remedies.FEATURE)
