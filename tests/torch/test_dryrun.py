@@ -624,6 +624,22 @@ def test_a_script_that_installs_vramguard_itself(tmp_path):
     assert "the native run ran under vramguard too" in report(result)
 
 
+#: A compiled training loop; its activations are large enough to set the
+#: peak (at batch 128 the optimizer's step sets it, the same in both modes, torch 2.10).
+COMPILED_LOOP = """
+    import torch
+    model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(),
+                                torch.nn.Linear(2048, 512)).cuda()
+    opt = torch.optim.AdamW(model.parameters())
+    step_model = torch.compile(model)
+    x = torch.randn(4096, 512, device="cuda")
+    for _ in range(2):
+        opt.zero_grad()
+        step_model(x).square().mean().backward()
+        opt.step()
+"""
+
+
 @pytest.mark.torch_version
 def test_torch_compile_builds_its_kernels_on_the_cpu(tmp_path, needs_matmul):
     """A compiled training loop runs on a phantom T4: Triton finds the
@@ -631,20 +647,7 @@ def test_torch_compile_builds_its_kernels_on_the_cpu(tmp_path, needs_matmul):
     ptxas for sm_75, and they launch as no-ops; the report says so. The
     compiled program's peak is not eager mode's (--no-compile)."""
     pytest.importorskip("triton")
-    script = write(tmp_path, "compiled.py", """
-        import torch
-        model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(),
-                                    torch.nn.Linear(2048, 512)).cuda()
-        opt = torch.optim.AdamW(model.parameters())
-        step_model = torch.compile(model)
-        # Activations large enough to set the peak: at batch 128 the
-        # optimizer's step sets it, the same in both modes (torch 2.10).
-        x = torch.randn(4096, 512, device="cuda")
-        for _ in range(2):
-            opt.zero_grad()
-            step_model(x).square().mean().backward()
-            opt.step()
-    """)
+    script = write(tmp_path, "compiled.py", COMPILED_LOOP)
     compiled, _ = dryrun(tmp_path, "--no-snapshot", "--allocator", "native", str(script), expect=0)
     eager, _ = dryrun(tmp_path, "--no-snapshot", "--allocator", "native", "--no-compile", str(script), expect=0)
     run = compiled["native"]
@@ -661,18 +664,7 @@ def test_runs_share_the_compiled_code_and_allocate_as_a_cold_compile(tmp_path, n
     same allocator as a cold compile (expandable against native: the same
     requests) reaches the same peak allocated to the byte."""
     pytest.importorskip("triton")
-    script = write(tmp_path, "compiled.py", """
-        import torch
-        model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(),
-                                    torch.nn.Linear(2048, 512)).cuda()
-        opt = torch.optim.AdamW(model.parameters())
-        step_model = torch.compile(model)
-        x = torch.randn(4096, 512, device="cuda")
-        for _ in range(2):
-            opt.zero_grad()
-            step_model(x).square().mean().backward()
-            opt.step()
-    """)
+    script = write(tmp_path, "compiled.py", COMPILED_LOOP)
     shared, _ = dryrun(tmp_path, "--no-snapshot", "--allocator", "native,expandable", str(script), expect=0)
     cold, _ = dryrun(tmp_path, "--no-snapshot", "--allocator", "expandable", str(script), expect=0)
     first, second = shared["native"]["compile_cache"], shared["expandable"]["compile_cache"]

@@ -27,6 +27,7 @@ loaded the first run's code made the same 8,437 allocator events in the
 same order, of the same sizes, at the same offsets, with the same stacks,
 and compiled in 10.6 s instead of 29.5 s (docs/would-it-fit.md).
 """
+import ctypes
 import sys
 import threading
 
@@ -42,28 +43,21 @@ ENV = {"TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
 _INNER_MARK = "_vramguard_codegen_allocations"
 
 
-def _allocations(torch, fake):
+def _allocations(run):
     """Allocations so far in this process: the caching allocator's requests
     on every device CUDA has started, and the phantom's cudaMalloc calls."""
-    total = 0
+    torch = run.torch
+    total = run.counter("vg_fakecuda_malloc_calls", ctypes.c_long) or 0
     try:
         if torch.cuda.is_initialized():
             for device in range(torch.cuda.device_count()):
                 total += int(torch.cuda.memory_stats(device).get("allocation.all.allocated", 0) or 0)
     except Exception:
         pass
-    try:
-        import ctypes
-
-        calls = fake.vg_fakecuda_malloc_calls
-        calls.restype = ctypes.c_long
-        total += int(calls())
-    except Exception:
-        pass
     return total
 
 
-def _install(state, torch, fake):
+def _install(state, run):
     from torch._inductor import codecache, compile_fx, config
 
     config.autotune_local_cache = False
@@ -72,9 +66,9 @@ def _install(state, torch, fake):
     lock = threading.Lock()
 
     def fx_codegen_and_compile(*args, **kwargs):
-        before = _allocations(torch, fake)
+        before = _allocations(run)
         graph = codegen(*args, **kwargs)
-        made = _allocations(torch, fake) - before
+        made = _allocations(run) - before
         with lock:
             state["compiled"] += 1
         if made > 0 and graph is not None:
@@ -133,7 +127,7 @@ class _CompileCache(Feature):
 
     def install(self, run):
         state = {"compiled": 0, "saved": 0, "not_saved": 0, "unmarked": 0}
-        patch_after_import(["torch._inductor.compile_fx"], lambda name: _install(state, run.torch, run.fake))
+        patch_after_import(["torch._inductor.compile_fx"], lambda name: _install(state, run))
         return state
 
     def figures(self, state, run):
