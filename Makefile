@@ -28,7 +28,7 @@ INC = -Iinclude -Icsrc/core
 HDRS = $(wildcard include/vramguard/*.h csrc/*/*.h) tests/c/harness.h tests/c/fake_cudart.h
 BUILD = build/c
 
-.PHONY: all test-c test-c-san test-c-tsan bench bench-compare bench-oom bench-oom-compare bench-zoo bench-public-ooms check-zoo check pytest clean fuzz test check-other-pythons
+.PHONY: all test-c test-c-san test-c-tsan bench bench-compare bench-oom bench-oom-compare bench-zoo bench-public-ooms check-zoo check pytest clean fuzz test test-c-and-fast check-other-pythons
 C_TESTS = test_core test_hostile test_devices test_cuda test_hook test_threads test_expandable test_report test_arena test_pools
 all: $(C_TESTS:%=$(BUILD)/%)
 
@@ -215,16 +215,30 @@ endif
 STEP = tests/timed_step.sh
 SUBMAKE = $(MAKE) --no-print-directory
 export STEPS_FILE ?= $(CURDIR)/build/steps.tsv
+#
+# A tier's libraries install in one pip process, a core's work at most: each
+# is installed beside work that uses every core (tests/beside.sh), the
+# pinned tier's beside the C tests and the fast suite, the CUDA 12 tier's
+# beside the other Pythons' check (which the first tier's removal, with
+# SPARE_DISK, has made room for).
+BESIDE = tests/beside.sh
 test:
 	@mkdir -p build && rm -f $(STEPS_FILE)
-	$(STEP) "C tests: build, run plain, ASan+UBSan, TSan" $(SUBMAKE) -j$(JOBS) test-c test-c-san test-c-tsan
 	$(STEP) "fast suite: install" $(SUBMAKE) $(VENV)/.installed
-	$(STEP) "fast suite: pytest" $(SUBMAKE) pytest
+	$(BESIDE) "$(TIER): libraries" $(SUBMAKE) $(TORCH_VENV)/.deps -- $(SUBMAKE) test-c-and-fast
 	$(SUBMAKE) check-torch
 	$(STEP) "reduced zoo" $(SUBMAKE) check-zoo
 	$(if $(SPARE_DISK),rm -rf $(TORCH_VENV))
+	$(BESIDE) "$(TIER_CU12): libraries" $(SUBMAKE) $(CU12_VENV)/.deps $(CU12) -- \
+		$(STEP) "other Pythons ($(OTHER_PYTHONS:python%=%)): wheel, install, pytest" $(SUBMAKE) check-other-pythons
 	$(SUBMAKE) check-torch-cu12
 	@tests/steps_table.sh
+
+# The C tests and the fast suite, each a step (make test runs them beside
+# the first tier's libraries).
+test-c-and-fast:
+	$(STEP) "C tests: build, run plain, ASan+UBSan, TSan" $(SUBMAKE) -j$(JOBS) test-c test-c-san test-c-tsan
+	$(STEP) "fast suite: pytest" $(SUBMAKE) pytest
 
 # Fuzzing (not in CI): libFuzzer harnesses, built with clang under ASan and
 # UBSan, each run FUZZ_SECONDS from a corpus kept in build/fuzz/corpus;

@@ -117,9 +117,22 @@ endif
 TORCH_VENV = .venv-torch
 TORCH_REQUIREMENTS = tests/torch-requirements.txt
 
-$(TORCH_VENV)/.installed: $(TORCH_REQUIREMENTS) $(PY_SOURCES)
+#
+# Two stamps: .deps, the pinned libraries (the long part, one pip process:
+# make test runs it beside the C tests and the fast suite, tests/beside.sh,
+# with a wheelhouse of the tiers' own, TORCH_WHEELHOUSE, so that no two pip
+# processes write one folder at once), and .installed, vramguard itself,
+# editable. The latter rewrites python/vramguard/_core.abi3.so, which other
+# processes of the source tree may have loaded: it never runs beside them.
+ifneq ($(WHEELHOUSE),)
+TORCH_WHEELHOUSE = $(WHEELHOUSE)-torch
+endif
+$(TORCH_VENV)/.deps: $(TORCH_REQUIREMENTS)
 	test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
-	tests/pip_install.sh $(TORCH_VENV)/bin/python -q -- -r $(TORCH_REQUIREMENTS)
+	WHEELHOUSE=$(TORCH_WHEELHOUSE) tests/pip_install.sh $(TORCH_VENV)/bin/python -q -- -r $(TORCH_REQUIREMENTS)
+	touch $@
+
+$(TORCH_VENV)/.installed: $(TORCH_VENV)/.deps $(PY_SOURCES)
 	VRAMGUARD_WERROR=1 tests/pip_install.sh $(TORCH_VENV)/bin/python -q -- -e ".[test]"
 	$(TORCH_VENV)/bin/python $(COMPILE_SOURCES) >/dev/null
 	touch $@
@@ -146,7 +159,10 @@ check-torch:
 # CI runs here only the tests whose outcome can depend on the torch version
 # (marked torch_version; docs/development.md says which and why the rest
 # cannot differ); check-torch-cu12-full runs the whole tier, for releases.
-CU12 = TORCH_VENV=.venv-torch-cu12 TORCH_REQUIREMENTS=tests/torch-cu12-requirements.txt FAKECUDA=build/fakecuda-cu12
+CU12_VENV = .venv-torch-cu12
+CU12_REQUIREMENTS = tests/torch-cu12-requirements.txt
+CU12 = TORCH_VENV=$(CU12_VENV) TORCH_REQUIREMENTS=$(CU12_REQUIREMENTS) FAKECUDA=build/fakecuda-cu12
+TIER_CU12 = torch $(shell sed -n 's/^torch==//p' $(CU12_REQUIREMENTS))
 check-torch-cu12:
 	$(SUBMAKE) check-torch $(CU12) TORCH_MARK="torch and torch_version"
 check-torch-cu12-full:

@@ -36,7 +36,7 @@ def test_zoo_model_on_a_phantom_t4(model, tmp_path):
     from vramguard import dryrun
 
     result = dryrun(str(ZOO_RUN), model, "--allocator", "given", "--size", "small", "--steps", "2",
-                    gpu="T4", min_memory=True, snapshot=False, echo=False, out=str(tmp_path))
+                    gpu="T4", min_memory=True, echo=False, out=str(tmp_path))
     runs = {name: result[name] for name in ("native", "expandable", "vramguard")}
     for name, run in runs.items():
         assert run["fits"], (name, run.get("error"), run.get("first_oom"))
