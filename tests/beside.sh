@@ -31,7 +31,12 @@ log=$(mktemp "${TMPDIR:-/tmp}/beside.XXXXXX")
 setsid "$here/timed_step.sh" "$name" "${background[@]}" >"$log" 2>&1 </dev/null &
 pid=$!
 finish() {
-    kill -TERM -- "-$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    # The process itself first: until it has called setsid there is no
+    # group to signal, and ended before that it starts nothing. Then the
+    # group, whatever it had started.
+    kill -TERM "$pid" 2>/dev/null
+    kill -TERM -- "-$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
     rm -f "$log"
 }
 trap finish EXIT

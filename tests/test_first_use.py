@@ -349,6 +349,12 @@ def test_presets_total_and_usable_bytes():
         "RTX-4060-Ti-16GB": ("NVIDIA GeForce RTX 4060 Ti", (8, 9), 34),
         "L40S": ("NVIDIA L40S", (8, 9), 142), "H200": ("NVIDIA H200", (9, 0), 132),
     }
+    # deviceQuery's "L2 Cache Size" of each card (_presets._L2_SOURCES says where each was read)
+    assert {n: p.l2_cache_bytes >> 10 for n, p in vramguard.PRESETS.items()} == {  # KiB
+        "T4": 4096, "L4": 49152, "A100-40GB": 40960, "A100-80GB": 40960, "V100-16GB": 6144,
+        "H100-80GB": 51200, "RTX-3090": 6144, "RTX-4090": 73728, "RTX-3060": 2304, "RTX-4060-Ti-16GB": 32768,
+        "L40S": 98304, "H200": 61440,
+    }
     for name in ("rtx 4060 ti 16gb", "RTX_4060_TI_16GB", "Rtx-4060-Ti-16GB"):
         assert vramguard.parse_size(name) == vramguard.PRESETS["RTX-4060-Ti-16GB"].usable_bytes
     for name in ("t4", " T4 ", "a100_40gb", "a100 40GB", "rtx 3090", "RTX_4090", "l40s", "h200", "rtx 3060"):

@@ -40,6 +40,8 @@ int vgfc_sm_count(void);
 int vgfc_phantom(void);
 /* Device memory the CUDA context holds on each device (VG_FAKECUDA_CONTEXT). */
 size_t vgfc_context_bytes(void);
+/* The L2 cache size the devices report (VG_FAKECUDA_L2). */
+int vgfc_l2_bytes(void);
 /* "512MiB", "1GiB", "16G", "1048576" (powers of 1024), as the knobs take
  * sizes: 0, or -1 for text that is no size. */
 int vgfc_parse_size(const char *text, size_t *out);

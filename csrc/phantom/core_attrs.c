@@ -1,7 +1,8 @@
 /* Device attributes, one table for cuDeviceGetAttribute, cudaDeviceGetAttribute
  * (same numbering) and cudaGetDeviceProperties (filled from here), so the
  * three never disagree. The numbers are an H100-like part; memory, the
- * compute capability and the multiprocessor count come from the knobs, and
+ * compute capability, the multiprocessor count and the L2 cache size come
+ * from the knobs, and
  * the limits kernels are chosen by follow the compute capability. Attributes not listed are 0, the
  * answer for a feature the device lacks.
  */
@@ -67,6 +68,16 @@ static const struct cc_limits *limits(void)
     return best;
 }
 
+/* L2 set aside for persisting accesses came with compute capability 8.0;
+ * an older card has none. Never more than the cache itself. */
+static int persisting_l2(void)
+{
+    int l2 = vgfc_l2_bytes();
+    if (vgfc_cc_major() < 8)
+        return 0;
+    return l2 < (30 << 20) ? l2 : 30 << 20;
+}
+
 static int attribute(CUdevice_attribute attr, int dev)
 {
     switch (attr) {
@@ -93,8 +104,8 @@ static int attribute(CUdevice_attribute attr, int dev)
     case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: return 1980000;        /* kHz */
     case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: return 2619000; /* kHz */
     case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: return 5120;
-    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: return 50 << 20;
-    case CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE: return 30 << 20;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: return vgfc_l2_bytes();
+    case CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE: return persisting_l2();
     case CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE: return 128 << 20;
     case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: return 512;
     case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT: return 32;

@@ -8,6 +8,11 @@
  *   VG_FAKECUDA_CC=9.0                 compute capability (default 9.0)
  *   VG_FAKECUDA_NAME="..."             device name
  *   VG_FAKECUDA_SMS=132                multiprocessor count (default 132)
+ *   VG_FAKECUDA_L2=4MiB                L2 cache size (default 50MiB, an
+ *                                      H100's): Inductor's benchmarks
+ *                                      allocate a buffer of this size to
+ *                                      flush it, so it is device memory
+ *                                      a compiled program's peak can hold
  *   VG_FAKECUDA_CONTEXT=0              device memory the CUDA context takes
  *                                      on each device from the start, so that
  *                                      free memory reads as on a real card
@@ -29,6 +34,7 @@
 #include <time.h>
 
 #define DEFAULT_MEM (16ull << 30)
+#define DEFAULT_L2 ((size_t)50 << 20)
 
 struct CUctx_st {
     int device;
@@ -37,7 +43,7 @@ struct CUctx_st {
 static struct {
     int count;
     size_t capacity[VGFC_MAX_DEVICES];
-    size_t context;
+    size_t context, l2;
     int cc_major, cc_minor, sm_count, phantom;
     char name[256];
 } cfg;
@@ -108,6 +114,7 @@ static void read_config(void)
     const char *sms = getenv("VG_FAKECUDA_SMS");
     const char *context = getenv("VG_FAKECUDA_CONTEXT");
     const char *phantom = getenv("VG_FAKECUDA_PHANTOM");
+    const char *l2 = getenv("VG_FAKECUDA_L2");
 
     int listed = 1;
     cfg.capacity[0] = DEFAULT_MEM;
@@ -143,6 +150,10 @@ static void read_config(void)
     }
     if (context && *context && parse_size(context, &cfg.context) != 0)
         config_error("VG_FAKECUDA_CONTEXT", context, "want a size like 400MiB");
+    cfg.l2 = DEFAULT_L2;
+    /* the attribute is an int: at most 1 GiB, far above any card's */
+    if (l2 && *l2 && (parse_size(l2, &cfg.l2) != 0 || cfg.l2 == 0 || cfg.l2 > (1u << 30)))
+        config_error("VG_FAKECUDA_L2", l2, "want a size from 1 byte to 1GiB, like 4MiB");
     if (phantom && *phantom) {
         if (strcmp(phantom, "0") != 0 && strcmp(phantom, "1") != 0)
             config_error("VG_FAKECUDA_PHANTOM", phantom, "want 0 or 1");
@@ -220,6 +231,12 @@ size_t vgfc_context_bytes(void)
 {
     config();
     return cfg.context;
+}
+
+int vgfc_l2_bytes(void)
+{
+    config();
+    return (int)cfg.l2;
 }
 
 const char *vgfc_device_name(void)

@@ -1003,6 +1003,35 @@ static void test_vmm(void)
 
 /* Run in a child with the environment test_env_knobs gives it: knobs read
  * at start-up. The exit status says which check failed (6: a sticky error). */
+/* The L2 size of VG_FAKECUDA_L2, the same in the attribute and in the
+ * properties, in MiB (the tests' sizes are whole MiB); 255 where they
+ * disagree, or where the persisting set-aside exceeds the cache or exists
+ * before compute capability 8.0. */
+static int l2_child(void)
+{
+    int l2 = -1, persisting = -1;
+    struct cudaDeviceProp prop;
+    if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0) != cudaSuccess ||
+        cudaDeviceGetAttribute(&persisting, cudaDevAttrMaxPersistingL2CacheSize, 0) != cudaSuccess ||
+        cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.l2CacheSize != l2 ||
+        prop.persistingL2CacheMaxSize != persisting || persisting > l2 || (prop.major < 8 && persisting != 0) ||
+        (prop.major >= 8 && persisting == 0))
+        return 255;
+    return l2 >> 20;
+}
+
+static void test_l2_knob(void)
+{
+    CHECK_EQ(rerun("", "--l2-child 2>/dev/null"), 50); /* an H100's, the default */
+    CHECK_EQ(rerun("VG_FAKECUDA_L2=4MiB VG_FAKECUDA_CC=7.5", "--l2-child 2>/dev/null"), 4); /* a T4 */
+    CHECK_EQ(rerun("VG_FAKECUDA_L2=41943040 VG_FAKECUDA_CC=8.0", "--l2-child 2>/dev/null"), 40);
+    CHECK_EQ(rerun("VG_FAKECUDA_L2=2MiB VG_FAKECUDA_CC=8.6", "--l2-child 2>/dev/null"), 2);
+    CHECK(rerun("VG_FAKECUDA_L2=0", "--l2-child 2>/dev/null") >= 128);
+    CHECK(rerun("VG_FAKECUDA_L2=lots", "--l2-child 2>/dev/null") >= 128);
+    CHECK(rerun("VG_FAKECUDA_L2=2GiB", "--l2-child 2>/dev/null") >= 128);
+    CHECK(rerun("VG_FAKECUDA_L2=-4MiB", "--l2-child 2>/dev/null") >= 128);
+}
+
 static int env_child(void)
 {
     int n = 0;
@@ -1631,6 +1660,8 @@ int main(int argc, char **argv)
         return arch_child(1);
     if (argc > 1 && strcmp(argv[1], "--env-child") == 0)
         return env_child();
+    if (argc > 1 && strcmp(argv[1], "--l2-child") == 0)
+        return l2_child();
     if (argc > 1 && strcmp(argv[1], "--addresses-child") == 0)
         return addresses_child();
     if (argc > 1 && strcmp(argv[1], "--managed-phantom-child") == 0)
@@ -1644,6 +1675,7 @@ int main(int argc, char **argv)
     setenv("VG_FAKECUDA_MEM", "1GiB,512MiB", 1);
     static const harness_test tests[] = {
         {"devices", test_devices},
+        {"l2_knob", test_l2_knob},
         {"kernel_architectures", test_kernel_architectures},
         {"launches_per_library", test_launches_per_library},
         {"malloc_to_capacity", test_malloc_to_capacity},

@@ -363,3 +363,22 @@ def test_no_device():
         print("available=%s count=%d" % (torch.cuda.is_available(), torch.cuda.device_count()))
     """, VG_FAKECUDA_DEVICES="0"))
     assert v["available"] == "False count=0"
+
+
+@pytest.mark.parametrize("gpu", ["T4", "A100-40GB"])
+def test_a_presets_phantom_reports_its_cards_l2_and_inductor_flushes_that_much(gpu):
+    """The L2 size a phantom of a preset reports is the card's (deviceQuery's,
+    _presets.py), in the properties PyTorch reads and in the size of the
+    buffer Inductor's benchmarks allocate to flush the cache: device memory
+    a compiled program's peak can hold (on a T4 4 MiB, not an H100's 50)."""
+    from vramguard import PRESETS
+    from vramguard.phantom import gpu as phantom
+
+    env = {k: v for k, v in phantom.environ(gpu).items() if k != "LD_PRELOAD"}
+    v = values(run("""
+        from torch._inductor.runtime.benchmarking import benchmarker
+        print("l2=%d" % torch.cuda.get_device_properties(0).L2_cache_size)
+        print("flush=%d" % benchmarker.L2_cache_size)
+    """, **env))
+    want = PRESETS[gpu].l2_cache_bytes
+    assert int(v["l2"]) == want and int(v["flush"]) == want

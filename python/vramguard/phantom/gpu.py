@@ -102,7 +102,7 @@ def environ(gpu, memory=None, context=None):
     preset's name): its preload, and the device's name, compute capability,
     SM count, memory (`memory` bytes instead of the card's total, for a
     smaller device), the CUDA context's memory (`context` bytes instead of
-    the preset's) and virtual memory support."""
+    the preset's), virtual memory support and the L2 cache size."""
     preset = find_preset(gpu)
     if preset is None:
         raise ValueError(f"unknown GPU {gpu!r}: one of {preset_names()}")
@@ -124,5 +124,7 @@ def environ(gpu, memory=None, context=None):
         env["TRITON_LIBCUDA_PATH"] = os.path.dirname(driver)
     if not preset.vmm:
         env["VG_FAKECUDA_NO_VMM"] = "1"
+    if preset.l2_cache_bytes:  # Inductor's benchmarks allocate a buffer of this size
+        env["VG_FAKECUDA_L2"] = str(preset.l2_cache_bytes)
     return env
 
