@@ -355,6 +355,8 @@ def test_presets_total_and_usable_bytes():
         "H100-80GB": 51200, "RTX-3090": 6144, "RTX-4090": 73728, "RTX-3060": 2304, "RTX-4060-Ti-16GB": 32768,
         "L40S": 98304, "H200": 61440,
     }
+    from vramguard._presets import _L2_SOURCES
+    assert set(_L2_SOURCES) == set(vramguard.PRESETS)  # every preset's L2 says where it was read
     for name in ("rtx 4060 ti 16gb", "RTX_4060_TI_16GB", "Rtx-4060-Ti-16GB"):
         assert vramguard.parse_size(name) == vramguard.PRESETS["RTX-4060-Ti-16GB"].usable_bytes
     for name in ("t4", " T4 ", "a100_40gb", "a100 40GB", "rtx 3090", "RTX_4090", "l40s", "h200", "rtx 3060"):

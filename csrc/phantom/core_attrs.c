@@ -2,9 +2,9 @@
  * (same numbering) and cudaGetDeviceProperties (filled from here), so the
  * three never disagree. The numbers are an H100-like part; memory, the
  * compute capability, the multiprocessor count and the L2 cache size come
- * from the knobs, and
- * the limits kernels are chosen by follow the compute capability. Attributes not listed are 0, the
- * answer for a feature the device lacks.
+ * from the knobs, and the limits kernels are chosen by follow the compute
+ * capability. Attributes not listed are 0, the answer for a feature the
+ * device lacks.
  */
 #include "core.h"
 
