@@ -10,7 +10,8 @@
 #   diffusion (2022); segment-anything 1.0; the programs' sources at their commits: nanoGPT
 #   (a82b33b5), train-llm-from-scratch (99358bd), InternLM's model code (1896dd0), CompVis'
 #   and Stability-AI's latent diffusion (69ae4b35, 21f890f9; d4e8234), openai-whisper (82725ce, b80bcf6),
-#   codegeex-fastertransformer's weights class (a07a583).
+#   codegeex-fastertransformer's weights class (a07a583), segment-anything-u-specify's
+#   models (606a6bc) with OpenCV, which its mask generator imports.
 set -eu
 PYTHON=${PYTHON:-.venv-torch/bin/python}
 DEPS=${DEPS:-build/public-ooms-deps}
@@ -30,6 +31,7 @@ target "$DEPS/transformers-4.57.3" transformers==4.57.3 huggingface_hub==0.36.0 
 target "$DEPS/transformers-4.31.0" transformers==4.31.0 huggingface_hub==0.16.4 tokenizers==0.13.3
 target "$DEPS/transformers-4.53.1" transformers==4.53.1 huggingface_hub==0.33.2 tokenizers==0.21.2
 target "$DEPS/diffusers-0.34.0" diffusers==0.34.0
+target "$DEPS/opencv-headless" opencv-python-headless==5.1.0.95  # segment-anything-u-specify's mask generator imports cv2
 target "$DEPS/ldm-libs" einops==0.4.1 omegaconf==2.1.1 antlr4-python3-runtime==4.8 open_clip_torch==2.7.0 \
     ftfy==6.1.1 wcwidth==0.2.5
 fetch() {  # repository, commit, folder, paths...
@@ -57,3 +59,5 @@ fetch openai/whisper b80bcf610d89960bc658b61af9c333fc6d978d78 "$DEPS/whisper-b80
 fetch openai/whisper 82725cea9c339cdc3a2004a622bba766b1871945 "$DEPS/whisper-82725ce" whisper
 fetch CodeGeeX/codegeex-fastertransformer a07a5830ccd104bd801b43cb9efdc19cbbd210ca "$DEPS/codegeex-ft-a07a583" \
     examples/pytorch/codegeex/utils/codegeex.py
+fetch MaybeShewill-CV/segment-anything-u-specify 606a6bc744fd7cc37824a32a95ec770580467428 \
+    "$DEPS/segment-anything-u-specify-606a6bc" models
