@@ -11,7 +11,9 @@
 #   (a82b33b5), train-llm-from-scratch (99358bd), InternLM's model code (1896dd0), CompVis'
 #   and Stability-AI's latent diffusion (69ae4b35, 21f890f9; d4e8234), openai-whisper (82725ce, b80bcf6),
 #   codegeex-fastertransformer's weights class (a07a583), segment-anything-u-specify's
-#   models (606a6bc) with OpenCV, which its mask generator imports.
+#   models (606a6bc) with OpenCV, which its mask generator imports; ChatGLM-6B's Hub code as
+#   republished on GitHub (the modeling file of yuanmeng1120/ChatGLM-6b-api at cbe6681, the
+#   config class of samson-wang/chatglm-6b-huggingface at 867860a) with transformers 4.29.2.
 set -eu
 PYTHON=${PYTHON:-.venv-torch/bin/python}
 DEPS=${DEPS:-build/public-ooms-deps}
@@ -28,6 +30,7 @@ target "$DEPS/requests-2.32" requests==2.32.3 certifi charset_normalizer idna ur
 for v in 2.5.1 3.0.2 3.1.0; do target "$DEPS/transformers-$v" "transformers==$v"; done
 target "$DEPS/segment-anything-1.0" segment-anything==1.0
 target "$DEPS/transformers-4.57.3" transformers==4.57.3 huggingface_hub==0.36.0 tokenizers==0.22.1
+target "$DEPS/transformers-4.29.2" transformers==4.29.2 huggingface_hub==0.14.1 tokenizers==0.13.3
 target "$DEPS/transformers-4.31.0" transformers==4.31.0 huggingface_hub==0.16.4 tokenizers==0.13.3
 target "$DEPS/transformers-4.53.1" transformers==4.53.1 huggingface_hub==0.33.2 tokenizers==0.21.2
 target "$DEPS/diffusers-0.34.0" diffusers==0.34.0
@@ -61,3 +64,6 @@ fetch CodeGeeX/codegeex-fastertransformer a07a5830ccd104bd801b43cb9efdc19cbbd210
     examples/pytorch/codegeex/utils/codegeex.py
 fetch MaybeShewill-CV/segment-anything-u-specify 606a6bc744fd7cc37824a32a95ec770580467428 \
     "$DEPS/segment-anything-u-specify-606a6bc" models
+fetch yuanmeng1120/ChatGLM-6b-api cbe6681c742ab43adbbfe69c8627ca648c72789f "$DEPS/chatglm-6b-code" modeling_chatglm.py
+fetch samson-wang/chatglm-6b-huggingface 867860a62b54cdc4d58e39ba768005977847d452 "$DEPS/chatglm-6b-config" \
+    configuration_chatglm.py

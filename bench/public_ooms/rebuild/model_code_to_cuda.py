@@ -5,12 +5,18 @@ parameters and buffers), every tensor in the model's dtype. The model is built o
 the meta device from its config (no weights on the host), then given GPU memory in
 that order (to_empty), so the GPU sees the allocations .cuda() makes.
 
+A modeling file that imports its config relatively (`from .configuration_x import`,
+as Hugging Face's remote code does) is imported as a module of a package (--package)
+whose folders are the --code folders, as the Hub's loader makes one of the model's
+files.
+
     python model_code_to_cuda.py --code DIR --module modeling_internlm --model InternLMForCausalLM \\
         --config-module configuration_internlm --config InternLMConfig --dtype fp32
 """
 import argparse
 import importlib
 import sys
+import types
 
 import torch
 
@@ -21,7 +27,8 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--code", required=True, help="the folder holding the model's modeling and config files")
+    p.add_argument("--code", required=True, nargs="+", help="the folders holding the model's modeling and config files")
+    p.add_argument("--package", help="import the modules as this package's, its folders the --code folders")
     p.add_argument("--module", required=True)
     p.add_argument("--model", required=True, help="the model class in --module")
     p.add_argument("--config-module", required=True)
@@ -29,9 +36,15 @@ def main():
     p.add_argument("--set", nargs="*", default=[], help="key=value of the model's published config")
     p.add_argument("--dtype", choices=DTYPES, default="fp32")
     a = p.parse_args()
-    sys.path.insert(0, a.code)
-    config = getattr(importlib.import_module(a.config_module), a.config)(**config_kwargs(a.set))
-    model_class = getattr(importlib.import_module(a.module), a.model)
+    if a.package:
+        package = types.ModuleType(a.package)
+        package.__path__ = list(a.code)
+        sys.modules[a.package] = package
+    else:
+        sys.path[:0] = a.code
+    prefix = f"{a.package}." if a.package else ""
+    config = getattr(importlib.import_module(prefix + a.config_module), a.config)(**config_kwargs(a.set))
+    model_class = getattr(importlib.import_module(prefix + a.module), a.model)
     with torch.device("meta"):
         model = model_class(config)
     model.to(DTYPES[a.dtype]).to_empty(device="cuda")
