@@ -64,6 +64,6 @@ fetch CodeGeeX/codegeex-fastertransformer a07a5830ccd104bd801b43cb9efdc19cbbd210
     examples/pytorch/codegeex/utils/codegeex.py
 fetch MaybeShewill-CV/segment-anything-u-specify 606a6bc744fd7cc37824a32a95ec770580467428 \
     "$DEPS/segment-anything-u-specify-606a6bc" models
-fetch yuanmeng1120/ChatGLM-6b-api cbe6681c742ab43adbbfe69c8627ca648c72789f "$DEPS/chatglm-6b-code" modeling_chatglm.py
-fetch samson-wang/chatglm-6b-huggingface 867860a62b54cdc4d58e39ba768005977847d452 "$DEPS/chatglm-6b-config" \
+fetch yuanmeng1120/ChatGLM-6b-api cbe6681c742ab43adbbfe69c8627ca648c72789f "$DEPS/chatglm-6b-code-cbe6681" modeling_chatglm.py
+fetch samson-wang/chatglm-6b-huggingface 867860a62b54cdc4d58e39ba768005977847d452 "$DEPS/chatglm-6b-config-867860a" \
     configuration_chatglm.py

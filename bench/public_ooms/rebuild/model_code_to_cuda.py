@@ -2,8 +2,12 @@
 file as the model's own repository publishes it) moved onto the GPU whole, as
 `.cuda()` moves it: Module._apply's order (a module's children first, then its own
 parameters and buffers), every tensor in the model's dtype. The model is built on
-the meta device from its config (no weights on the host), then given GPU memory in
-that order (to_empty), so the GPU sees the allocations .cuda() makes.
+the meta device from its config (no weights on the host; tensors the model's code
+makes on the CPU itself, as torch's skip_init does, stay uninitialised and are never
+read), its weights tied as from_pretrained ties them (tie_weights: an output layer
+tied to the input embeddings is one tensor), then given GPU memory in that order,
+a tensor already there (a tied one, met twice) kept as .cuda() keeps it, so the GPU
+sees the allocations .cuda() makes.
 
 A modeling file that imports its config relatively (`from .configuration_x import`,
 as Hugging Face's remote code does) is imported as a module of a package (--package)
@@ -47,7 +51,9 @@ def main():
     model_class = getattr(importlib.import_module(prefix + a.module), a.model)
     with torch.device("meta"):
         model = model_class(config)
-    model.to(DTYPES[a.dtype]).to_empty(device="cuda")
+    if hasattr(model, "tie_weights"):
+        model.tie_weights()
+    model.to(DTYPES[a.dtype])._apply(lambda t: t if t.is_cuda else torch.empty_like(t, device="cuda"))
     torch.cuda.synchronize()
 
 

@@ -6,9 +6,12 @@ weights halved by the program's convert_weights and moved, the object365 prompts
 tokens moved, then the image, shrunk to fit the program's MAX_INPUT_SIZE, given to
 the program's SamAutomaticMaskGenerator under no_grad.
 
-What stands in: CLIP's weights, which clip.load reads from OpenAI's JIT archive
-(the model is built from its shapes, those of the released checkpoint, and halved
-as build_model does); the tokens (the tokenizer's int32 [prompts, 77], zeros); the
+What stands in: SAM's weights (checkpoint=None: the program's torch.load of the
+released checkpoint, whose tensors are taken to be CPU tensors as the
+segment-anything#351 row takes them, fills the model on the CPU before it moves);
+CLIP's weights, which clip.load reads from OpenAI's JIT archive (the model is built
+from its shapes, those of the released checkpoint, and halved as build_model does);
+the tokens (the tokenizer's int32 [prompts, 77], zeros); the
 image (random, of the stated size after the program's resize, which is cv2's);
 the `models` and `models.clip` packages' __init__ files, which import the
 program's other tools (cv2, ftfy, yaml) and are skipped by loading the two
@@ -41,9 +44,9 @@ def install_packages(program):
     try:
         import timm.models.layers  # noqa: F401
     except ImportError:
-        never = types.SimpleNamespace
+        unused = types.SimpleNamespace  # TinyViT's names, never called for vit_h
         layers = types.ModuleType("timm.models.layers")
-        layers.DropPath = layers.to_2tuple = layers.trunc_normal_ = never
+        layers.DropPath = layers.to_2tuple = layers.trunc_normal_ = unused
         registry = types.ModuleType("timm.models.registry")
         registry.register_model = lambda f: f
         sys.modules.update({"timm": types.ModuleType("timm"), "timm.models": types.ModuleType("timm.models"),
@@ -65,7 +68,8 @@ def main():
     p.add_argument("--height", type=int, required=True)
     p.add_argument("--width", type=int, required=True)
     p.add_argument("--max-input", type=int, default=1280, help="insseg.yaml's MAX_INPUT_SIZE")
-    p.add_argument("--prompts", type=int, default=365, help="object365 prompts tokenized at start")
+    p.add_argument("--prompts", type=int, default=366,
+                   help="prompts tokenized at start: obj365-classes.txt's 366 lines")
     p.add_argument("--device", default="cuda")
     a = p.parse_args()
     sys.path.insert(0, a.program)
@@ -83,13 +87,13 @@ def main():
     clip = CLIP(**CLIP_VIT_B32)
     convert_weights(clip)
     clip = clip.eval().to(a.device)
-    tokens = torch.zeros(a.prompts, CLIP_VIT_B32["context_length"], dtype=torch.int).to(a.device)
+    # held to the end, as the segmentor holds its obj365_text_token
+    tokens = torch.zeros(a.prompts, CLIP_VIT_B32["context_length"], dtype=torch.int).to(a.device)  # noqa: F841
     height, width = fitted(a.height, a.width, a.max_input)
     image = np.random.randint(0, 255, (height, width, 3), dtype=np.uint8)
     with torch.no_grad():
         generator.generate(image)
     torch.cuda.synchronize()
-    del tokens
 
 
 if __name__ == "__main__":
