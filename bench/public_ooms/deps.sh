@@ -13,7 +13,8 @@
 #   codegeex-fastertransformer's weights class (a07a583), segment-anything-u-specify's
 #   models (606a6bc) with OpenCV, which its mask generator imports; ChatGLM-6B's Hub code as
 #   republished on GitHub (the modeling file of yuanmeng1120/ChatGLM-6b-api at cbe6681, the
-#   config class of samson-wang/chatglm-6b-huggingface at 867860a) with transformers 4.29.2.
+#   config class of samson-wang/chatglm-6b-huggingface at 867860a) with transformers 4.29.2;
+#   transformers 4.20.1 with accelerate 0.10.0 (GPTNeoX20B_HuggingFace's env.yml).
 set -eu
 PYTHON=${PYTHON:-.venv-torch/bin/python}
 DEPS=${DEPS:-build/public-ooms-deps}
@@ -30,6 +31,7 @@ target "$DEPS/requests-2.32" requests==2.32.3 certifi charset_normalizer idna ur
 for v in 2.5.1 3.0.2 3.1.0; do target "$DEPS/transformers-$v" "transformers==$v"; done
 target "$DEPS/segment-anything-1.0" segment-anything==1.0
 target "$DEPS/transformers-4.57.3" transformers==4.57.3 huggingface_hub==0.36.0 tokenizers==0.22.1
+target "$DEPS/transformers-4.20.1-accelerate-0.10.0" transformers==4.20.1 accelerate==0.10.0 huggingface_hub==0.8.1
 target "$DEPS/transformers-4.29.2" transformers==4.29.2 huggingface_hub==0.14.1 tokenizers==0.13.3
 target "$DEPS/transformers-4.31.0" transformers==4.31.0 huggingface_hub==0.16.4 tokenizers==0.13.3
 target "$DEPS/transformers-4.53.1" transformers==4.53.1 huggingface_hub==0.33.2 tokenizers==0.21.2
