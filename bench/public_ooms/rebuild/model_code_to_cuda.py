@@ -29,6 +29,37 @@ from config_args import config_kwargs
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
 
+def code_class(folders, package, module, name):
+    """The class `name` of the model's file `module` in `folders`: as a module of `package`
+    whose folders they are (a relative import resolves among them), else from sys.path."""
+    if package:
+        if package not in sys.modules:
+            pkg = types.ModuleType(package)
+            pkg.__path__ = list(folders)
+            sys.modules[package] = pkg
+        return getattr(importlib.import_module(f"{package}.{module}"), name)
+    sys.path[:0] = [f for f in folders if f not in sys.path]
+    return getattr(importlib.import_module(module), name)
+
+
+def move_as_cuda_does(model, dtype):
+    """Every tensor of the model onto the GPU in Module._apply's order, as .cuda() moves
+    it: a tensor met a second time (a tied weight) gets the memory it got the first time.
+    (.cuda() keeps a tie by swapping a CPU parameter's data in place; a meta one cannot
+    be swapped so, and is replaced, hence the memo.)"""
+    moved = {}  # id -> (the tensor met, its GPU memory); the tensor held so its id stays its own
+
+    def move(t):
+        if t.is_cuda:
+            return t
+        if id(t) not in moved:
+            moved[id(t)] = (t, torch.empty_like(t, device="cuda"))
+        return moved[id(t)][1]
+
+    model.to(dtype)._apply(move)
+    return model
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--code", required=True, nargs="+", help="the folders holding the model's modeling and config files")
@@ -40,20 +71,13 @@ def main():
     p.add_argument("--set", nargs="*", default=[], help="key=value of the model's published config")
     p.add_argument("--dtype", choices=DTYPES, default="fp32")
     a = p.parse_args()
-    if a.package:
-        package = types.ModuleType(a.package)
-        package.__path__ = list(a.code)
-        sys.modules[a.package] = package
-    else:
-        sys.path[:0] = a.code
-    prefix = f"{a.package}." if a.package else ""
-    config = getattr(importlib.import_module(prefix + a.config_module), a.config)(**config_kwargs(a.set))
-    model_class = getattr(importlib.import_module(prefix + a.module), a.model)
+    config = code_class(a.code, a.package, a.config_module, a.config)(**config_kwargs(a.set))
+    model_class = code_class(a.code, a.package, a.module, a.model)
     with torch.device("meta"):
         model = model_class(config)
-    if hasattr(model, "tie_weights"):
+    if hasattr(model, "tie_weights"):  # from_pretrained ties them before anything moves
         model.tie_weights()
-    model.to(DTYPES[a.dtype])._apply(lambda t: t if t.is_cuda else torch.empty_like(t, device="cuda"))
+    move_as_cuda_does(model, DTYPES[a.dtype])
     torch.cuda.synchronize()
 
 
