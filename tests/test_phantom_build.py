@@ -4,8 +4,10 @@ the package (vramguard.phantom.gpu.preload()).
 The builds need PyTorch's CUDA build with its nvidia runtime wheel, for the
 headers: they run under $TORCH_PYTHON (as make's TORCH_PYTHON), else
 .venv-torch (make check-torch's), else .venv-torch-cu12 (make
-check-torch-cu12's, the one left when SPARE_DISK removed the first), else
-this interpreter, and are skipped when none has it. The errors and the wheel need no PyTorch. Each build's
+check-torch-cu12's, the one left when SPARE_DISK removed the first), each
+once make's stamp says its libraries are in (make test installs a tier's
+beside these tests: a half-installed one is not taken), else this
+interpreter, and are skipped when none has it. The errors and the wheel need no PyTorch. Each build's
 compiler is a wrapper that counts its runs, so that a cache hit can be
 seen to run none.
 """
@@ -45,7 +47,8 @@ builder = _load_builder()
 @lru_cache(maxsize=None)
 def _torch_python():
     """A Python whose PyTorch has CUDA and its runtime wheel, or None."""
-    tiers = [str(ROOT / venv / "bin" / "python") for venv in (".venv-torch", ".venv-torch-cu12")]
+    tiers = [str(ROOT / venv / "bin" / "python") for venv in (".venv-torch", ".venv-torch-cu12")
+             if (ROOT / venv / ".deps").exists()]  # pip has finished there
     for python in (os.environ.get("TORCH_PYTHON"), *tiers, sys.executable):
         if not python or not (shutil.which(python) or os.path.isfile(python)):
             continue
