@@ -29,7 +29,7 @@ FC_CFLAGS = -O2 -g -fPIC -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow \
             -Wstrict-prototypes -Wmissing-prototypes
 FC_HDRS = $(wildcard $(FC_SRC)/*.h) $(FC_SRC)/shim/crt/host_defines.h tests/c/rerun.h
 
-.PHONY: fakecuda fakecuda-tests test-fakecuda test-fakecuda-san check-torch check-torch-cu12 check-torch-cu12-full
+.PHONY: fakecuda fakecuda-tests test-fakecuda test-fakecuda-san test-phantom-builder check-torch check-torch-cu12 check-torch-cu12-full
 
 fakecuda:
 	$(TORCH_PYTHON) $(FC_SRC)/build.py --out $(FAKECUDA) --cc "$(CC)"
@@ -41,6 +41,13 @@ test-fakecuda: fakecuda
 	test ! -e $(FAKECUDA)/test_cublas || $(FAKECUDA)/test_cublas
 	test ! -e $(FAKECUDA)/test_cudnn || $(FAKECUDA)/test_cudnn
 	test ! -e $(FAKECUDA)/test_nccl || $(FAKECUDA)/test_nccl
+
+# The phantom builder's own tests under a tier's torch (TORCH_PYTHON): the fast
+# suites run them as well, but make test installs the tiers beside those, and
+# they take a tier only once its libraries are in, so here is where they
+# always run.
+test-phantom-builder:
+	TORCH_PYTHON=$(TORCH_PYTHON) $(TORCH_PYTHON) -m pytest -q -p no:cacheprovider tests/test_phantom_build.py
 
 # The same, the fake built with AddressSanitizer and UBSan, in its own directory.
 FAKECUDA_SAN = $(FAKECUDA)-san
@@ -148,6 +155,7 @@ check-torch:
 	$(STEP) "$(TIER): install" $(SUBMAKE) $(TORCH_VENV)/.installed
 	$(STEP) "$(TIER): phantom C tests, plain and ASan+UBSan" $(SUBMAKE) test-fakecuda test-fakecuda-san \
 		TORCH_PYTHON=$(TORCH_VENV)/bin/python FAKECUDA=$(FAKECUDA)
+	$(STEP) "$(TIER): phantom builder's tests" $(SUBMAKE) test-phantom-builder TORCH_PYTHON=$(TORCH_VENV)/bin/python
 	$(STEP) "$(TIER): pytest -m '$(TORCH_MARK)'" env LD_PRELOAD="$$(cat $(FAKECUDA)/LD_PRELOAD)" \
 		$(TORCH_VENV)/bin/python -m pytest -q -rs -m "$(TORCH_MARK)" $(PYTEST_PAR) $(DURATIONS) tests/torch
 
