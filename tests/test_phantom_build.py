@@ -61,6 +61,8 @@ def _torch_python():
 @pytest.fixture(scope="module")
 def torch_python():
     python = _torch_python()
+    if python is None and os.environ.get("TORCH_PYTHON"):  # named (make test-phantom-builder): must serve
+        pytest.fail(f"TORCH_PYTHON={os.environ['TORCH_PYTHON']} has no PyTorch CUDA build with its runtime wheel")
     if python is None:
         pytest.skip("no Python with PyTorch's CUDA build and its nvidia runtime wheel "
                     "(set TORCH_PYTHON, or make check-torch's .venv-torch)")
@@ -372,8 +374,8 @@ def test_wheel_carries_the_phantom_sources(tmp_path):
     if why:
         pytest.skip("cannot build a wheel offline: " + why)
     tree = tmp_path / "tree"
-    shutil.copytree(ROOT, tree, ignore=lambda d, names: [n for n in names if n in SKIP_COPY or n.endswith(
-        (".so", ".o", ".egg-info"))])
+    shutil.copytree(ROOT, tree, ignore=lambda d, names: [n for n in names if n in SKIP_COPY or n.startswith(
+        ".venv") or n.endswith((".so", ".o", ".egg-info"))])  # every tier's venv (GBs), not only these
     env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation",
                            "-w", str(tmp_path / "dist")], cwd=tree, env=env, capture_output=True, text=True,

@@ -1,6 +1,7 @@
 """The public reports' rebuild scripts (bench/public_ooms/rebuild/): the parts of
 them that stand in for something (a checkpoint's files, a package's import, a
 program's resize, .cuda()'s moves), each held to what it stands in for."""
+import importlib
 import json
 import os
 import sys
@@ -10,11 +11,22 @@ import pytest
 
 pytestmark = pytest.mark.torch
 
-torch = pytest.importorskip("torch")
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "public_ooms" / "rebuild"))
-import accelerate_dispatch  # noqa: E402
-import model_code_to_cuda  # noqa: E402
-import sam_u_specify  # noqa: E402
+REBUILD = Path(__file__).resolve().parents[2] / "bench" / "public_ooms" / "rebuild"
+torch = accelerate_dispatch = model_code_to_cuda = sam_u_specify = None
+
+
+@pytest.fixture(autouse=True)
+def _libraries():
+    """Imported when a test runs, not when the file is collected: where
+    PyTorch is not installed, `import torch` would find tests/torch (a
+    folder on sys.path) and leave a module of that name behind."""
+    global torch, accelerate_dispatch, model_code_to_cuda, sam_u_specify
+    torch = pytest.importorskip("torch")
+    if str(REBUILD) not in sys.path:
+        sys.path.insert(0, str(REBUILD))
+    accelerate_dispatch = importlib.import_module("accelerate_dispatch")
+    model_code_to_cuda = importlib.import_module("model_code_to_cuda")
+    sam_u_specify = importlib.import_module("sam_u_specify")
 
 
 @pytest.mark.parametrize("height, width, fitted", [
@@ -28,12 +40,13 @@ def test_the_program_resize_to_its_max_input_size(height, width, fitted):
     assert sam_u_specify.fitted(height, width, 1280) == fitted
 
 
-class Masked(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a = torch.nn.Linear(4, 8)
-        self.b = torch.nn.Linear(8, 2, bias=False)
-        self.register_buffer("mask", torch.ones(3, 3, dtype=torch.uint8))
+def masked_model():
+    """Two linear layers and a uint8 buffer, as GPT-NeoX's causal masks are."""
+    model = torch.nn.Module()
+    model.register_buffer("mask", torch.ones(3, 3, dtype=torch.uint8))
+    model.a = torch.nn.Linear(4, 8)
+    model.b = torch.nn.Linear(8, 2, bias=False)
+    return model
 
 
 def two_shards(state):
@@ -45,7 +58,7 @@ def two_shards(state):
 
 
 def test_a_checkpoint_stand_in_gives_each_shard_its_tensors_in_the_state_dict_order(tmp_path):
-    contents = accelerate_dispatch.write_index(Masked(), str(tmp_path), torch.float16, two_shards)
+    contents = accelerate_dispatch.write_index(masked_model(), str(tmp_path), torch.float16, two_shards)
     index = json.loads((tmp_path / "pytorch_model.bin.index.json").read_text())
     assert sorted(set(index["weight_map"].values())) == sorted(os.listdir(tmp_path))[:2]
     assert all((tmp_path / f).stat().st_size == 0 for f in index["weight_map"].values())
@@ -53,7 +66,7 @@ def test_a_checkpoint_stand_in_gives_each_shard_its_tensors_in_the_state_dict_or
     load = accelerate_dispatch.load_stand_in(contents, lambda *a, **k: sentinel)
     first = load(str(tmp_path / "pytorch_model-00001-of-00002.bin"))
     second = load(tmp_path / "pytorch_model-00002-of-00002.bin")
-    assert list(first) + list(second) == list(Masked().state_dict())  # a module's own buffer first
+    assert list(first) + list(second) == list(masked_model().state_dict())  # a module's own buffer first
     loaded = dict(first, **second)
     assert loaded["mask"].dtype == torch.uint8 and loaded["mask"].shape == (3, 3)  # not floating: as it is
     assert {loaded[n].dtype for n in ("a.weight", "a.bias", "b.weight")} == {torch.float16}  # the saved dtype
@@ -61,14 +74,14 @@ def test_a_checkpoint_stand_in_gives_each_shard_its_tensors_in_the_state_dict_or
     assert load(str(tmp_path / "elsewhere.bin")) is sentinel  # any other file: the real torch.load
 
 
-def test_a_one_file_checkpoint_gets_an_index_of_its_own(tmp_path):
+def test_a_one_file_checkpoint_has_no_index_as_save_pretrained_writes_none(tmp_path):
     def one_file(state):
         return {"pytorch_model.bin": dict(state)}, None
 
-    contents = accelerate_dispatch.write_index(Masked(), str(tmp_path), torch.float32, one_file)
-    index = json.loads((tmp_path / "pytorch_model.bin.index.json").read_text())
-    assert set(index["weight_map"].values()) == {"pytorch_model.bin"}
-    assert len(next(iter(contents.values()))) == 4
+    contents = accelerate_dispatch.write_index(masked_model(), str(tmp_path), torch.float32, one_file)
+    assert os.listdir(tmp_path) == ["pytorch_model.bin"]
+    assert [name for name, _, _ in contents[os.path.realpath(tmp_path / "pytorch_model.bin")]] == \
+        list(masked_model().state_dict())
 
 
 def test_a_modeling_file_importing_its_config_relatively_loads_as_a_package(tmp_path):
@@ -88,20 +101,22 @@ def test_a_modeling_file_importing_its_config_relatively_loads_as_a_package(tmp_
         model_code_to_cuda.code_class([str(code)], None, "modeling_t", "TModel")
 
 
-class Tied(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.embed = torch.nn.Embedding(1024, 256)
-        self.body = torch.nn.Linear(256, 256)
-        self.head = torch.nn.Linear(256, 1024, bias=False)
-        self.head.weight = self.embed.weight
+def tied_model():
+    """An output layer tied to the input embeddings."""
+    model = torch.nn.Module()
+    model.embed = torch.nn.Embedding(1024, 256)
+    model.body = torch.nn.Linear(256, 256)
+    model.head = torch.nn.Linear(256, 1024, bias=False)
+    model.head.weight = model.embed.weight
+    return model
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a (phantom) GPU")
 @pytest.mark.parametrize("built_on", ["meta", "cpu"])
 def test_a_tied_weight_moves_once_as_cuda_moves_it(built_on):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a (phantom) GPU")
     with torch.device(built_on):
-        model = Tied()
+        model = tied_model()
     before = torch.cuda.memory_allocated()
     model_code_to_cuda.move_as_cuda_does(model, torch.float16)
     moved = torch.cuda.memory_allocated() - before
@@ -109,8 +124,28 @@ def test_a_tied_weight_moves_once_as_cuda_moves_it(built_on):
     # the embedding once (1024 x 256), the body's weight and bias, in fp16, each rounded to 512 bytes
     assert moved == 2 * (1024 * 256 + 256 * 256) + 512
     del model
-    reference = Tied().to(torch.float16)
+    reference = tied_model().to(torch.float16)
     before = torch.cuda.memory_allocated()
     reference.cuda()  # what the helper stands in for
     assert torch.cuda.memory_allocated() - before == moved
     del reference
+
+
+def test_a_buffer_two_modules_hold_moves_twice_as_cuda_moves_it():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a (phantom) GPU")
+
+    def shared_buffer():
+        model = torch.nn.Module()
+        model.a, model.b = torch.nn.Module(), torch.nn.Module()
+        table = torch.zeros(1024, 256, dtype=torch.float16)
+        model.a.register_buffer("table", table)
+        model.b.register_buffer("table", table)
+        return model
+
+    before = torch.cuda.memory_allocated()
+    reference = shared_buffer().cuda()
+    by_cuda = torch.cuda.memory_allocated() - before
+    model = model_code_to_cuda.move_as_cuda_does(shared_buffer(), torch.float16)
+    assert torch.cuda.memory_allocated() - before - by_cuda == by_cuda == 2 * 1024 * 256 * 2
+    del model, reference

@@ -33,17 +33,17 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 def write_index(model, folder, saved_dtype, shard_checkpoint):
-    """The index save_pretrained writes beside its shards, and each shard's tensors
-    (name, shape, dtype: floating tensors in the saved dtype, others as they are)."""
+    """The files save_pretrained writes (the shards, empty here, and their index when
+    there are several), and each shard's tensors (name, shape, dtype: floating tensors
+    in the saved dtype, others as they are)."""
     shapes = {}
     for name, t in model.state_dict().items():
         dtype = saved_dtype if t.dtype.is_floating_point else t.dtype
         shapes[name] = torch.empty(t.shape, dtype=dtype, device="meta")
     shards, index = shard_checkpoint(shapes)
-    if index is None:  # one file: no index, so a one-entry one is written
-        index = {"weight_map": {name: next(iter(shards)) for name in shapes}}
-    with open(os.path.join(folder, "pytorch_model.bin.index.json"), "w") as f:
-        json.dump(index, f)
+    if index is not None:  # one file has none, as save_pretrained writes none for it
+        with open(os.path.join(folder, "pytorch_model.bin.index.json"), "w") as f:
+            json.dump(index, f)
     contents = {}
     for filename, shard in shards.items():
         path = os.path.join(folder, filename)

@@ -44,14 +44,17 @@ def code_class(folders, package, module, name):
 
 def move_as_cuda_does(model, dtype):
     """Every tensor of the model onto the GPU in Module._apply's order, as .cuda() moves
-    it: a tensor met a second time (a tied weight) gets the memory it got the first time.
-    (.cuda() keeps a tie by swapping a CPU parameter's data in place; a meta one cannot
-    be swapped so, and is replaced, hence the memo.)"""
-    moved = {}  # id -> (the tensor met, its GPU memory); the tensor held so its id stays its own
+    it: a parameter met a second time (a tied weight) gets the memory it got the first
+    time, a buffer met twice new memory each time. (.cuda() keeps a tie by swapping a CPU
+    parameter's data in place, and replaces buffers; a meta parameter cannot be swapped
+    so, and is replaced, hence the memo.)"""
+    moved = {}  # id -> (the parameter met, its GPU memory); the parameter held so its id stays its own
 
     def move(t):
         if t.is_cuda:
             return t
+        if not isinstance(t, torch.nn.Parameter):
+            return torch.empty_like(t, device="cuda")
         if id(t) not in moved:
             moved[id(t)] = (t, torch.empty_like(t, device="cuda"))
         return moved[id(t)][1]
