@@ -346,7 +346,7 @@ def test_preload_without_torch_raises_one_line(tmp_path, monkeypatch):
 
 # ---- the wheel -------------------------------------------------------------
 
-SKIP_COPY = {".git", "build", "dist", ".venv", ".venv-torch", ".pytest_cache", "__pycache__", "shared"}
+SKIP_COPY = {".git", "build", "dist", ".pytest_cache", "__pycache__", "shared"}  # and every .venv*
 
 
 def _wheel_tools():
@@ -375,7 +375,7 @@ def test_wheel_carries_the_phantom_sources(tmp_path):
         pytest.skip("cannot build a wheel offline: " + why)
     tree = tmp_path / "tree"
     shutil.copytree(ROOT, tree, ignore=lambda d, names: [n for n in names if n in SKIP_COPY or n.startswith(
-        ".venv") or n.endswith((".so", ".o", ".egg-info"))])  # every tier's venv (GBs), not only these
+        ".venv") or n.endswith((".so", ".o", ".egg-info"))])  # every venv: a tier's is GBs
     env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation",
                            "-w", str(tmp_path / "dist")], cwd=tree, env=env, capture_output=True, text=True,

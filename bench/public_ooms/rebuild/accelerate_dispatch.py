@@ -27,9 +27,8 @@ import tempfile
 
 import torch
 
-from config_args import config_kwargs
+from config_args import DTYPES, config_kwargs
 
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 def write_index(model, folder, saved_dtype, shard_checkpoint):
@@ -84,7 +83,7 @@ def main():
     with init_empty_weights():
         model = AutoModelForCausalLM.from_config(config)
     device_map = infer_auto_device_map(model, no_split_module_classes=a.no_split, dtype=dtype)
-    print("device map:", {k: v for k, v in device_map.items()} if len(device_map) < 8 else
+    print("device map:", device_map if len(device_map) < 8 else
           f"{len(device_map)} entries on {sorted(set(map(str, device_map.values())))}", flush=True)
     folder = tempfile.mkdtemp(dir=os.environ.get("VRAMGUARD_DRYRUN_DIR"))
     try:

@@ -15,9 +15,8 @@ import torch
 import transformers
 
 from vramguard.dryrun.features.weightless import sparse_checkpoint_from_config
-from config_args import config_kwargs
+from config_args import DTYPES, config_kwargs
 
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 CONFIGS = {"llama": "LlamaConfig", "gpt2": "GPT2Config", "gpt_neox": "GPTNeoXConfig", "mistral": "MistralConfig",
            "qwen2": "Qwen2Config", "roberta": "RobertaConfig"}
 HEADS = {"causal": "AutoModelForCausalLM", "masked": "AutoModelForMaskedLM"}

@@ -1,9 +1,14 @@
 """A model's published config given on the command line as key=value
 pairs: each value read as a Python literal (4096, 1e-6, True, None, a
-list), else kept as the text (a name such as "silu")."""
+list), else kept as the text (a name such as "silu"); and the dtypes the
+scripts take by name."""
 import ast
 
-__all__ = ["config_kwargs"]
+import torch
+
+__all__ = ["DTYPES", "config_kwargs"]
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 def config_kwargs(pairs):

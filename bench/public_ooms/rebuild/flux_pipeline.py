@@ -17,7 +17,7 @@ import torch
 import transformers
 from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
 
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+from config_args import DTYPES
 
 # The components' published configs (black-forest-labs/FLUX.1-schnell and -dev, their
 # subfolders' config.json): what differs between the two is guidance_embeds and the

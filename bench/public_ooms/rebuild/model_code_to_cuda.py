@@ -20,23 +20,19 @@ files.
 import argparse
 import importlib
 import sys
-import types
 
 import torch
 
-from config_args import config_kwargs
+from bare_package import bare_package
+from config_args import DTYPES, config_kwargs
 
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 def code_class(folders, package, module, name):
     """The class `name` of the model's file `module` in `folders`: as a module of `package`
     whose folders they are (a relative import resolves among them), else from sys.path."""
     if package:
-        if package not in sys.modules:
-            pkg = types.ModuleType(package)
-            pkg.__path__ = list(folders)
-            sys.modules[package] = pkg
+        bare_package(package, folders)
         return getattr(importlib.import_module(f"{package}.{module}"), name)
     sys.path[:0] = [f for f in folders if f not in sys.path]
     return getattr(importlib.import_module(module), name)

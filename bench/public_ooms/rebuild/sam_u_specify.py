@@ -28,6 +28,8 @@ import types
 import numpy as np
 import torch
 
+from bare_package import bare_package
+
 # CLIP ViT-B/32 as build_model reads it from the released checkpoint's state dict
 CLIP_VIT_B32 = dict(embed_dim=512, image_resolution=224, vision_layers=12, vision_width=768,
                     vision_patch_size=32, context_length=77, vocab_size=49408, transformer_width=512,
@@ -37,10 +39,12 @@ CLIP_VIT_B32 = dict(embed_dim=512, image_resolution=224, vision_layers=12, visio
 def install_packages(program):
     """`models` and `models.clip` as bare packages over the program's folders, so their
     modules import without the __init__ files' imports of the program's other tools."""
-    for name, folder in (("models", "models"), ("models.clip", os.path.join("models", "clip"))):
-        pkg = types.ModuleType(name)
-        pkg.__path__ = [os.path.join(program, folder)]
-        sys.modules[name] = pkg
+    bare_package("models", [os.path.join(program, "models")])
+    bare_package("models.clip", [os.path.join(program, "models", "clip")])
+
+
+def install_timm_if_missing():
+    """timm's three names MobileSAM's TinyViT imports, where timm is not installed."""
     try:
         import timm.models.layers  # noqa: F401
     except ImportError:
@@ -72,8 +76,8 @@ def main():
                    help="prompts tokenized at start: obj365-classes.txt's 366 lines")
     p.add_argument("--device", default="cuda")
     a = p.parse_args()
-    sys.path.insert(0, a.program)
     install_packages(a.program)
+    install_timm_if_missing()
     import models.sam as sam_builder
     from models.clip.model import CLIP, convert_weights
 

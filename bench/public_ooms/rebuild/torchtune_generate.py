@@ -12,7 +12,7 @@ import importlib
 import torch
 from torchtune import generation, training
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+from config_args import DTYPES
 
 
 def main():
