@@ -94,8 +94,8 @@ def soname(path):
 
 def table_pattern(lib):
     """A regular expression for the names a table entry's soname template
-    ({major}, {cudnn.major}) gives."""
-    return r"\d+".join(re.escape(part) for part in re.split(r"\{[^}]*\}", lib.soname))
+    ({major}, {cudnn.major}, {cudart_so}: 11.0 for CUDA 11) gives."""
+    return r"\d+(?:\.0)?".join(re.escape(part) for part in re.split(r"\{[^}]*\}", lib.soname))
 
 
 def check_preload(preload, folder):
@@ -142,7 +142,7 @@ def test_cold_build_into_the_cache(cache):
     paths = check_preload(cache.preload, folder)
     assert (folder / "LD_PRELOAD").read_text().strip() == cache.preload
     assert paths[0].name.startswith("libcudart.so.") and folder.name.split("-cu")[1].startswith(
-        paths[0].name.rsplit(".", 1)[1] + "-")
+        paths[0].name.split(".so.")[1].split(".")[0] + "-")
     assert not (folder / "obj").exists() and not leftovers(cache.root)
     assert cache.cold_runs > len(builder.LIBRARIES)
     assert "building" in cache.stderr
@@ -288,7 +288,7 @@ def test_a_library_without_its_wheel_is_left_out():
     cuda = builder.Cuda(Path("/inc"), Path("/lib/libcudart.so.13"), "13", "9.9.0", (),
                         {w.name: None for w in builder.WHEELS})
     said = []
-    ctx = dict(builder._wheel_names(cuda), major="13")
+    ctx = builder._names(cuda)
     libs = [builder.replace(lib, soname=builder._format(lib.soname, ctx),
                             needs=tuple(builder._format(n, ctx) for n in lib.needs)) for lib in builder.LIBRARIES]
     kept = builder._present(libs, cuda, said.append)
@@ -406,3 +406,68 @@ def test_wheel_carries_the_phantom_sources(tmp_path):
                            "print(build.cache_key(build.find_cuda(), build.compiler()))" % str(PHANTOM)],
                           capture_output=True, text=True, timeout=120)
     assert proc.stdout.split() == [key]
+
+
+# ---- the driver's legacy names, and CUDA 11 ----------------------------------
+
+def exported(path):
+    out = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True, text=True, check=True)
+    return {line.split()[-1].split("@")[0] for line in out.stdout.splitlines() if line.strip()}
+
+
+def test_the_driver_exports_the_legacy_names_beside_their_successors(cache):
+    """PyTorch 2.6 dlsyms cuStreamWriteValue32 by its bare name; the real
+    driver exports it beside cuStreamWriteValue32_v2, and so does the fake."""
+    if not shutil.which("nm"):
+        pytest.skip("no nm")
+    (folder,) = [p for p in cache.root.iterdir() if p.is_dir()]
+    names = exported(folder / "libcuda.so.1")
+    assert {"cuStreamWriteValue32", "cuStreamWriteValue32_v2", "cuMemAlloc", "cuMemAlloc_v2",
+            "cuCtxCreate", "cuGetProcAddress"} <= names
+
+
+CUDA11 = os.environ.get("VG_TEST_CUDA11_RUNTIME")  # nvidia-cuda-runtime-cu11, unpacked (make test-phantom-builder)
+
+CUDA11_CALLS = r"""
+import ctypes, sys
+rt = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+drv = ctypes.CDLL(sys.argv[2])
+n = ctypes.c_int(-1)
+assert rt.cudaGetDeviceCount(ctypes.byref(n)) == 0 and n.value >= 1, n.value
+fn = ctypes.c_void_p()
+# CUDA 11's entry point query has no status argument; a name it lacks is an error
+assert rt.cudaGetDriverEntryPoint(b"cuMemAlloc", ctypes.byref(fn), ctypes.c_ulonglong(0)) == 0
+assert fn.value == ctypes.cast(drv.cuMemAlloc_v2, ctypes.c_void_p).value
+assert rt.cudaGetDriverEntryPoint(b"cuNoSuchThing", ctypes.byref(fn), ctypes.c_ulonglong(0)) != 0
+# CUDA 11's capture info is the status and id alone
+status, cid = ctypes.c_int(-1), ctypes.c_ulonglong(0)
+assert rt.cudaStreamGetCaptureInfo(None, ctypes.byref(status), ctypes.byref(cid)) == 0 and status.value == 0
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not CUDA11, reason="no CUDA 11 runtime wheel unpacked (VG_TEST_CUDA11_RUNTIME, set by "
+                                       "make test-phantom-builder)")
+def test_a_cuda_11_runtime_builds_under_its_own_names_and_signatures(tmp_path):
+    """PyTorch 1.13 to 2.0 (CUDA 11.7): the runtime is libcudart.so.11.0,
+    with CUDA 11's signatures where 12 changed them."""
+    root = Path(CUDA11)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VG_FAKECUDA_", "PYTHON"))}
+    env.update(VG_FAKECUDA_INCLUDE=str(root / "include"), VG_FAKECUDA_CUDART=str(root / "lib" / "libcudart.so.11.0"))
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-S", str(BUILD_PY), "--out", str(out)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    names = [Path(p).name for p in (out / "LD_PRELOAD").read_text().split()]
+    assert names[:3] == ["libcudart.so.11.0", "libcuda.so.1", "libnvidia-ml.so.1"]
+    if shutil.which("readelf"):
+        assert soname(out / "libcudart.so.11.0") == "libcudart.so.11.0"
+        versions = subprocess.run(["readelf", "-V", str(out / "libcudart.so.11.0")], capture_output=True,
+                                  text=True, check=True).stdout
+        assert "Name: libcudart.so.11.0" in versions
+    if shutil.which("nm"):
+        assert exported(out / "libcudart.so.11.0") == exported(root / "lib" / "libcudart.so.11.0") | {
+            n for n in exported(out / "libcudart.so.11.0") if n.startswith("vg_fakecuda_kernel_")}
+    run = subprocess.run([sys.executable, "-c", CUDA11_CALLS, str(out / "libcudart.so.11.0"),
+                          str(out / "libcuda.so.1")], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr

@@ -101,7 +101,8 @@ def test_the_shipped_rows_are_the_corpus_as_worded_now():
     import glob
     import json
 
-    folders = sorted(glob.glob(os.path.join(HERE, "..", "results", "public-ooms-*")))
+    # the default torch's folders (public-ooms-<version>-<date>), not those of the day's torch
+    folders = sorted(glob.glob(os.path.join(HERE, "..", "results", "public-ooms-[0-9]*")))
     assert folders, "no public-ooms results"
     data = json.load(open(os.path.join(folders[-1], "rows.json")))
     entries = {r["id"]: r for r in run.load(os.path.join(HERE, "rebuilds.toml"), "rebuild")
@@ -134,3 +135,53 @@ def test_the_shipped_corpus_is_whole():
         # a report set aside says what its page leaves out; one in the corpus says what it needs
         assert r["cause"].startswith(("unstated", "the message", "not a capacity failure")) \
             if r.get("rebuildable") is False else r["cause"].startswith(("not rebuilt", "not yet rebuilt")), r["id"]
+
+
+RELEASES = [("2022-12-15", "1.13.1"), ("2023-03-15", "2.0.0"), ("2023-05-08", "2.0.1"), ("2023-10-04", "2.1.0")]
+
+
+@pytest.mark.parametrize("report, day", [
+    ({"date": "2023-05-08", "torch_version": "not stated"}, ("2.0.1", "the newest release on 2023-05-08")),
+    ({"date": "2023-05-07", "torch_version": "not stated"}, ("2.0.0", "the newest release on 2023-05-07")),
+    ({"date": "2023-04-08", "torch_version": "1.13.1+cu117 (printed in the log)"}, ("1.13.1", "named by the report")),
+    ({"date": "2022-01-01", "torch_version": "not stated"}, (None, "no release on or before 2022-01-01")),
+    ({"torch_version": "not stated"}, (None, "the report has no date")),
+])
+def test_the_torch_of_a_reports_day(report, day):
+    assert run.torch_of_day(report, RELEASES) == day
+
+
+def test_the_shipped_releases_are_pypis_in_date_order():
+    releases = run.load_releases()
+    assert releases == sorted(releases)
+    assert ("2023-05-08", "2.0.1") in releases and ("2025-01-29", "2.6.0") in releases
+    assert len({v for _, v in releases}) == len(releases)
+
+
+def test_a_rebuild_ran_when_it_reached_an_oom_or_fitted():
+    assert run.ran(row("oom"))
+    assert run.ran({"phantom": None, "phantom_error": "fits: no out-of-memory, peak allocated 7.17 GiB"})
+    assert not run.ran({"phantom": None, "phantom_error": "ModuleNotFoundError: No module named 'tqdm'"})
+    assert not run.ran({"phantom": None, "phantom_error": None})
+
+
+def test_the_combined_rows_take_the_days_torch_wherever_it_ran_even_as_a_miss():
+    default = [row("a"), row("b"), row("c", equal=False, error=0.05), row("d", rebuilt=False, phantom=False)]
+    day = [dict(row("a", phantom=False), phantom_error="fits: no out-of-memory, peak allocated 1 GiB"),
+           dict(row("b", phantom=False), phantom_error="ModuleNotFoundError: No module named 'x'"),
+           row("c")]
+    rows = run.combined(default, day)
+    assert [r["id"] for r in rows] == ["a", "b", "c", "d"]
+    assert rows[0] is day[0] and rows[1] is default[1] and rows[2] is day[2] and rows[3] is default[3]
+    s = run.summary(rows)
+    assert (s["compared"], s["request_equal"]) == (2, 2)  # a fitted under its day's torch: a miss now
+
+
+def test_an_old_form_message_gives_reserved_unallocated_derived_and_marked():
+    import messages
+
+    figures = run.figures(messages.parse_message(MESSAGE))
+    assert figures["reserved_unallocated"].text == "512.00 MiB*"
+    assert figures["reserved_unallocated"].bytes == 512 * 2**20
+    assert (figures["requested"].text, figures["allocated"].text, figures["free"].text) == (
+        "20.00 MiB", "13.00 GiB", "10.00 MiB")

@@ -19,6 +19,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -55,13 +56,20 @@ def load(path, key):
 def real_figures(report):
     """The report's message, parsed; its figures as Size (None where not printed)."""
     msg = messages.parse_message(report["message"])
+    return msg, figures(msg)
+
+
+def figures(msg):
+    """A parsed message's figures as Size (None where not printed). The old form (torch 2.0 and
+    before, on a card or on a phantom running such a torch) gives reserved in total: its reserved
+    but unallocated is derived, marked `*`."""
     unalloc = msg.reserved_unallocated
     if unalloc is None and msg.reserved_unallocated_bytes() is not None:
         # the old form's reserved in total less allocated, marked as derived
         unalloc = messages.Size(messages.format_size(msg.reserved_unallocated_bytes()) + "*",
                                 msg.reserved_unallocated_bytes(), msg.allocated.unit)
-    return msg, {"requested": msg.requested, "allocated": msg.allocated, "reserved_unallocated": unalloc,
-                 "free": msg.free}
+    return {"requested": msg.requested, "allocated": msg.allocated, "reserved_unallocated": unalloc,
+            "free": msg.free}
 
 
 def dryrun_command(rebuild, msg, out_dir, python=sys.executable):
@@ -129,12 +137,11 @@ def run_rebuild(rebuild, report, out_dir, python=sys.executable, timeout=900):
     except messages.MessageError as e:
         row["phantom_error"] = str(e)
         return row
-    row["phantom"] = {"requested": phantom.requested.text, "allocated": phantom.allocated.text,
-                      "reserved_unallocated": phantom.reserved_unallocated.text, "free": phantom.free.text}
+    ph = figures(phantom)
+    row["phantom"] = {name: ph[name].text for name in FIGURES}
     # the request is compared from its bytes (the memory history's), the rest from the message
-    ph_bytes = {"requested": oom.get("request_bytes") or phantom.requested.bytes,
-                "allocated": phantom.allocated.bytes, "reserved_unallocated": phantom.reserved_unallocated.bytes,
-                "free": phantom.free.bytes}
+    ph_bytes = {name: ph[name].bytes for name in FIGURES}
+    ph_bytes["requested"] = oom.get("request_bytes") or ph_bytes["requested"]
     row["request_equal"] = messages.equal_at_precision(real["requested"], ph_bytes["requested"])
     for name in FIGURES:
         row[f"{name}_error"] = messages.signed_error(real[name], ph_bytes[name])
@@ -151,6 +158,40 @@ def refreshed(rows, report_ids, entries):
         row["cause"] = entry.get("cause", row.get("cause"))
         row["rebuildable"] = entry.get("rebuildable", True)
     return rows
+
+
+def load_releases(path=HERE / "torch_releases.toml"):
+    """PyTorch's releases, [(date, version)] in date order (torch_releases.toml: PyPI's upload days)."""
+    with open(path, "rb") as f:
+        return sorted((r["date"], r["version"]) for r in tomllib.load(f)["release"])
+
+
+def torch_of_day(report, releases):
+    """The torch a report ran, as far as it can be known: (version, basis). The one it names
+    (its `torch_version` starting with a version), else the newest release uploaded on or before
+    its date; (None, why) with neither."""
+    named = re.match(r"(\d+\.\d+\.\d+)", report.get("torch_version", ""))
+    if named:
+        return named.group(1), "named by the report"
+    date = str(report.get("date", ""))
+    before = [v for d, v in releases if d <= date]
+    if not date or not before:
+        return None, "the report has no date" if not date else f"no release on or before {date}"
+    return before[-1], f"the newest release on {date}"
+
+
+def ran(row):
+    """Whether a rebuild ran to its end under its torch: it reached an out-of-memory error, or
+    fitted. A failure before that (a library missing for that torch, a stand-in it lacks) is not a
+    run of the rebuild."""
+    return bool(row.get("phantom")) or str(row.get("phantom_error") or "").startswith("fits:")
+
+
+def combined(rows_215, rows_day):
+    """Each report's row under the torch of its day where the phantom ran the rebuild under it,
+    else its row under the default torch: the rows the combined summary counts."""
+    day = {r["id"]: r for r in rows_day if ran(r)}
+    return [day.get(r["id"], r) for r in rows_215]
 
 
 def torch_version(python):
@@ -237,9 +278,10 @@ def summary_line(s):
             f"{s['compared']} compared: median absolute error {med}, worst {pct(s['allocated_worst_error'])}.")
 
 
-def table(rows):
-    """The corpus's table, then the reports set aside, each with what its page does not say."""
-    text = corpus_table([r for r in rows if in_corpus(r)])
+def table(rows, show_torch=False):
+    """The corpus's table, then the reports set aside, each with what its page does not say;
+    `show_torch`: each row's torch in its settings (the rows under the torch of their day)."""
+    text = corpus_table([r for r in rows if in_corpus(r)], show_torch)
     aside = [r for r in rows if not in_corpus(r)]
     if aside:
         text += ("\n\nSet aside, the page not saying enough to rebuild the run, or quoting the message short:\n\n"
@@ -256,7 +298,7 @@ def set_aside_table(rows):
     return "\n".join(lines)
 
 
-def corpus_table(rows):
+def corpus_table(rows, show_torch=False):
     head = ("| report | card (total), settings | requested: real / phantom | allocated: real / phantom (error) "
             "| reserved unallocated: real / phantom | free: real / phantom | cause of a difference over 2% |")
     lines = [head, "|" + "---|" * 7]
@@ -273,6 +315,8 @@ def corpus_table(rows):
         if r["rebuilt"]:
             settings = f"{r['total']} as {r['gpu']}, {r['allocator']}" + (
                 f", {r['alloc_conf']}" if r.get("alloc_conf") else "") + f"; `{r['script']}`"
+            if show_torch:
+                settings += f"; torch {r.get('torch') or r.get('torch_of_day')} ({r.get('torch_of_day_basis')})"
         else:
             settings = f"{r['total']}; not rebuilt"
         req = cell("requested") + (" (equal)" if r.get("request_equal") else (" (differs)" if r.get("phantom")
@@ -296,6 +340,11 @@ def main(argv=None):
     p.add_argument("--table-from", default=None, help="a rows.json written before: its table and summary again")
     p.add_argument("--python", default=sys.executable,
                    help="the interpreter whose torch the phantom runs (default this one): another torch's column")
+    p.add_argument("--day-torch", action="store_true",
+                   help="run only the reports whose torch of their day (torch_of_day) is --python's; "
+                        "default folder bench/results/public-ooms-day-torch-<date>")
+    p.add_argument("--combined", nargs=2, metavar=("ROWS", "DAY_ROWS"), default=None,
+                   help="the summary of each report under its day's torch where run, else under ROWS' torch")
     p.add_argument("--update", action="store_true",
                    help="with --only and --out: replace those reports' rows in --out's rows.json, keep the others")
     args = p.parse_args(argv)
@@ -309,13 +358,22 @@ def main(argv=None):
                 row[key] = relative(row.get(key))
         data["summary"] = summary(data["rows"])
         path.write_text(json.dumps(data, indent=1) + "\n")
-        text = table(data["rows"]) + "\n\n" + summary_line(data["summary"]) + "\n"
+        text = (table(data["rows"], show_torch=data.get("torch") == "each report's own") + "\n\n"
+                + summary_line(data["summary"]) + "\n")
         (path.parent / "table.md").write_text(text)
         print(text)
+        return
+    if args.combined:
+        rows_215, rows_day = (json.loads(Path(p).read_text())["rows"] for p in args.combined)
+        rows = combined(rows_215, rows_day)
+        print(summary_line(summary(rows)))
+        print(f"{sum(1 for r in rows_day if ran(r))} of them under the torch of their day "
+              f"({', '.join(sorted({r['torch_of_day'] for r in rows_day if ran(r)}))}).")
         return
     reports = load(args.reports, "report")
     rebuilds = {r["id"]: r for r in load(args.rebuilds, "rebuild")}
     full = torch_version(args.python)  # the version the phantom runs, for the folder's name, asked first
+    releases = load_releases()
     unrebuilt = {r["id"]: r for r in load(args.rebuilds, "not_rebuilt")}
     only = {x for x in args.only.split(",") if x}
     work = Path(args.work)
@@ -325,15 +383,20 @@ def main(argv=None):
         if only and report["id"] not in only:
             continue
         rebuild = rebuilds.get(report["id"])
+        day, day_basis = torch_of_day(report, releases)
+        if args.day_torch and (rebuild is None or day != full.split("+")[0]):
+            continue
         if rebuild is None:
             rows.append(not_rebuilt_row(report, unrebuilt.get(report["id"])))
             continue
         print(f"{report['id']} ...", file=sys.stderr, flush=True)
         row = run_rebuild(rebuild, report, work, python=args.python)
+        row["torch_of_day"], row["torch_of_day_basis"] = day, day_basis
         print(f"  phantom {row.get('phantom') or row.get('phantom_error', '')[:300]}", file=sys.stderr)
         rows.append(row)
     version = full.split("+")[0]
-    out = Path(args.out or ROOT / "bench" / "results" / f"public-ooms-{version}-{datetime.date.today()}")
+    name = "day-torch" if args.day_torch else version
+    out = Path(args.out or ROOT / "bench" / "results" / f"public-ooms-{name}-{datetime.date.today()}")
     out.mkdir(parents=True, exist_ok=True)
     if args.update and (out / "rows.json").exists():
         fresh = {r["id"]: r for r in rows}
@@ -341,9 +404,9 @@ def main(argv=None):
         rows = refreshed([fresh.pop(r["id"], r) for r in kept], {r["id"] for r in reports},
                          {**rebuilds, **unrebuilt}) + list(fresh.values())
     s = summary(rows)
-    (out / "rows.json").write_text(json.dumps({"torch": full, "summary": s, "rows": rows},
-                                              indent=1) + "\n")
-    text = table(rows) + "\n\n" + summary_line(s) + "\n"
+    (out / "rows.json").write_text(json.dumps({"torch": "each report's own" if args.day_torch else full,
+                                               "summary": s, "rows": rows}, indent=1) + "\n")
+    text = table(rows, show_torch=args.day_torch) + "\n\n" + summary_line(s) + "\n"
     (out / "table.md").write_text(text)
     print(text)
     print(f"written: {out}", file=sys.stderr)

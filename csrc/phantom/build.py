@@ -74,6 +74,7 @@ class Step:
         {cuda_inc}       the runtime wheel's include directory
         {cudart}         the real libcudart.so.N
         {major}          its CUDA major
+        {cudart_so}      its soname's version: 11.0 for CUDA 11, else the major
         {cc}             the C compiler command, one string
         {W.include}      the include directory of the wheel named W in WHEELS
         {W.lib[libfoo]}  its real libfoo.so.N
@@ -142,7 +143,7 @@ LIBRARIES = (
     # The runtime: stubs and version script follow the real libcudart.so.N.
     # It sits on the fake driver, found beside it ($ORIGIN) when preloaded.
     Library(
-        soname="libcudart.so.{major}",
+        soname="libcudart.so.{cudart_so}",
         sources=("rt_errors", "rt_device", "rt_memory", "rt_stream", "rt_graph", "rt_module", "rt_fatbin", "rt_launch"),
         steps=(Step("gen_fakecuda.py", ("runtime", "--cudart", "{cudart}", "--stubs", "{gen}/rt_stubs_gen.c",
                                         "--map", "{gen}/libcudart.map", "{objects}"),
@@ -155,7 +156,8 @@ LIBRARIES = (
     # cuGetProcAddress table follow cuda.h; the error names both headers.
     Library(
         soname="libcuda.so.1",
-        sources=CORE + ("drv_device", "drv_context", "drv_memory", "drv_vmm", "drv_module", "drv_entry"),
+        sources=CORE + ("drv_device", "drv_context", "drv_memory", "drv_vmm", "drv_module", "drv_entry",
+                                "drv_legacy"),
         steps=(Step("gen_fakecuda.py", ("errors", "--include", "{cuda_inc}", "--out", "{gen}/errors_gen.c"),
                     compile=("errors_gen.c",)),
                Step("gen_fakecuda.py", ("driver", "--include", "{cuda_inc}", "--cc", "{cc}",
@@ -185,7 +187,7 @@ LIBRARIES = (
                                       "{objects}"),
                     compile=("cublas_stubs_gen.c",)),),
         version_script="{gen}/libcublas.map",
-        needs=("libcudart.so.{major}", "libcuda.so.1"),
+        needs=("libcudart.so.{cudart_so}", "libcuda.so.1"),
     ),
     Library(
         soname="libcublasLt.so.{major}",
@@ -198,7 +200,7 @@ LIBRARIES = (
                                       "{objects}"),
                     compile=("cublaslt_stubs_gen.c",))),
         version_script="{gen}/libcublasLt.map",
-        needs=("libcudart.so.{major}", "libcuda.so.1"),
+        needs=("libcudart.so.{cudart_so}", "libcuda.so.1"),
     ),
     # cuDNN (README.md, "cuDNN"), when PyTorch has the cuDNN wheel, at its
     # own major: stubs, version script and status names follow the real
@@ -232,7 +234,7 @@ LIBRARIES = (
                                     "{objects}"),
                     compile=("nccl_stubs_gen.c",)),),
         version_script="{gen}/libnccl.map",
-        needs=("libcudart.so.{major}", "libcuda.so.1"),
+        needs=("libcudart.so.{cudart_so}", "libcuda.so.1"),
         libs=("-lpthread",),
     ),
 )
@@ -319,8 +321,10 @@ def find_cuda(environ=None):
             raise BuildError("PyTorch %s is built without CUDA: the phantom GPU needs PyTorch's CUDA build "
                              "(its nvidia wheels carry the headers it is built from)" % torch)
         for root in roots:
-            found = [p for p in sorted(root.glob("*/lib/libcudart.so.%s" % major))
-                     if (p.parent.parent / "include" / "cuda_runtime_api.h").is_file()
+            # CUDA 11's runtime is libcudart.so.11.0, 12's and 13's .so.12 and .so.13
+            found = [p for p in sorted(root.glob("*/lib/libcudart.so.%s*" % major))
+                     if re.fullmatch(r"libcudart\.so\.%s(\.0)?" % major, p.name)
+                     and (p.parent.parent / "include" / "cuda_runtime_api.h").is_file()
                      and (p.parent.parent / "include" / "cuda.h").is_file()]
             if found:
                 inc, lib = found[0].parent.parent / "include", found[0]
@@ -330,7 +334,7 @@ def find_cuda(environ=None):
             raise BuildError("no CUDA %s runtime wheel with headers under %s, which PyTorch %s needs "
                              "(pip install %s)" % (major, ", ".join(map(str, roots)) or "site-packages/nvidia",
                                                    torch, wheel))
-    match = re.fullmatch(r"libcudart\.so\.(\d+)", lib.name)
+    match = re.fullmatch(r"libcudart\.so\.(\d+)(\.0)?", lib.name)
     if not match or not lib.is_file():
         raise BuildError("%s is not a libcudart.so.N" % lib)
     if not (inc / "cuda_runtime_api.h").is_file():
@@ -489,9 +493,20 @@ def _wheel_names(cuda):
     return {w.name: cuda.wheels.get(w.name) or _Missing() for w in WHEELS}
 
 
+def cudart_so(cuda):
+    """The runtime's soname version, as the real one has it: 11.0 for CUDA
+    11, the major alone from CUDA 12 on."""
+    return cuda.cudart.name.split(".so.", 1)[1]
+
+
+def _names(cuda):
+    """What the table's templates name for `cuda`: {major}, {cudart_so}, each wheel's."""
+    return dict(_wheel_names(cuda), major=cuda.major, cudart_so=cudart_so(cuda))
+
+
 def sonames(cuda):
     """The sonames of the table's libraries whose wheels `cuda` has."""
-    ctx = dict(_wheel_names(cuda), major=cuda.major)
+    ctx = _names(cuda)
     return [_format(lib.soname, ctx) for lib in LIBRARIES if all(cuda.wheels.get(w) for w in lib.wheels)]
 
 
@@ -520,8 +535,8 @@ def _build_into(work, cuda, cc, cflags, src, jobs, log):
     obj.mkdir()
     gen.mkdir()
     base = {"src": str(src), "gen": str(gen), "cuda_inc": str(cuda.include), "cudart": str(cuda.cudart),
-            "major": cuda.major, "cc": " ".join(shlex.quote(w) for w in cc)}
-    base.update(_wheel_names(cuda))
+            "cc": " ".join(shlex.quote(w) for w in cc)}
+    base.update(_names(cuda))
     libraries = _present([replace(lib, soname=_format(lib.soname, base), needs=tuple(_format(n, base) for n in lib.needs))
                           for lib in LIBRARIES], cuda, log)
     inc = []

@@ -127,7 +127,9 @@ static int attribute(CUdevice_attribute attr, int dev)
     case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: return 1;
     case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: return 1;
     case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED: return 1;
+#if CUDA_VERSION >= 12000 /* thread block clusters came with CUDA 12 */
     case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH: return 1;
+#endif
     /* The VMM calls are faked (drv_vmm.c): expandable segments work. */
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: return vmm();
     default: return 0;

@@ -212,6 +212,7 @@ const char *cublasLtGetStatusString(cublasStatus_t status)
     return vgcb_status_string(status);
 }
 
+#if CUBLAS_VER_MAJOR >= 12 /* the heuristics cache came with cuBLASLt 11.11 */
 /* The heuristics cache: nothing is cached, its capacity is remembered. */
 static _Atomic size_t cache_capacity = 8192;
 
@@ -228,6 +229,7 @@ cublasStatus_t cublasLtHeuristicsCacheSetCapacity(size_t capacity)
     cache_capacity = capacity;
     return CUBLAS_STATUS_SUCCESS;
 }
+#endif
 
 /* ---- matmul descriptor ------------------------------------------------ */
 
@@ -243,8 +245,10 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComput
     store_default(s, CUBLASLT_MATMUL_DESC_SCALE_TYPE, (uint64_t)scale);
     store_default(s, CUBLASLT_MATMUL_DESC_FILL_MODE, CUBLAS_FILL_MODE_FULL);
     store_default(s, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_DEFAULT);
+#if CUBLAS_VER_MAJOR >= 12 /* attributes cuBLASLt 11.10 (CUDA 11.7) lacks */
     store_default(s, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, (uint64_t)-1);
     store_default(s, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, (uint64_t)-1);
+#endif
     *desc = (cublasLtMatmulDesc_t)s;
     return CUBLAS_STATUS_SUCCESS;
 }

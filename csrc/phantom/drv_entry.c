@@ -40,8 +40,21 @@ static const char *exported_name(const char *name)
     return name; /* already a versioned name, or unknown: let dlsym decide */
 }
 
+#if CUDA_VERSION >= 12000
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cuda_version, cuuint64_t flags,
                           CUdriverProcAddressQueryResult *status)
+#else /* CUDA 11's has no status */
+#define CU_GET_PROC_ADDRESS_SUCCESS 0
+#define CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND 1
+static CUresult get_proc_address(const char *symbol, void **pfn, int cuda_version, cuuint64_t flags, int *status);
+
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int cuda_version, cuuint64_t flags)
+{
+    return get_proc_address(symbol, pfn, cuda_version, flags, NULL);
+}
+
+static CUresult get_proc_address(const char *symbol, void **pfn, int cuda_version, cuuint64_t flags, int *status)
+#endif
 {
     (void)cuda_version; /* one version of each function here */
     (void)flags;        /* per-thread default stream variants are the same functions */

@@ -160,6 +160,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
     return launch(f, gx, gy, gz, bx, by, bz);
 }
 
+#if CUDA_VERSION >= 12000 /* launches with attributes came with CUDA 12 */
 CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
 {
     DRV_ENTER(cuLaunchKernelEx);
@@ -169,6 +170,7 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **par
     return launch(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
                   config->blockDimY, config->blockDimZ);
 }
+#endif
 
 CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                    unsigned by, unsigned bz, unsigned shared_mem, CUstream stream, void **params)

@@ -46,8 +46,18 @@ test-fakecuda: fakecuda
 # suites run them as well, but make test installs the tiers beside those, and
 # they take a tier only once its libraries are in, so here is where they
 # always run (TORCH_PYTHON named: a build test fails rather than skips).
-test-phantom-builder:
-	TORCH_PYTHON=$(TORCH_PYTHON) $(TORCH_PYTHON) -m pytest -q -rs -p no:cacheprovider tests/test_phantom_build.py
+# A CUDA 11 runtime wheel (headers and libcudart.so.11.0, 1 MB; PyTorch 1.13
+# to 2.0 are built for it) is unpacked for the builder's CUDA 11 test.
+CUDA11_RUNTIME = build/cuda11-runtime
+test-phantom-builder: $(CUDA11_RUNTIME)/.unpacked
+	TORCH_PYTHON=$(TORCH_PYTHON) VG_TEST_CUDA11_RUNTIME=$(CURDIR)/$(CUDA11_RUNTIME)/nvidia/cuda_runtime \
+		$(TORCH_PYTHON) -m pytest -q -rs -p no:cacheprovider tests/test_phantom_build.py
+
+$(CUDA11_RUNTIME)/.unpacked:
+	rm -rf $(CUDA11_RUNTIME) && mkdir -p $(CUDA11_RUNTIME)
+	$(TORCH_PYTHON) -m pip download -q --no-deps --only-binary=:all: -d $(CUDA11_RUNTIME) nvidia-cuda-runtime-cu11==11.7.99
+	$(TORCH_PYTHON) -m zipfile -e $(CUDA11_RUNTIME)/nvidia_cuda_runtime_cu11-*.whl $(CUDA11_RUNTIME)
+	touch $@
 
 # The same, the fake built with AddressSanitizer and UBSan, in its own directory.
 FAKECUDA_SAN = $(FAKECUDA)-san

@@ -4,7 +4,8 @@ built for, so that it exports what the real libraries export:
   runtime  stubs for every function the real libcudart.so.N exports and the
            fake does not implement, and the version script (node
            libcudart.so.N, the soname, as the real one has)
-  driver   stubs for every function cuda.h declares and the fake does not
+  driver   stubs for every function cuda.h declares (the legacy entry
+           points the driver's own build sees too) and the fake does not
            implement, the version script, and the table cuGetProcAddress
            answers from (each unversioned name -> the symbol the header maps
            it to, cuMemAlloc -> cuMemAlloc_v2)
@@ -74,7 +75,7 @@ def version_script(node, names, patterns=()):
 
 def runtime(args):
     lib = Path(args.cudart)
-    if not re.fullmatch(r"libcudart\.so\.\d+", lib.name):
+    if not re.fullmatch(r"libcudart\.so\.\d+(\.0)?", lib.name):
         sys.exit("gen_fakecuda.py: %s is not a libcudart.so.N" % lib)
     exported = {name.split("@")[0] for kind, name in nm(["-D", "--defined-only", str(lib)])
                 if kind in "TWi" and re.match(r"(cuda|__cuda)", name)}
@@ -93,9 +94,18 @@ def preprocess(cc, include, text):
     return subprocess.run(cmd, input=text, check=True, capture_output=True, text=True).stdout
 
 
+def declared_functions(cc, include, internal=False):
+    """The driver functions cuda.h declares; with `internal`, as the driver's
+    own build sees it, the legacy entry points beside their _v2 successors
+    too (cuStreamWriteValue32 and cuStreamWriteValue32_v2), which the real
+    libcuda.so.1 exports and callers may dlsym by their bare names."""
+    text = ("#define __CUDA_API_VERSION_INTERNAL 1\n" if internal else "") + "#include <cuda.h>\n"
+    return set(re.findall(r"\bCUresult\s+(cu\w+)\s*\(", preprocess(cc, include, text)))
+
+
 def driver(args):
-    expanded = preprocess(args.cc, args.include, "#include <cuda.h>\n")
-    declared = set(re.findall(r"\bCUresult\s+(cu\w+)\s*\(", expanded))
+    declared = declared_functions(args.cc, args.include)
+    exported = declared | declared_functions(args.cc, args.include, internal=True)
     # What each unversioned name means in this header: cuMemAlloc is a macro
     # for cuMemAlloc_v2, cuInit is itself.
     bases = sorted({re.sub(r"(_v\d+)?(_pt[ds][sz])?$", "", n) for n in declared})
@@ -103,16 +113,16 @@ def driver(args):
     mapped = re.findall(r"VGFC_PROBE (\w+)", preprocess(args.cc, args.include, probe))
     procs = [(b, m) for b, m in zip(bases, mapped) if m in declared]
     done = implemented(args.objects, r"cu[A-Z]")
-    check_known(done, declared, "cuda.h")
-    write(args.stubs, stubs_c("cuda.h", declared - done, "vgfc_unsupported"))
-    write(args.map, version_script("", declared, ["vg_fakecuda_*", "vgfc_*"]))
+    check_known(done, exported, "cuda.h")
+    write(args.stubs, stubs_c("cuda.h", exported - done, "vgfc_unsupported"))
+    write(args.map, version_script("", exported, ["vg_fakecuda_*", "vgfc_*"]))
     table = [HEADER % "cuda.h", '#include "core.h"', "",
              "const struct vgfc_proc vgfc_driver_procs[] = {"]
     table += ['    {"%s", "%s"},' % p for p in procs]
     table += ["};", "const int vgfc_driver_proc_count = %d;" % len(procs)]
     write(args.procs, "\n".join(table) + "\n")
-    print("libcuda.so.1: %d functions, %d faked, %d stubs" % (len(declared), len(done),
-                                                             len(declared - done)))
+    print("libcuda.so.1: %d functions, %d faked, %d stubs" % (len(exported), len(done),
+                                                             len(exported - done)))
 
 
 def error_table(var, count_var, pairs):

@@ -323,6 +323,7 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist)
     return ncclSuccess;
 }
 
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0) /* ncclCommSplit came with NCCL 2.18 */
 /* The others' colors and keys are not known here (nothing is exchanged):
  * a child has its parent's size and rank. */
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config)
@@ -343,6 +344,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
         return ncclSuccess;
     return new_comm(newcomm, comm->nranks, comm->rank, comm->device, blocking, comm->id);
 }
+#endif
 
 #ifdef NCCL_SHRINK_DEFAULT /* NCCL 2.27 and later */
 ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm,

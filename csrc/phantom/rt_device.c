@@ -108,9 +108,11 @@ static void fill_properties(struct cudaDeviceProp *p, int dev)
     p->maxBlocksPerMultiProcessor = attr(cudaDevAttrMaxBlocksPerMultiprocessor, dev);
     p->accessPolicyMaxWindowSize = attr(cudaDevAttrMaxAccessPolicyWindowSize, dev);
     p->reservedSharedMemPerBlock = (size_t)attr(cudaDevAttrReservedSharedMemoryPerBlock, dev);
+#if CUDART_VERSION >= 12000 /* fields CUDA 11 does not have */
     p->hostRegisterSupported = attr(cudaDevAttrHostRegisterSupported, dev);
     p->memoryPoolsSupported = attr(cudaDevAttrMemoryPoolsSupported, dev);
     p->clusterLaunch = attr(cudaDevAttrClusterLaunch, dev);
+#endif
 #if CUDART_VERSION < 13000
     /* Fields CUDA 13 dropped (it answers them as attributes only). */
     p->clockRate = attr(cudaDevAttrClockRate, dev);

@@ -504,8 +504,10 @@ static void free_exec(struct CUgraphExec_st *e, struct due *due)
  * objects. A graph still being captured into cannot be instantiated. */
 static cudaError_t instantiate(cudaGraphExec_t *out, cudaGraph_t graph, unsigned long long flags)
 {
-    unsigned long long known = cudaGraphInstantiateFlagAutoFreeOnLaunch | cudaGraphInstantiateFlagUpload |
-                               cudaGraphInstantiateFlagDeviceLaunch | cudaGraphInstantiateFlagUseNodePriority;
+    unsigned long long known = cudaGraphInstantiateFlagAutoFreeOnLaunch | cudaGraphInstantiateFlagUseNodePriority;
+#if CUDART_VERSION >= 12000
+    known |= cudaGraphInstantiateFlagUpload | cudaGraphInstantiateFlagDeviceLaunch;
+#endif
     if (!out || (flags & ~known))
         return rt_error(cudaErrorInvalidValue);
     struct CUgraphExec_st *e = calloc(1, sizeof *e);
@@ -546,11 +548,24 @@ static cudaError_t instantiate(cudaGraphExec_t *out, cudaGraph_t graph, unsigned
     return cudaSuccess;
 }
 
+#if CUDART_VERSION >= 12000
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags)
 {
     RT_ENTER(cudaGraphInstantiate);
     return instantiate(exec, graph, flags);
 }
+#else /* CUDA 11's reports a failing node and a log, which nothing here fills */
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, cudaGraphNode_t *error_node, char *log,
+                                 size_t log_size)
+{
+    RT_ENTER(cudaGraphInstantiate);
+    if (error_node)
+        *error_node = NULL;
+    if (log && log_size)
+        log[0] = '\0';
+    return instantiate(exec, graph, 0);
+}
+#endif
 
 cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags)
 {
@@ -558,6 +573,7 @@ cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *exec, cudaGraph_t gra
     return instantiate(exec, graph, flags);
 }
 
+#if CUDART_VERSION >= 12000 /* CUDA 12 on */
 cudaError_t cudaGraphExecGetFlags(cudaGraphExec_t exec, unsigned long long *flags)
 {
     RT_ENTER(cudaGraphExecGetFlags);
@@ -566,6 +582,7 @@ cudaError_t cudaGraphExecGetFlags(cudaGraphExec_t exec, unsigned long long *flag
     *flags = exec->flags;
     return cudaSuccess;
 }
+#endif
 
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
 {
@@ -937,8 +954,19 @@ cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCapture
     return capture_info(stream, status, id, graph, deps, (const void **)edges, ndeps);
 }
 #else
+#if CUDART_VERSION < 12000
+/* CUDA 11's: the status and id only; the rest is _v2. */
+cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus *status,
+                                     unsigned long long *id)
+{
+    RT_ENTER(cudaStreamGetCaptureInfo);
+    return capture_info(stream, status, id, NULL, NULL, NULL, NULL);
+}
+#define cudaStreamGetCaptureInfo cudaStreamGetCaptureInfo_v2
+#endif
 /* CUDA 12 names this one cudaStreamGetCaptureInfo_v2, and from 12.3 also
- * has _v3 (with edges): a cu12 PyTorch may use either. */
+ * has _v3 (with edges): a cu12 PyTorch may use either. CUDA 11 has it as
+ * _v2 beside the one above. */
 cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus *status,
                                      unsigned long long *id, cudaGraph_t *graph,
                                      const cudaGraphNode_t **deps, size_t *ndeps)

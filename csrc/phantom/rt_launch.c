@@ -72,6 +72,7 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **arg
     return launch(func, grid, block, stream);
 }
 
+#if CUDART_VERSION >= 11080 /* launches with attributes came with CUDA 11.8 */
 cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
 {
     RT_ENTER(cudaLaunchKernelExC);
@@ -80,6 +81,7 @@ cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *fu
         return rt_error(cudaErrorInvalidValue);
     return launch(func, config->gridDim, config->blockDim, config->stream);
 }
+#endif
 
 cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shared_mem,
                                         cudaStream_t stream)

@@ -88,6 +88,7 @@ cudaError_t __cudaPopCallConfiguration(dim3 *grid, dim3 *block, size_t *shared_m
 
 /* ---- driver entry points ----------------------------------------------- */
 
+#if CUDART_VERSION >= 12000
 static cudaError_t entry_point(const char *symbol, void **fn, int version, unsigned long long flags,
                                enum cudaDriverEntryPointQueryResult *status)
 {
@@ -107,6 +108,16 @@ cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **fn, unsigned long
     RT_ENTER(cudaGetDriverEntryPoint);
     return entry_point(symbol, fn, CUDART_VERSION, flags, status);
 }
+#else /* CUDA 11's has no status: a name the driver lacks is an error */
+cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **fn, unsigned long long flags)
+{
+    RT_ENTER(cudaGetDriverEntryPoint);
+    if (!symbol || !fn)
+        return rt_error(cudaErrorInvalidValue);
+    CUresult res = cuGetProcAddress(symbol, fn, CUDART_VERSION, (cuuint64_t)flags);
+    return res == CUDA_SUCCESS ? cudaSuccess : rt_error(cudaErrorSymbolNotFound);
+}
+#endif
 
 #if CUDART_VERSION >= 12050 /* CUDA 12.5 on */
 cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned int version,

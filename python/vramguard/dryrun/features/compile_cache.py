@@ -60,7 +60,10 @@ def _allocations(run):
 def _install(state, run):
     from torch._inductor import codecache, compile_fx, config
 
-    config.autotune_local_cache = False
+    if hasattr(config, "autotune_local_cache"):  # a torch older than that cache has none to turn off
+        config.autotune_local_cache = False
+    if not (hasattr(codecache, "FxGraphCache") and hasattr(compile_fx, "fx_codegen_and_compile")):
+        return  # a torch before the FX graph cache (2.0, 2.1): nothing is shared, every run compiles cold
     codegen = compile_fx.fx_codegen_and_compile
     save = codecache.FxGraphCache._save_graph
     lock = threading.Lock()
