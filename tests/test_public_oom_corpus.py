@@ -185,3 +185,21 @@ def test_an_old_form_message_gives_reserved_unallocated_derived_and_marked():
     assert figures["reserved_unallocated"].bytes == 512 * 2**20
     assert (figures["requested"].text, figures["allocated"].text, figures["free"].text) == (
         "20.00 MiB", "13.00 GiB", "10.00 MiB")
+
+
+def test_under_the_days_torch_a_rebuild_takes_its_days_libraries():
+    both = {"pythonpath": ["build/x-5.23"], "day_pythonpath": ["build/x-4.28"]}
+    assert run.libraries(both) == ["build/x-5.23"]
+    assert run.libraries(both, day=True) == ["build/x-4.28"]
+    assert run.libraries({"pythonpath": ["build/x-4.29"]}, day=True) == ["build/x-4.29"]  # already of its day
+    assert run.libraries({}, day=True) == [] and run.libraries({}) == []
+
+
+def test_each_days_libraries_folder_is_made_by_deps_sh():
+    rebuilds = run.load(os.path.join(HERE, "rebuilds.toml"), "rebuild")
+    deps = open(os.path.join(HERE, "deps.sh")).read()
+    folders = {p for r in rebuilds for p in r.get("day_pythonpath", [])}
+    assert folders
+    for folder in folders:
+        assert folder.startswith("build/public-ooms-deps/"), folder
+        assert '"$DEPS/%s"' % folder.split("/", 2)[2] in deps, folder

@@ -14,7 +14,9 @@
 #   models (606a6bc) with OpenCV, which its mask generator imports; ChatGLM-6B's Hub code as
 #   republished on GitHub (the modeling file of yuanmeng1120/ChatGLM-6b-api at cbe6681, the
 #   config class of samson-wang/chatglm-6b-huggingface at 867860a) with transformers 4.29.2;
-#   transformers 4.20.1 with accelerate 0.10.0 (GPTNeoX20B_HuggingFace's env.yml).
+#   transformers 4.20.1 with accelerate 0.10.0 (GPTNeoX20B_HuggingFace's env.yml); for the
+#   rows under the torch of their day, transformers 4.28.1 (April 2023), llama-2-7B-4bit-python-
+#   coder's notebook pins, and alpaca-lora#329's day's releases.
 set -eu
 PYTHON=${PYTHON:-.venv-torch/bin/python}
 DEPS=${DEPS:-build/public-ooms-deps}
@@ -36,6 +38,12 @@ target "$DEPS/transformers-4.29.2" transformers==4.29.2 huggingface_hub==0.14.1 
 target "$DEPS/transformers-4.31.0" transformers==4.31.0 huggingface_hub==0.16.4 tokenizers==0.13.3
 target "$DEPS/transformers-4.53.1" transformers==4.53.1 huggingface_hub==0.33.2 tokenizers==0.21.2
 target "$DEPS/diffusers-0.34.0" diffusers==0.34.0
+# for the rebuilds under the torch of their report's day (day_pythonpath; day_torch.sh)
+target "$DEPS/transformers-4.28.1" transformers==4.28.1 huggingface_hub==0.13.4 tokenizers==0.13.3
+target "$DEPS/llama2-4bit-python-coder-notebook-pins" transformers==4.31.0 peft==0.4.0 bitsandbytes==0.40.2 \
+    accelerate==0.21.0 tokenizers==0.13.3 safetensors==0.3.1 huggingface_hub==0.16.4 psutil==7.2.2 scipy==1.11.2
+target "$DEPS/alpaca-lora-329-libraries-2023-04-13" transformers==4.28.0 peft==0.2.0 bitsandbytes==0.38.1 \
+    accelerate==0.18.0 tokenizers==0.13.3 safetensors==0.3.0 huggingface_hub==0.13.4
 target "$DEPS/opencv-headless" opencv-python-headless==5.1.0.95  # segment-anything-u-specify's mask generator imports cv2
 target "$DEPS/ldm-libs" einops==0.4.1 omegaconf==2.1.1 antlr4-python3-runtime==4.8 open_clip_torch==2.7.0 \
     ftfy==6.1.1 wcwidth==0.2.5

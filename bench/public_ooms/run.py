@@ -72,7 +72,7 @@ def figures(msg):
             "free": msg.free}
 
 
-def dryrun_command(rebuild, msg, out_dir, python=sys.executable):
+def dryrun_command(rebuild, msg, out_dir, python=sys.executable, day=False):
     """The dry run's command line and environment for one rebuild."""
     cmd = [python, "-m", "vramguard", "dryrun", "--gpu", rebuild["gpu"], "--memory", str(msg.total.bytes),
            "--allocators", rebuild.get("allocator", "native"), "--no-check-needs", "--no-snapshot",
@@ -94,7 +94,7 @@ def dryrun_command(rebuild, msg, out_dir, python=sys.executable):
     args = [str(ROOT / x) if x.startswith("build/") else x for x in rebuild.get("args", [])]
     cmd += [str(HERE / "rebuild" / rebuild["script"]), *args]
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("VRAMGUARD_")}
-    paths = [str(ROOT / "python")] + [str(ROOT / p) for p in rebuild.get("pythonpath", [])]
+    paths = [str(ROOT / "python")] + [str(ROOT / p) for p in libraries(rebuild, day)]
     env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     if rebuild.get("alloc_conf"):
@@ -102,16 +102,23 @@ def dryrun_command(rebuild, msg, out_dir, python=sys.executable):
     return cmd, env
 
 
-def run_rebuild(rebuild, report, out_dir, python=sys.executable, timeout=900):
+def libraries(rebuild, day=False):
+    """The folders a rebuild's libraries come from: under the torch of its report's day its
+    `day_pythonpath` where it has one (the libraries of that day, installed for that torch), else
+    its `pythonpath`."""
+    return rebuild.get("day_pythonpath", rebuild.get("pythonpath", [])) if day else rebuild.get("pythonpath", [])
+
+
+def run_rebuild(rebuild, report, out_dir, python=sys.executable, timeout=900, day=False):
     """Dry-runs one rebuild; returns the row comparing its figures with the report's."""
     msg, real = real_figures(report)
-    missing = [p for p in rebuild.get("pythonpath", []) + [a for a in rebuild.get("args", []) if a.startswith("build/")]
+    missing = [p for p in libraries(rebuild, day) + [a for a in rebuild.get("args", []) if a.startswith("build/")]
                if not (ROOT / p).exists()]
     if missing:
         row = base_row(report, rebuild, real)
         row["phantom_error"] = f"not fetched: {', '.join(missing)} (bench/public_ooms/deps.sh)"
         return row
-    cmd, env = dryrun_command(rebuild, msg, out_dir, python)
+    cmd, env = dryrun_command(rebuild, msg, out_dir, python, day)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=out_dir, timeout=timeout)
     row = base_row(report, rebuild, real)
     row["command"] = relative(" ".join(cmd[1:]))
@@ -348,6 +355,8 @@ def main(argv=None):
     p.add_argument("--update", action="store_true",
                    help="with --only and --out: replace those reports' rows in --out's rows.json, keep the others")
     args = p.parse_args(argv)
+    if os.sep in args.python:  # the dry runs run in their own folders: a relative path from here
+        args.python = os.path.abspath(args.python)  # (not resolved: a venv's python is a link)
     if args.table_from:  # the measured figures kept; the causes as rebuilds.toml now words them
         path = Path(args.table_from)
         data = json.loads(path.read_text())
@@ -390,7 +399,7 @@ def main(argv=None):
             rows.append(not_rebuilt_row(report, unrebuilt.get(report["id"])))
             continue
         print(f"{report['id']} ...", file=sys.stderr, flush=True)
-        row = run_rebuild(rebuild, report, work, python=args.python)
+        row = run_rebuild(rebuild, report, work, python=args.python, day=args.day_torch)
         row["torch_of_day"], row["torch_of_day_basis"] = day, day_basis
         print(f"  phantom {row.get('phantom') or row.get('phantom_error', '')[:300]}", file=sys.stderr)
         rows.append(row)

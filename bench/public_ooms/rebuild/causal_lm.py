@@ -28,6 +28,14 @@ def sparse_checkpoint(config, folder, dtype, head="causal"):
     return sparse_checkpoint_from_config(config, folder, dtype, model_class=getattr(transformers, HEADS[head]))
 
 
+def library_at_least(version):
+    """Whether the transformers imported is `version` or later (a rebuild may run the library of
+    its report's day: an argument renamed since is passed by its name of then)."""
+    from packaging.version import Version
+
+    return Version(transformers.__version__) >= Version(version)
+
+
 class RandomTokens(torch.utils.data.Dataset):
     def __init__(self, n, seq, vocab):
         self.n, self.seq, self.vocab = n, seq, vocab
@@ -106,10 +114,12 @@ def main():
     folder = os.path.join(os.environ.get("VRAMGUARD_DRYRUN_DIR") or tempfile.mkdtemp(), "checkpoint")
     sparse_checkpoint(config, folder, DTYPES[a.checkpoint_dtype], a.head)
     kwargs = {"device_map": {"": 0}}
-    if a.dtype:
-        kwargs["dtype"] = DTYPES[a.dtype]
-    if a.attn:
+    if a.dtype:  # named torch_dtype before transformers 4.56
+        kwargs["dtype" if library_at_least("4.56") else "torch_dtype"] = DTYPES[a.dtype]
+    if a.attn and library_at_least("4.36"):
         kwargs["attn_implementation"] = a.attn
+    elif a.attn and a.attn != "eager":  # before 4.36 a model has its eager attention only
+        raise SystemExit(f"causal_lm.py: --attn {a.attn}: transformers {transformers.__version__} has eager only")
     if a.quant == "4bit":
         kwargs["quantization_config"] = transformers.BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type=a.bnb_4bit_quant_type,
@@ -124,7 +134,9 @@ def main():
     if a.prepare_kbit:
         import peft
 
-        model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=a.gradient_checkpointing)
+        # peft before 0.4 names it prepare_model_for_int8_training
+        prepare = getattr(peft, "prepare_model_for_kbit_training", None) or peft.prepare_model_for_int8_training
+        model = prepare(model, use_gradient_checkpointing=a.gradient_checkpointing)
     if a.lora_r:
         import peft
 
@@ -137,9 +149,9 @@ def main():
         gradient_accumulation_steps=a.grad_accum, max_steps=a.steps, optim=a.optim,
         gradient_checkpointing=a.gradient_checkpointing, fp16=a.mixed == "fp16", bf16=a.mixed == "bf16",
         report_to=[], save_strategy="no", logging_steps=1, dataloader_num_workers=0,
-        fsdp=a.fsdp, fsdp_config={"version": a.fsdp_version, **(
+        **({"fsdp": a.fsdp, "fsdp_config": {"version": a.fsdp_version, **(
             {"use_orig_params": False} if a.fsdp_flat_params else {}), **(
-            {"transformer_layer_cls_to_wrap": [a.fsdp_wrap]} if a.fsdp_wrap else {})} if a.fsdp else None)
+            {"transformer_layer_cls_to_wrap": [a.fsdp_wrap]} if a.fsdp_wrap else {})}} if a.fsdp else {}))
     data = RandomTokens(a.batch * a.grad_accum * a.steps, a.seq, config.vocab_size)
     trainer = ShiftedLogitsLoss if a.shifted_logits_loss else transformers.Trainer
     trainer(model=model, args=args, train_dataset=data).train()
