@@ -196,10 +196,29 @@ def test_under_the_days_torch_a_rebuild_takes_its_days_libraries():
 
 
 def test_each_days_libraries_folder_is_made_by_deps_sh():
+    """Every folder a rebuild names for its day's torch is one deps.sh makes."""
     rebuilds = run.load(os.path.join(HERE, "rebuilds.toml"), "rebuild")
     deps = open(os.path.join(HERE, "deps.sh")).read()
     folders = {p for r in rebuilds for p in r.get("day_pythonpath", [])}
     assert folders
     for folder in folders:
         assert folder.startswith("build/public-ooms-deps/"), folder
-        assert '"$DEPS/%s"' % folder.split("/", 2)[2] in deps, folder
+        assert '"$DEPS/%s"' % folder.split("/")[2] in deps, folder  # its top folder (a source's src/ below)
+
+
+def test_the_shipped_rows_under_the_days_torch_are_each_reports_own():
+    """bench/results' newest day-torch rows: each report of the corpus, under the torch its date
+    (or its page) gives, that torch the one the row ran, and the summary summary() computes."""
+    import glob
+    import json
+
+    folders = sorted(glob.glob(os.path.join(HERE, "..", "results", "public-ooms-day-torch-*")))
+    assert folders, "no day-torch results"
+    data = json.load(open(os.path.join(folders[-1], "rows.json")))
+    reports = {r["id"]: r for r in run.load(os.path.join(HERE, "reports.toml"), "report")}
+    releases = run.load_releases()
+    for row in data["rows"]:
+        day, basis = run.torch_of_day(reports[row["id"]], releases)
+        assert (row["torch_of_day"], row["torch_of_day_basis"]) == (day, basis), row["id"]
+        assert row.get("torch") is None or row["torch"].split("+")[0] == day, row["id"]
+    assert data["summary"] == run.summary(data["rows"])

@@ -29,9 +29,10 @@ venv() {  # name, python, requirements...
 venv torch-2.0.0 "$PY311" torch==2.0.0 torchvision==0.15.1 "numpy<2" safetensors==0.3.1 $COMMON
 venv torch-2.0.0-py310 "$PY310" torch==2.0.0 "numpy<2" $COMMON
 venv torch-2.0.1 "$PY311" torch==2.0.1 torchvision==0.15.2 "numpy<2" safetensors==0.3.1 $COMMON
+venv torch-2.5.1 "$PY311" torch==2.5.1 numpy==2.1.3 $COMMON
 venv torch-2.6.0 "$PY311" torch==2.6.0 numpy==2.2.2 $COMMON
 
-for name in torch-2.0.0 torch-2.0.1 torch-2.6.0; do
+for name in torch-2.0.0 torch-2.0.1 torch-2.5.1 torch-2.6.0; do
     $RUN --python "$VENVS/$name/bin/python" --day-torch --update --out "$OUT"
 done
 # compiled under torch 2.0: Python 3.10

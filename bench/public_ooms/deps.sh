@@ -16,7 +16,8 @@
 #   config class of samson-wang/chatglm-6b-huggingface at 867860a) with transformers 4.29.2;
 #   transformers 4.20.1 with accelerate 0.10.0 (GPTNeoX20B_HuggingFace's env.yml); for the
 #   rows under the torch of their day, transformers 4.28.1 (April 2023), llama-2-7B-4bit-python-
-#   coder's notebook pins, and alpaca-lora#329's day's releases.
+#   coder's notebook pins, and alpaca-lora#329's day's releases; diffusers at 363d1ab7 and 9ff72433
+#   (main on the days of diffusers#10994 and #10120) with the releases of those days.
 set -eu
 PYTHON=${PYTHON:-.venv-torch/bin/python}
 DEPS=${DEPS:-build/public-ooms-deps}
@@ -44,6 +45,15 @@ target "$DEPS/llama2-4bit-python-coder-notebook-pins" transformers==4.31.0 peft=
     accelerate==0.21.0 tokenizers==0.13.3 safetensors==0.3.1 huggingface_hub==0.16.4 psutil==7.2.2 scipy==1.11.2
 target "$DEPS/alpaca-lora-329-libraries-2023-04-13" transformers==4.28.0 peft==0.2.0 bitsandbytes==0.38.1 \
     accelerate==0.18.0 tokenizers==0.13.3 safetensors==0.3.0 huggingface_hub==0.13.4
+# diffusers' DreamBooth scripts on the day of diffusers#10994 (FLUX.1-dev LoRA) and #10120 (SD3)
+target "$DEPS/flux-dreambooth-libraries-2025-03-07" transformers==4.49.0 accelerate==1.4.0 peft==0.14.0 \
+    prodigyopt==1.1.2 huggingface_hub==0.29.2 tokenizers==0.21.0 safetensors==0.5.3 pillow==11.1.0 \
+    importlib_metadata==8.6.1 zipp==3.21.0
+target "$DEPS/sd3-dreambooth-libraries-2024-12-04" transformers==4.46.3 accelerate==1.1.1 huggingface_hub==0.26.3 \
+    tokenizers==0.20.3 safetensors==0.4.5 pillow==11.0.0 importlib_metadata==8.5.0 zipp==3.21.0
+target "$DEPS/bitsandbytes-0.44.1" bitsandbytes==0.44.1  # under torch 2.5.1 only: it has no CUDA 13 library
+target "$DEPS/torchvision-0.20.1" torchvision==0.20.1  # each under its own torch only (day_pythonpath)
+target "$DEPS/torchvision-0.21.0" torchvision==0.21.0
 target "$DEPS/opencv-headless" opencv-python-headless==5.1.0.95  # segment-anything-u-specify's mask generator imports cv2
 target "$DEPS/ldm-libs" einops==0.4.1 omegaconf==2.1.1 antlr4-python3-runtime==4.8 open_clip_torch==2.7.0 \
     ftfy==6.1.1 wcwidth==0.2.5
@@ -74,6 +84,10 @@ fetch CodeGeeX/codegeex-fastertransformer a07a5830ccd104bd801b43cb9efdc19cbbd210
     examples/pytorch/codegeex/utils/codegeex.py
 fetch MaybeShewill-CV/segment-anything-u-specify 606a6bc744fd7cc37824a32a95ec770580467428 \
     "$DEPS/segment-anything-u-specify-606a6bc" models
+fetch huggingface/diffusers 363d1ab7e24c5ed6c190abb00df66d9edb74383b "$DEPS/diffusers-363d1ab7" src/diffusers \
+    examples/dreambooth/train_dreambooth_lora_flux.py
+fetch huggingface/diffusers 9ff72433fa5a4d9f9e2f2c599e394480b581c614 "$DEPS/diffusers-9ff72433" src/diffusers \
+    examples/dreambooth/train_dreambooth_sd3.py
 fetch yuanmeng1120/ChatGLM-6b-api cbe6681c742ab43adbbfe69c8627ca648c72789f "$DEPS/chatglm-6b-code-cbe6681" modeling_chatglm.py
 fetch samson-wang/chatglm-6b-huggingface 867860a62b54cdc4d58e39ba768005977847d452 "$DEPS/chatglm-6b-config-867860a" \
     configuration_chatglm.py

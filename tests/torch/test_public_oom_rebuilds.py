@@ -1,6 +1,7 @@
 """The public reports' rebuild scripts (bench/public_ooms/rebuild/): the parts of
 them that stand in for something (a checkpoint's files, a package's import, a
-program's resize, .cuda()'s moves), each held to what it stands in for."""
+program's resize, .cuda()'s moves, from_pretrained's dtypes, a read-back), each
+held to what it stands in for."""
 import importlib
 import json
 import os
@@ -12,7 +13,7 @@ import pytest
 pytestmark = pytest.mark.torch
 
 REBUILD = Path(__file__).resolve().parents[2] / "bench" / "public_ooms" / "rebuild"
-torch = accelerate_dispatch = model_code_to_cuda = sam_u_specify = None
+torch = accelerate_dispatch = model_code_to_cuda = sam_u_specify = dreambooth = None
 
 
 @pytest.fixture(autouse=True)
@@ -20,13 +21,14 @@ def _libraries():
     """Imported when a test runs, not when the file is collected: where
     PyTorch is not installed, `import torch` would find tests/torch (a
     folder on sys.path) and leave a module of that name behind."""
-    global torch, accelerate_dispatch, model_code_to_cuda, sam_u_specify
+    global torch, accelerate_dispatch, model_code_to_cuda, sam_u_specify, dreambooth
     torch = pytest.importorskip("torch")
     if str(REBUILD) not in sys.path:
         sys.path.insert(0, str(REBUILD))
     accelerate_dispatch = importlib.import_module("accelerate_dispatch")
     model_code_to_cuda = importlib.import_module("model_code_to_cuda")
     sam_u_specify = importlib.import_module("sam_u_specify")
+    dreambooth = importlib.import_module("dreambooth")  # diffusers only where a run needs it
 
 
 @pytest.mark.parametrize("height, width, fitted", [
@@ -149,3 +151,83 @@ def test_a_buffer_two_modules_hold_moves_twice_as_cuda_moves_it():
     model = model_code_to_cuda.move_as_cuda_does(shared_buffer(), torch.float16)
     assert torch.cuda.memory_allocated() - before - by_cuda == by_cuda == 2 * 1024 * 256 * 2
     del model, reference
+
+
+def tiny_t5():
+    import transformers
+
+    return transformers.T5Config(vocab_size=32, d_model=8, d_kv=4, d_ff=16, num_layers=2, num_heads=2)
+
+
+def dtypes(module):
+    return {name: p.dtype for name, p in module.named_parameters()}
+
+
+@pytest.mark.parametrize("torch_dtype", [None, "float16", "bfloat16"])
+def test_a_component_stand_in_has_the_dtypes_from_pretrained_gives(tmp_path, torch_dtype):
+    """T5 loaded with float16 keeps its feed-forward outputs (wo) in fp32, as transformers' own
+    from_pretrained does; without a dtype, an fp32 checkpoint loads in fp32."""
+    import transformers
+
+    transformers.T5EncoderModel(tiny_t5()).save_pretrained(tmp_path)
+    kwargs = {"torch_dtype": getattr(torch, torch_dtype)} if torch_dtype else {}
+    real = transformers.T5EncoderModel.from_pretrained(tmp_path, **kwargs)
+    stand_in = dreambooth.built({"text_encoder_3": (lambda: transformers.T5EncoderModel(tiny_t5()), None)})
+    built = stand_in.__func__(transformers.T5EncoderModel, str(tmp_path), **kwargs)
+    assert dtypes(built) == dtypes(real)
+    if torch_dtype == "float16":
+        assert {d for n, d in dtypes(built).items() if ".wo." in n} == {torch.float32}
+
+
+def test_a_component_the_script_moves_with_a_dtype_is_built_in_that_dtype():
+    make = (lambda: torch.nn.Linear(4, 4), torch.bfloat16)
+    stand_in = dreambooth.built({"vae": make}).__func__
+    assert {p.dtype for p in stand_in(object, "root", subfolder="vae").parameters()} == {torch.bfloat16}
+    # a pipeline's load names its dtype: that one
+    assert {p.dtype for p in stand_in(object, "root/vae", torch_dtype=torch.float16).parameters()} == {torch.float16}
+
+
+def test_two_components_of_one_class_are_told_apart_by_their_subfolder_or_path():
+    stand_in = dreambooth.built({"text_encoder": (lambda: torch.nn.Linear(2, 3), None),
+                                 "text_encoder_2": (lambda: torch.nn.Linear(5, 7), None)}).__func__
+    assert stand_in(object, "root", subfolder="text_encoder_2").weight.shape == (7, 5)
+    assert stand_in(object, "root/text_encoder/").weight.shape == (3, 2)
+    assert stand_in(object, "root", subfolder="text_encoder").weight.device.type == "cpu"
+
+
+@pytest.mark.parametrize("args, mixed", [(["--mixed_precision=fp16", "--seed=0"], "fp16"),
+                                         (["--seed=0", "--mixed_precision", "bf16"], "bf16"), (["--seed=0"], "no")])
+def test_the_scripts_mixed_precision_is_read_as_accelerate_reads_it(args, mixed):
+    assert dreambooth.mixed_precision(args) == mixed
+
+
+def test_an_empty_nonzero_of_a_phantom_tensor_answers_index_0(monkeypatch):
+    """On the phantom a comparison reads zeros back, so a search with nonzero() finds nothing;
+    the stand-in answers index 0 there, and leaves every other nonzero() as it was."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device (the phantom's preload is not in this process)")
+    monkeypatch.setattr(torch.Tensor, "nonzero", torch.Tensor.nonzero)  # restored after the test
+    schedule = torch.arange(4, device="cuda")
+    assert (schedule == 2).nonzero().numel() == 0  # what the phantom reads back
+    answered = dreambooth.first_index_for_empty_nonzero()
+    assert (schedule == 2).nonzero().tolist() == [[0]] and answered == [1]
+    assert (torch.arange(4) == 2).nonzero().tolist() == [[2]]  # the host's: its own answer
+    assert len((schedule == 2).nonzero(as_tuple=True)[0]) == 0 and answered == [1]
+
+
+@pytest.mark.parametrize("tie_word_embeddings", [True, False])
+def test_a_parameter_two_modules_share_stays_one_on_the_host(tie_word_embeddings):
+    """T5's encoder shares the model's embedding whatever tie_word_embeddings says (T5-XXL's says
+    false): one tensor, as from_pretrained leaves it, not two."""
+    import transformers
+    standins = importlib.import_module("standins")
+
+    config = tiny_t5()
+    config.tie_word_embeddings = tie_word_embeddings
+    with torch.device("meta"):
+        model = transformers.T5EncoderModel(config)
+    shared = model.shared.weight is model.encoder.embed_tokens.weight
+    host = standins.on_host(model, torch.float16)
+    assert (host.shared.weight is host.encoder.embed_tokens.weight) is shared
+    assert host.shared.weight.device.type == "cpu" and host.shared.weight.dtype == torch.float16
+    assert len(list(host.parameters())) == len({id(p) for p in host.parameters()})

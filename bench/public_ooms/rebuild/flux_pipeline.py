@@ -18,56 +18,8 @@ import transformers
 from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
 
 from config_args import DTYPES
-
-# The components' published configs (black-forest-labs/FLUX.1-schnell and -dev, their
-# subfolders' config.json): what differs between the two is guidance_embeds and the
-# scheduler's shifting.
-TRANSFORMER = dict(patch_size=1, in_channels=64, num_layers=19, num_single_layers=38, attention_head_dim=128,
-                   num_attention_heads=24, joint_attention_dim=4096, pooled_projection_dim=768,
-                   axes_dims_rope=(16, 56, 56))
-VAE = dict(in_channels=3, out_channels=3, latent_channels=16, block_out_channels=(128, 256, 512, 512),
-           down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
-           layers_per_block=2, norm_num_groups=32, act_fn="silu", sample_size=1024, scaling_factor=0.3611,
-           shift_factor=0.1159, use_quant_conv=False, use_post_quant_conv=False, mid_block_add_attention=True)
-CLIP_TEXT = dict(vocab_size=49408, hidden_size=768, intermediate_size=3072, projection_dim=768,
-                 num_hidden_layers=12, num_attention_heads=12, max_position_embeddings=77, hidden_act="quick_gelu",
-                 layer_norm_eps=1e-5)
-T5_XXL = dict(vocab_size=32128, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64,
-              relative_attention_num_buckets=32, relative_attention_max_distance=128, dropout_rate=0.1,
-              layer_norm_epsilon=1e-6, feed_forward_proj="gated-gelu", tie_word_embeddings=False)
-VARIANTS = {
-    "schnell": dict(guidance_embeds=False, scheduler=dict(shift=1.0, use_dynamic_shifting=False)),
-    "dev": dict(guidance_embeds=True, scheduler=dict(shift=3.0, use_dynamic_shifting=True)),
-}
-
-
-class PaddedIds:
-    """A tokenizer stand-in: ids of the shape the real one returns for a short prompt
-    (padded to max_length with padding="max_length", a few tokens with "longest")."""
-
-    added_tokens_encoder = {}
-
-    def __init__(self, model_max_length):
-        self.model_max_length = model_max_length
-
-    def tokenize(self, text):
-        return text.split()
-
-    def __call__(self, prompts, padding="longest", max_length=None, return_tensors="pt", **_):
-        prompts = [prompts] if isinstance(prompts, str) else list(prompts)
-        words = max(len(p.split()) for p in prompts) + 2  # with the start and end tokens
-        length = max_length if padding == "max_length" else min(words, max_length or words)
-        ids = torch.zeros(len(prompts), length, dtype=torch.long)
-        return transformers.BatchEncoding({"input_ids": ids, "attention_mask": torch.ones_like(ids)})
-
-    def batch_decode(self, ids, **_):
-        return [""] * len(ids)
-
-
-def on_host(module, dtype):
-    """The module built on the meta device, given uninitialised host memory in `dtype`."""
-    return module.to(dtype).to_empty(device="cpu").eval()
-
+from flux_configs import CLIP_TEXT, T5_XXL, TRANSFORMER, VAE, VARIANTS
+from standins import PaddedIds, on_host
 
 def main():
     p = argparse.ArgumentParser()
