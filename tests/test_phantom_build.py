@@ -424,6 +424,7 @@ def test_the_driver_exports_the_legacy_names_beside_their_successors(cache):
     names = exported(folder / "libcuda.so.1")
     assert {"cuStreamWriteValue32", "cuStreamWriteValue32_v2", "cuMemAlloc", "cuMemAlloc_v2",
             "cuCtxCreate", "cuGetProcAddress"} <= names
+    assert not [n for n in names if n.endswith(("_ptsz", "_ptds"))]  # the per-thread variants: none, as before
 
 
 CUDA11 = os.environ.get("VG_TEST_CUDA11_RUNTIME")  # nvidia-cuda-runtime-cu11, unpacked (make test-phantom-builder)

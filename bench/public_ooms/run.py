@@ -404,6 +404,8 @@ def main(argv=None):
         print(f"  phantom {row.get('phantom') or row.get('phantom_error', '')[:300]}", file=sys.stderr)
         rows.append(row)
     version = full.split("+")[0]
+    if args.day_torch and not rows:
+        raise SystemExit(f"run.py: no rebuilt report's torch of its day is {version} (--python)")
     name = "day-torch" if args.day_torch else version
     out = Path(args.out or ROOT / "bench" / "results" / f"public-ooms-{name}-{datetime.date.today()}")
     out.mkdir(parents=True, exist_ok=True)

@@ -212,7 +212,7 @@ const char *cublasLtGetStatusString(cublasStatus_t status)
     return vgcb_status_string(status);
 }
 
-#if CUBLAS_VER_MAJOR >= 12 /* the heuristics cache came with cuBLASLt 11.11 */
+#if CUBLAS_VER_MAJOR >= 12 /* cuBLASLt 11.10 (CUDA 11.7) has no heuristics cache */
 /* The heuristics cache: nothing is cached, its capacity is remembered. */
 static _Atomic size_t cache_capacity = 8192;
 

@@ -98,9 +98,12 @@ def declared_functions(cc, include, internal=False):
     """The driver functions cuda.h declares; with `internal`, as the driver's
     own build sees it, the legacy entry points beside their _v2 successors
     too (cuStreamWriteValue32 and cuStreamWriteValue32_v2), which the real
-    libcuda.so.1 exports and callers may dlsym by their bare names."""
+    libcuda.so.1 exports and callers may dlsym by their bare names. The
+    per-thread default stream variants (_ptsz, _ptds) that build also sees
+    are left out, as before: none is looked up by name here."""
     text = ("#define __CUDA_API_VERSION_INTERNAL 1\n" if internal else "") + "#include <cuda.h>\n"
-    return set(re.findall(r"\bCUresult\s+(cu\w+)\s*\(", preprocess(cc, include, text)))
+    names = set(re.findall(r"\bCUresult\s+(cu\w+)\s*\(", preprocess(cc, include, text)))
+    return {n for n in names if not re.search(r"_pt[ds][sz]$", n)} if internal else names
 
 
 def driver(args):

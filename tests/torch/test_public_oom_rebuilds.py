@@ -213,6 +213,7 @@ def test_an_empty_nonzero_of_a_phantom_tensor_answers_index_0(monkeypatch):
     assert (schedule == 2).nonzero().tolist() == [[0]] and answered == [1]
     assert (torch.arange(4) == 2).nonzero().tolist() == [[2]]  # the host's: its own answer
     assert len((schedule == 2).nonzero(as_tuple=True)[0]) == 0 and answered == [1]
+    assert torch.zeros(0, device="cuda").nonzero().shape == (0, 1) and answered == [1]  # nothing to answer
 
 
 @pytest.mark.parametrize("tie_word_embeddings", [True, False])

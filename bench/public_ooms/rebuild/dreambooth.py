@@ -10,18 +10,19 @@ What stands in, at the libraries' own API, before the script starts:
   dtype), in that dtype: the same allocations on the GPU (PyTorch converts a host-to-device
   copy's dtype on the host), without converting tens of GB of host memory first;
 - the tokenizers' from_pretrained return stand-ins whose ids have the real ones' shapes
-  (flux_pipeline.PaddedIds: the scripts pad every prompt to a fixed length);
+  (standins.PaddedIds: the scripts pad every prompt to a fixed length);
 - the model folder holds only what the scripts read themselves: the text encoders' configs (they
   pick their classes from them), the scheduler's, and model_index.json (validation's pipeline);
-- a pipeline's save_pretrained (the scripts save the trained pipeline, then load it again for a
-  last validation) writes the model folder's files, not the weights: the load again stands in
-  and reads none, and writing a GPU tensor reads it back to the host, allocating nothing on the
-  GPU;
-- the instance images (--images, --size) are random pixels, as many as the report's dataset has;
+- a pipeline's save_pretrained (the SD3 script saves the trained pipeline, then loads it again
+  for a last validation) writes the model folder's files, not the weights: the load again
+  stands in and reads none, and writing a GPU tensor reads it back to the host, allocating
+  nothing on the GPU (the FLUX script saves its LoRA weights only, as it does on a card);
+- the instance images (--images, --size) are random pixels, as many as the row says;
 - the scripts find each sampled timestep's index in the schedule with
   `(schedule == t).nonzero().item()` on the GPU: a phantom reads zeros back, so it would find
-  none. An empty nonzero() of a phantom tensor answers index 0 here (the first sigma: which one
-  is used sizes nothing), counted and said on stderr at the end.
+  none. Every empty nonzero() of a phantom tensor with elements answers index 0 here (for the
+  timesteps, the first sigma: which one is used sizes nothing), counted and said on stderr at
+  the end.
 
     python dreambooth.py --model flux-dev --diffusers DIR --images 5 --size 512 -- --mixed_precision=bf16 ...
 """
@@ -163,7 +164,7 @@ def first_index_for_empty_nonzero():
 
     def patched(self, *args, **kwargs):
         found = nonzero(self, *args, **kwargs)
-        if self.is_cuda and not kwargs.get("as_tuple") and found.numel() == 0 and self.dim() > 0:
+        if self.is_cuda and not kwargs.get("as_tuple") and found.numel() == 0 and self.numel() > 0:
             answered[0] += 1
             return torch.zeros((1, self.dim()), dtype=torch.long, device=self.device)
         return found

@@ -21,6 +21,7 @@ from config_args import DTYPES
 from flux_configs import CLIP_TEXT, T5_XXL, TRANSFORMER, VAE, VARIANTS
 from standins import PaddedIds, on_host
 
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--variant", choices=VARIANTS, default="schnell")
