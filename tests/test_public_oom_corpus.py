@@ -222,3 +222,26 @@ def test_the_shipped_rows_under_the_days_torch_are_each_reports_own():
         assert (row["torch_of_day"], row["torch_of_day_basis"]) == (day, basis), row["id"]
         assert row.get("torch") is None or row["torch"].split("+")[0] == day, row["id"]
     assert data["summary"] == run.summary(data["rows"])
+
+
+def test_the_day_table_puts_each_report_beside_its_default_run():
+    real = {"requested": "64.00 MiB", "allocated": "38.73 GiB", "reserved_unallocated": "138.61 MiB"}
+    default = [dict(row("a", equal=False, error=-0.0052), real=real, phantom={"requested": "2.00 MiB",
+                    "allocated": "38.53 GiB"}),
+               dict(row("b", phantom=False), real=real, phantom_error="fits: no out-of-memory, peak allocated 7 GiB")]
+    day = [dict(default[0], phantom={"requested": "64.00 MiB", "allocated": "38.45 GiB",
+                                      "reserved_unallocated": "372.74 MiB"}, request_equal=True,
+                allocated_error=-0.0072, link="L", torch="2.6.0+cu124", torch_of_day="2.6.0",
+                torch_of_day_basis="the newest release on 2025-03-06"),
+           dict(default[1], phantom=None, phantom_error="ModuleNotFoundError: No module named 'x'",
+                peak_allocated_bytes=None, link="L", torch=None, torch_of_day="2.0.1",
+                torch_of_day_basis="named by the report")]
+    lines = run.day_table(default, day).splitlines()
+    assert lines[2] == ("| [a](L) | 2.6.0+cu124 (the newest release on 2025-03-06) | 64.00 MiB / 2.00 MiB (differs) "
+                        "/ 64.00 MiB (equal) | 38.73 GiB / 38.53 GiB (-0.52%) / 38.45 GiB (-0.72%) "
+                        "| 138.61 MiB / 372.74 MiB |")
+    assert lines[3] == ("| [b](L) | 2.0.1 (named by the report) | 64.00 MiB / fits: no out-of-memory, peak allocated "
+                        "7 GiB / not run: ModuleNotFoundError: No module named 'x' | 38.73 GiB / - / - "
+                        "| 138.61 MiB / - |")
+    stopped = dict(day[1], peak_allocated_bytes=3 << 30, phantom_error="RuntimeError: dtypes differ")
+    assert run.outcome(stopped) == "no OOM, stops at peak allocated 3.00 GiB: RuntimeError: dtypes differ"

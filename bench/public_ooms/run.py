@@ -32,6 +32,7 @@ sys.path.insert(0, str(HERE))
 import messages  # noqa: E402
 
 FIGURES = ("requested", "allocated", "reserved_unallocated", "free")
+DAY_TORCH = "each report's own"  # rows.json's torch for the rows under the torch of their day
 
 
 def load(path, key):
@@ -285,6 +286,42 @@ def summary_line(s):
             f"{s['compared']} compared: median absolute error {med}, worst {pct(s['allocated_worst_error'])}.")
 
 
+def outcome(row):
+    """A row's phantom run where it reached no out-of-memory error, in a few words."""
+    error = (row.get("phantom_error") or "").strip()
+    error = (error.splitlines()[-1] if error else "")[:100].replace("|", "/")
+    if error.startswith("fits"):
+        return error
+    if row.get("peak_allocated_bytes"):
+        return f"no OOM, stops at peak allocated {row['peak_allocated_bytes'] / 2**30:.2f} GiB: {error}"
+    return "not run: " + error
+
+
+def day_table(rows_default, rows_day):
+    """The rows under the torch of their day beside the same reports' under the default torch:
+    request and allocated at the failure, real / default / day's."""
+    default = {r["id"]: r for r in rows_default}
+    lines = ["| report | torch of its day | requested: real / 2.15 / its day's "
+             "| allocated: real / 2.15 (error) / its day's (error) | reserved unallocated: real / its day's |",
+             "|" + "---|" * 5]
+
+    def request(row):
+        ph = row.get("phantom")
+        return ph["requested"] + (" (equal)" if row.get("request_equal") else " (differs)") if ph else outcome(row)
+
+    def allocated(row):
+        ph = row.get("phantom")
+        return f"{ph['allocated']} ({pct(row.get('allocated_error'))})" if ph else "-"
+
+    for r in rows_day:
+        o = default[r["id"]]
+        lines.append(f"| [{r['id']}]({r['link']}) | {r.get('torch') or r['torch_of_day']} ({r['torch_of_day_basis']}) "
+                     f"| {r['real']['requested']} / {request(o)} / {request(r)} "
+                     f"| {r['real']['allocated']} / {allocated(o)} / {allocated(r)} "
+                     f"| {r['real']['reserved_unallocated'] or '-'} / {(r.get('phantom') or {}).get('reserved_unallocated', '-')} |")
+    return "\n".join(lines)
+
+
 def table(rows, show_torch=False):
     """The corpus's table, then the reports set aside, each with what its page does not say;
     `show_torch`: each row's torch in its settings (the rows under the torch of their day)."""
@@ -367,7 +404,7 @@ def main(argv=None):
                 row[key] = relative(row.get(key))
         data["summary"] = summary(data["rows"])
         path.write_text(json.dumps(data, indent=1) + "\n")
-        text = (table(data["rows"], show_torch=data.get("torch") == "each report's own") + "\n\n"
+        text = (table(data["rows"], show_torch=data.get("torch") == DAY_TORCH) + "\n\n"
                 + summary_line(data["summary"]) + "\n")
         (path.parent / "table.md").write_text(text)
         print(text)
@@ -375,9 +412,11 @@ def main(argv=None):
     if args.combined:
         rows_215, rows_day = (json.loads(Path(p).read_text())["rows"] for p in args.combined)
         rows = combined(rows_215, rows_day)
+        taken = [r for r, default in zip(rows, rows_215) if r is not default]
+        print(day_table(rows_215, rows_day) + "\n")
         print(summary_line(summary(rows)))
-        print(f"{sum(1 for r in rows_day if ran(r))} of them under the torch of their day "
-              f"({', '.join(sorted({r['torch_of_day'] for r in rows_day if ran(r)}))}).")
+        print(f"{len(taken)} of them under the torch of their day "
+              f"({', '.join(sorted({r['torch_of_day'] for r in taken}))}).")
         return
     reports = load(args.reports, "report")
     rebuilds = {r["id"]: r for r in load(args.rebuilds, "rebuild")}
@@ -415,7 +454,7 @@ def main(argv=None):
         rows = refreshed([fresh.pop(r["id"], r) for r in kept], {r["id"] for r in reports},
                          {**rebuilds, **unrebuilt}) + list(fresh.values())
     s = summary(rows)
-    (out / "rows.json").write_text(json.dumps({"torch": "each report's own" if args.day_torch else full,
+    (out / "rows.json").write_text(json.dumps({"torch": DAY_TORCH if args.day_torch else full,
                                                "summary": s, "rows": rows}, indent=1) + "\n")
     text = table(rows, show_torch=args.day_torch) + "\n\n" + summary_line(s) + "\n"
     (out / "table.md").write_text(text)
