@@ -472,3 +472,44 @@ def test_a_cuda_11_runtime_builds_under_its_own_names_and_signatures(tmp_path):
     run = subprocess.run([sys.executable, "-c", CUDA11_CALLS, str(out / "libcudart.so.11.0"),
                           str(out / "libcuda.so.1")], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr
+
+
+CUDNN8 = os.environ.get("VG_TEST_CUDNN8")  # a cuDNN 8 wheel's nvidia/cudnn (PyTorch 2.0's), where one is installed
+
+CUDNN8_CALLS = r"""
+import ctypes, sys
+dnn = ctypes.CDLL(sys.argv[1])
+assert dnn.cudnnGetVersion() // 1000 == 8, dnn.cudnnGetVersion()
+dnn.cudnnGetErrorString.restype = ctypes.c_char_p
+assert dnn.cudnnGetErrorString(3) == b"CUDNN_STATUS_BAD_PARAM"
+for check in ("Ops", "Cnn", "Adv"):  # cuDNN 8's sub-libraries, an inference and a training one each
+    for kind in ("Infer", "Train"):
+        assert getattr(dnn, "cudnn%s%sVersionCheck" % (check, kind))() == 0
+# a bad parameter of any kind is the plain status: cuDNN 8 has no detailed ones
+assert dnn.cudnnBackendCreateDescriptor(0, None) == 3
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not (CUDNN8 and CUDA11), reason="no cuDNN 8 wheel (VG_TEST_CUDNN8: PyTorch 2.0's nvidia/cudnn, "
+                                                    "700 MB, where one is installed) and CUDA 11 runtime")
+def test_a_cudnn_8_builds_with_its_own_names(tmp_path):
+    """PyTorch 2.0's cuDNN 8: the stand-in builds against its headers, exports
+    what the real libcudnn.so.8 exports (its sub-libraries' version checks,
+    none of cuDNN 9's), and answers cuDNN 8's statuses."""
+    root = Path(CUDA11)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VG_FAKECUDA_", "PYTHON"))}
+    env.update(VG_FAKECUDA_INCLUDE=str(root / "include"), VG_FAKECUDA_CUDART=str(root / "lib" / "libcudart.so.11.0"),
+               VG_FAKECUDA_CUDNN=CUDNN8)
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-S", str(BUILD_PY), "--out", str(out)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "libcudnn.so.8" in [Path(p).name for p in (out / "LD_PRELOAD").read_text().split()]
+    if shutil.which("nm"):
+        real = exported(Path(CUDNN8) / "lib" / "libcudnn.so.8")
+        assert exported(out / "libcudnn.so.8") - {n for n in exported(out / "libcudnn.so.8")
+                                                   if n.startswith("vg_phantom_cudnn_")} == real
+    run = subprocess.run([sys.executable, "-c", CUDNN8_CALLS, str(out / "libcudnn.so.8")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr

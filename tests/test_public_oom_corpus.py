@@ -195,6 +195,31 @@ def test_under_the_days_torch_a_rebuild_takes_its_days_libraries():
     assert run.libraries({}, day=True) == [] and run.libraries({}) == []
 
 
+def test_a_rebuild_for_its_days_torch_only_is_not_run_under_another(monkeypatch):
+    """A rebuild whose library has no build for the default torch (day_only) gets a row saying
+    why, without a dry run; the corpus' own such rows say so in the default torch's results."""
+    def never(*a, **k):
+        raise AssertionError("ran a dry run")
+
+    monkeypatch.setattr(run.subprocess, "run", never)
+    report = {"id": "r", "link": "https://example.org/1", "card": "T4", "card_total_from_message": "14.75 GiB",
+              "message": "CUDA out of memory. Tried to allocate 2.00 MiB (GPU 0; 14.75 GiB total capacity; "
+                         "13.21 GiB already allocated; 832.00 KiB free; 13.44 GiB reserved in total by PyTorch)"}
+    rebuild = {"id": "r", "script": "x.py", "gpu": "T4", "day_only": "x has no build for it"}
+    row = run.run_rebuild(rebuild, report, "/nonexistent")
+    assert row["phantom_error"] == "not run under this torch: x has no build for it"
+    assert not run.ran(row) and row.get("request_equal") is None
+    day_only = {r["id"] for r in run.load(os.path.join(HERE, "rebuilds.toml"), "rebuild") if r.get("day_only")}
+    assert day_only
+    import glob
+    import json
+
+    (default,) = [p for p in glob.glob(os.path.join(HERE, "..", "results", "public-ooms-2.*", "rows.json"))]
+    for row in json.load(open(default))["rows"]:
+        if row["id"] in day_only:
+            assert row["phantom_error"].startswith("not run under this torch: "), row["id"]
+
+
 def test_each_days_libraries_folder_is_made_by_deps_sh():
     """Every folder a rebuild names for its day's torch is one deps.sh makes."""
     rebuilds = run.load(os.path.join(HERE, "rebuilds.toml"), "rebuild")

@@ -16,8 +16,9 @@
 #   config class of samson-wang/chatglm-6b-huggingface at 867860a) with transformers 4.29.2;
 #   transformers 4.20.1 with accelerate 0.10.0 (GPTNeoX20B_HuggingFace's env.yml); for the
 #   rows under the torch of their day, transformers 4.28.1 (April 2023), llama-2-7B-4bit-python-
-#   coder's notebook pins, and alpaca-lora#329's day's releases; diffusers at 363d1ab7 and 9ff72433
-#   (main on the days of diffusers#10994 and #10120) with the releases of those days.
+#   coder's notebook pins, alpaca-lora#329's and qlora#17's day's releases (peft's main at 3714aa2
+#   for the latter), OpenCV 4.8; diffusers at 363d1ab7, 9ff72433 and 2c45a53a (main on the days of
+#   diffusers#10994, #10120 and #4872) with the releases of those days, xformers 0.0.21 for #4872.
 set -eu
 PYTHON=${PYTHON:-.venv-torch/bin/python}
 DEPS=${DEPS:-build/public-ooms-deps}
@@ -51,6 +52,20 @@ target "$DEPS/flux-dreambooth-libraries-2025-03-07" transformers==4.49.0 acceler
     importlib_metadata==8.6.1 zipp==3.21.0
 target "$DEPS/sd3-dreambooth-libraries-2024-12-04" transformers==4.46.3 accelerate==1.1.1 huggingface_hub==0.26.3 \
     tokenizers==0.20.3 safetensors==0.4.5 pillow==11.0.0 importlib_metadata==8.5.0 zipp==3.21.0
+# qlora#17's day (2023-05-25): what qlora's README installs, as of then: transformers 4.30.0 (the first
+# release with 4-bit loading), accelerate 0.20.1 (the oldest its Trainer takes), bitsandbytes 0.39.0,
+# and peft's main (below)
+target "$DEPS/qlora-17-libraries-2023-05-25" transformers==4.30.0 accelerate==0.20.1 bitsandbytes==0.39.0 \
+    tokenizers==0.13.3 huggingface_hub==0.14.1 safetensors==0.3.1 scipy==1.10.1
+# diffusers#4872's day (2023-09-02): PyPI's releases then, accelerate 0.22.0 as the report says, with
+# what datasets 2.14.4 imports; xformers 0.0.21, built for torch 2.0.1
+target "$DEPS/sdxl-lora-libraries-2023-09-02" transformers==4.32.1 accelerate==0.22.0 bitsandbytes==0.41.1 \
+    datasets==2.14.4 huggingface_hub==0.16.4 tokenizers==0.13.3 safetensors==0.3.3 scipy==1.11.2 pyarrow==13.0.0 \
+    pandas==2.0.3 python-dateutil==2.8.2 pytz==2023.3 tzdata==2023.3 six==1.16.0 dill==0.3.7 multiprocess==0.70.15 \
+    xxhash==3.3.0 fsspec==2023.6.0 aiohttp==3.8.5 multidict==6.0.4 yarl==1.9.2 frozenlist==1.4.0 aiosignal==1.3.1 \
+    attrs==23.1.0 async-timeout==4.0.3
+target "$DEPS/xformers-0.0.21" xformers==0.0.21
+target "$DEPS/opencv-headless-4.8" opencv-python-headless==4.8.0.76  # OpenCV of 2023, for NumPy 1 (torch 2.0.1)
 target "$DEPS/bitsandbytes-0.44.1" bitsandbytes==0.44.1  # under torch 2.5.1 only: it has no CUDA 13 library
 target "$DEPS/torchvision-0.20.1" torchvision==0.20.1  # each under its own torch only (day_pythonpath)
 target "$DEPS/torchvision-0.21.0" torchvision==0.21.0
@@ -88,6 +103,15 @@ fetch huggingface/diffusers 363d1ab7e24c5ed6c190abb00df66d9edb74383b "$DEPS/diff
     examples/dreambooth/train_dreambooth_lora_flux.py
 fetch huggingface/diffusers 9ff72433fa5a4d9f9e2f2c599e394480b581c614 "$DEPS/diffusers-9ff72433" src/diffusers \
     examples/dreambooth/train_dreambooth_sd3.py
+fetch huggingface/diffusers 2c45a53aef197c44d903ed5918d077d614888e14 "$DEPS/diffusers-2c45a53a" src/diffusers \
+    examples/text_to_image/train_text_to_image_lora_sdxl.py
+# peft's main on qlora#17's day, with the metadata transformers reads its version from
+fetch huggingface/peft 3714aa2fff158fdfa637b2b65952580801d890b2 "$DEPS/peft-3714aa2" src/peft
+if [ -d "$DEPS/peft-3714aa2/src/peft" ] && [ ! -d "$DEPS/peft-3714aa2/src/peft-0.4.0.dev0.dist-info" ]; then
+    mkdir -p "$DEPS/peft-3714aa2/src/peft-0.4.0.dev0.dist-info"
+    printf 'Metadata-Version: 2.1\nName: peft\nVersion: 0.4.0.dev0\n' \
+        > "$DEPS/peft-3714aa2/src/peft-0.4.0.dev0.dist-info/METADATA"
+fi
 fetch yuanmeng1120/ChatGLM-6b-api cbe6681c742ab43adbbfe69c8627ca648c72789f "$DEPS/chatglm-6b-code-cbe6681" modeling_chatglm.py
 fetch samson-wang/chatglm-6b-huggingface 867860a62b54cdc4d58e39ba768005977847d452 "$DEPS/chatglm-6b-config-867860a" \
     configuration_chatglm.py

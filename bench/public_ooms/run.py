@@ -113,6 +113,10 @@ def libraries(rebuild, day=False):
 def run_rebuild(rebuild, report, out_dir, python=sys.executable, timeout=900, day=False):
     """Dry-runs one rebuild; returns the row comparing its figures with the report's."""
     msg, real = real_figures(report)
+    if not day and rebuild.get("day_only"):  # a library the run needs has no build for this torch
+        row = base_row(report, rebuild, real)
+        row["phantom_error"] = f"not run under this torch: {rebuild['day_only']}"
+        return row
     missing = [p for p in libraries(rebuild, day) + [a for a in rebuild.get("args", []) if a.startswith("build/")]
                if not (ROOT / p).exists()]
     if missing:
@@ -424,7 +428,7 @@ def main(argv=None):
     releases = load_releases()
     unrebuilt = {r["id"]: r for r in load(args.rebuilds, "not_rebuilt")}
     only = {x for x in args.only.split(",") if x}
-    work = Path(args.work)
+    work = Path(args.work).resolve()  # the dry runs run in it: their --out relative to it otherwise
     work.mkdir(parents=True, exist_ok=True)
     rows = []
     for report in reports:

@@ -121,6 +121,7 @@
     X(cuDeviceGetUuid, 0)                                                        \
     X(cuDeviceTotalMem, 0)                                                       \
     X(cuDeviceGetAttribute, 0)                                                   \
+    X(cuDeviceComputeCapability, 0)                                              \
     X(cuDeviceGetPCIBusId, 0)                                                    \
     X(cuDevicePrimaryCtxGetState, 0)                                             \
     X(cuDevicePrimaryCtxRetain, 0)                                               \

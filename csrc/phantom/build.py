@@ -130,7 +130,7 @@ class Wheel:
 WHEELS = (
     Wheel("cublas", libs=("libcublas", "libcublasLt"), headers=("cublas_api.h", "cublasLt.h"),
           env="VG_FAKECUDA_CUBLAS"),
-    Wheel("cudnn", libs=("libcudnn",), headers=("cudnn.h", "cudnn_graph.h"), env="VG_FAKECUDA_CUDNN",
+    Wheel("cudnn", libs=("libcudnn",), headers=("cudnn.h",), env="VG_FAKECUDA_CUDNN",
           dirs="cudnn", own_major=True),
     Wheel("nccl", libs=("libnccl",), headers=("nccl.h",), env="VG_FAKECUDA_NCCL", dirs="nccl", own_major=True),
 )
@@ -686,6 +686,11 @@ def build(out, cuda=None, cc=None, cflags=(), src=SRC, jobs=None, log=None, anno
             # Triton links its kernel launcher with -lcuda from TRITON_LIBCUDA_PATH
             # (vramguard.phantom.gpu.environ): the linker's name for the driver.
             (work / "libcuda.so").symlink_to("libcuda.so.1")
+            # and the development names a driver and a CUDA toolkit install (Colab has both),
+            # found on the phantom's LD_LIBRARY_PATH: bitsandbytes before 0.40 loads them by
+            # these names with ctypes
+            runtime = next(n for n in sonames if n.startswith("libcudart.so."))
+            (work / "libcudart.so").symlink_to(runtime)
             (work / "cuda.mk").write_text(_make_vars(cuda))
             seconds = time.perf_counter() - started
             (work / "build.json").write_text(json.dumps({

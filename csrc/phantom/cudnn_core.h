@@ -27,6 +27,17 @@
 
 #include "core.h"
 
+/* cuDNN 8 (PyTorch 2.0's) has neither the detailed statuses nor ragged
+ * tensors: it answers a bad parameter of any kind with the plain status. */
+#if CUDNN_MAJOR < 9
+#define CUDNN_STATUS_BAD_PARAM_NULL_POINTER CUDNN_STATUS_BAD_PARAM
+#define CUDNN_STATUS_BAD_PARAM_NOT_FINALIZED CUDNN_STATUS_BAD_PARAM
+#define CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH CUDNN_STATUS_BAD_PARAM
+#define VGDNN_HAS_RAGGED 0
+#else
+#define VGDNN_HAS_RAGGED 1
+#endif
+
 /* ---- calls counted for tests (vg_phantom_cudnn_calls) ------------------- */
 
 #define VGDNN_COUNTED(X)                       \

@@ -89,8 +89,11 @@ static size_t tensor_bytes(const vgdnn_desc *t, const struct vgdnn_attr *overrid
     const struct vgdnn_attr *dims = vgdnn_attr_find(t, CUDNN_ATTR_TENSOR_DIMENSIONS);
     const struct vgdnn_attr *strides = vgdnn_attr_find(t, CUDNN_ATTR_TENSOR_STRIDES);
     const struct vgdnn_attr *dtype = vgdnn_attr_find(t, CUDNN_ATTR_TENSOR_DATA_TYPE);
-    if (vgdnn_attr_find(t, CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC) || pack_index(overridden, uid) >= 0 || !dims ||
-        !strides || !dtype || dims->count != strides->count)
+#if VGDNN_HAS_RAGGED
+    if (vgdnn_attr_find(t, CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC))
+        return 1;
+#endif
+    if (pack_index(overridden, uid) >= 0 || !dims || !strides || !dtype || dims->count != strides->count)
         return 1;
     size_t elem = vgdnn_dtype_size((cudnnDataType_t)((int *)dtype->data)[0]);
     size_t bytes = vgdnn_extent((int)dims->count, dims->data, strides->data, elem);

@@ -94,6 +94,7 @@ const char *cudnnGetErrorString(cudnnStatus_t status)
     return "CUDNN_STATUS_UNKNOWN";
 }
 
+#if CUDNN_MAJOR >= 9 /* cuDNN 8 keeps no last error to read */
 void cudnnGetLastErrorString(char *message, size_t max_size)
 {
     if (message && max_size) {
@@ -101,6 +102,7 @@ void cudnnGetLastErrorString(char *message, size_t max_size)
         last_error[0] = '\0'; /* cuDNN clears it once read */
     }
 }
+#endif
 
 cudnnStatus_t cudnnQueryRuntimeError(cudnnHandle_t handle, cudnnStatus_t *rstatus,
                                      cudnnErrQueryMode_t mode, cudnnRuntimeTag_t *tag)
@@ -120,10 +122,12 @@ size_t cudnnGetVersion(void)
     return CUDNN_VERSION;
 }
 
+#if CUDNN_MAJOR >= 9
 size_t cudnnGetMaxDeviceVersion(void)
 {
     return 1210; /* newer than any device the fake can report */
 }
+#endif
 
 size_t cudnnGetCudartVersion(void)
 {
@@ -144,10 +148,19 @@ cudnnStatus_t cudnnGetProperty(libraryPropertyType type, int *value)
 }
 
 /* The sub-libraries' version checks: there are none to mismatch. */
+#if CUDNN_MAJOR >= 9
 cudnnStatus_t cudnnGraphVersionCheck(void) { return CUDNN_STATUS_SUCCESS; }
 cudnnStatus_t cudnnOpsVersionCheck(void) { return CUDNN_STATUS_SUCCESS; }
 cudnnStatus_t cudnnCnnVersionCheck(void) { return CUDNN_STATUS_SUCCESS; }
 cudnnStatus_t cudnnAdvVersionCheck(void) { return CUDNN_STATUS_SUCCESS; }
+#else /* cuDNN 8's, an inference and a training library of each */
+cudnnStatus_t cudnnOpsInferVersionCheck(void) { return CUDNN_STATUS_SUCCESS; }
+cudnnStatus_t cudnnOpsTrainVersionCheck(void) { return CUDNN_STATUS_SUCCESS; }
+cudnnStatus_t cudnnCnnInferVersionCheck(void) { return CUDNN_STATUS_SUCCESS; }
+cudnnStatus_t cudnnCnnTrainVersionCheck(void) { return CUDNN_STATUS_SUCCESS; }
+cudnnStatus_t cudnnAdvInferVersionCheck(void) { return CUDNN_STATUS_SUCCESS; }
+cudnnStatus_t cudnnAdvTrainVersionCheck(void) { return CUDNN_STATUS_SUCCESS; }
+#endif
 
 /* ---- handles ----------------------------------------------------------- */
 

@@ -98,6 +98,19 @@ CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attr, CUdevice dev)
     return drv_error(vgfc_device_attribute((int)attr, dev, value));
 }
 
+/* Deprecated since CUDA 5 and still exported: bitsandbytes before 0.40
+ * reads the compute capability through it with ctypes. */
+CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
+{
+    DRV_ENTER(cuDeviceComputeCapability);
+    if (!major || !minor)
+        return drv_error(CUDA_ERROR_INVALID_VALUE);
+    int code = vgfc_device_attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev, major);
+    if (code == CUDA_SUCCESS)
+        code = vgfc_device_attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev, minor);
+    return drv_error(code);
+}
+
 CUresult cuDeviceGetPCIBusId(char *bus_id, int len, CUdevice dev)
 {
     DRV_ENTER(cuDeviceGetPCIBusId);

@@ -48,12 +48,16 @@ test-fakecuda: fakecuda
 # always run (TORCH_PYTHON named: a build test fails rather than skips).
 # A CUDA 11 runtime wheel (headers and libcudart.so.11.0, 1 MB; PyTorch 1.13
 # to 2.0 are built for it) is unpacked for the builder's CUDA 11 test; where
-# pip cannot fetch it, that test skips, saying so.
+# pip cannot fetch it, that test skips, saying so. cuDNN 8's wheel (700 MB) is
+# not fetched: its build test takes one installed under build/day-torch
+# (bench/public_ooms/day_torch.sh), else skips, saying so.
 CUDA11_RUNTIME = build/cuda11-runtime
+CUDNN8_WHEEL = $(firstword $(foreach d,$(wildcard build/day-torch/*/lib/python*/site-packages/nvidia/cudnn),\
+	$(if $(wildcard $(d)/lib/libcudnn.so.8),$(CURDIR)/$(d))))
 test-phantom-builder:
 	$(MAKE) --no-print-directory $(CUDA11_RUNTIME)/.unpacked || echo "no CUDA 11 runtime wheel: its build test skips"
 	TORCH_PYTHON=$(TORCH_PYTHON) VG_TEST_CUDA11_RUNTIME=$$(test -f $(CUDA11_RUNTIME)/.unpacked && \
-		echo $(CURDIR)/$(CUDA11_RUNTIME)/nvidia/cuda_runtime) \
+		echo $(CURDIR)/$(CUDA11_RUNTIME)/nvidia/cuda_runtime) VG_TEST_CUDNN8=$(CUDNN8_WHEEL) \
 		$(TORCH_PYTHON) -m pytest -q -rs -p no:cacheprovider tests/test_phantom_build.py
 
 $(CUDA11_RUNTIME)/.unpacked:

@@ -171,13 +171,15 @@ def cudnn(args):
     check_known(done, exported, lib.name)
     write(args.stubs, cudnn_stubs_c(lib.name, exported - done))
     write(args.map, version_script(lib.name, exported, ["vg_phantom_cudnn_*"]))
-    graph_h = Path(args.include) / "cudnn_graph.h"
+    # cuDNN 9 declares its statuses in cudnn_graph.h, cuDNN 8 in cudnn_ops_infer.h
+    graph_h = next((h for h in (Path(args.include) / n for n in ("cudnn_graph.h", "cudnn_ops_infer.h"))
+                    if h.is_file()), Path(args.include) / "cudnn_graph.h")
     codes = re.findall(r"^\s*(CUDNN_STATUS_\w+)\s*=\s*(\d+)", graph_h.read_text(), re.M)
     if not codes:
         sys.exit("gen_fakecuda.py: no status codes in %s" % graph_h)
     rows = ['    {%s, "%s"},' % (code, name) for name, code in codes]
     write(args.status, "\n".join(
-        [HEADER % "cudnn_graph.h",
+        [HEADER % graph_h.name,
          "struct vgdnn_status_name { int code; const char *name; };",
          "const struct vgdnn_status_name vgdnn_status_names[] = {"] + rows +
         ["};", "const int vgdnn_status_name_count = %d;" % len(rows), ""]))

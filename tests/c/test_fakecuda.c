@@ -849,6 +849,19 @@ static void test_driver(void)
     size_t total = 0;
     CHECK_EQ(cuDeviceTotalMem(&total, 1), CUDA_SUCCESS);
     CHECK_EQ(total, 512 * MiB);
+    /* The deprecated capability query answers what the attributes do. */
+    int major = -1, minor = -1, attr_major = -2, attr_minor = -2;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    CHECK_EQ(cuDeviceComputeCapability(&major, &minor, 1), CUDA_SUCCESS);
+    CHECK_EQ(cuDeviceComputeCapability(NULL, &minor, 0), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(cuDeviceComputeCapability(&major, &minor, 7), CUDA_ERROR_INVALID_DEVICE);
+#pragma GCC diagnostic pop
+    CHECK_EQ(cuDeviceGetAttribute(&attr_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 1), CUDA_SUCCESS);
+    CHECK_EQ(cuDeviceGetAttribute(&attr_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 1), CUDA_SUCCESS);
+    CHECK_EQ(major, attr_major);
+    CHECK_EQ(minor, attr_minor);
+    CHECK(major >= 7);
     CUcontext ctx = NULL;
     CHECK_EQ(cuCtxGetCurrent(&ctx), CUDA_SUCCESS);
     CHECK(ctx != NULL);

@@ -624,6 +624,28 @@ def test_a_script_that_installs_vramguard_itself(tmp_path):
     assert "the native run ran under vramguard too" in report(result)
 
 
+def test_the_driver_and_runtime_are_found_by_their_development_names(tmp_path, monkeypatch):
+    """As on a machine with a driver and a toolkit, ctypes finds libcuda.so
+    and libcudart.so by name (bitsandbytes before 0.40 does), the same
+    libraries as the preloaded ones, the user's LD_LIBRARY_PATH after the
+    phantom's; the deprecated capability query answers the preset's."""
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/users-own-libs")
+    write(tmp_path, "probe.py", """
+        import ctypes, os
+        cuda, cudart = ctypes.CDLL("libcuda.so"), ctypes.CDLL("libcudart.so")
+        major, minor, version = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+        assert cuda.cuInit(0) == 0
+        assert cuda.cuDeviceComputeCapability(ctypes.byref(major), ctypes.byref(minor), 0) == 0
+        assert cudart.cudaRuntimeGetVersion(ctypes.byref(version)) == 0
+        same = cuda._handle == ctypes.CDLL("libcuda.so.1")._handle
+        with open("found.txt", "w") as f:
+            f.write(f"{major.value}.{minor.value} {same} {os.environ['LD_LIBRARY_PATH'].split(':')[1:]}")
+    """)
+    # the probe allocates nothing: the dry run's "never used the GPU" (exit 4)
+    dryrun(tmp_path, "--no-snapshot", "--gpu", "T4", "--allocator", "native", "probe.py", expect=4)
+    assert (tmp_path / "found.txt").read_text() == "7.5 True ['/opt/users-own-libs']"
+
+
 #: A compiled training loop; its activations are large enough to set the
 #: peak (at batch 128 the optimizer's step sets it, the same in both modes, torch 2.10).
 COMPILED_LOOP = """

@@ -13,7 +13,7 @@ import pytest
 pytestmark = pytest.mark.torch
 
 REBUILD = Path(__file__).resolve().parents[2] / "bench" / "public_ooms" / "rebuild"
-torch = accelerate_dispatch = model_code_to_cuda = sam_u_specify = dreambooth = None
+torch = accelerate_dispatch = model_code_to_cuda = sam_u_specify = dreambooth = standins = None
 
 
 @pytest.fixture(autouse=True)
@@ -21,7 +21,7 @@ def _libraries():
     """Imported when a test runs, not when the file is collected: where
     PyTorch is not installed, `import torch` would find tests/torch (a
     folder on sys.path) and leave a module of that name behind."""
-    global torch, accelerate_dispatch, model_code_to_cuda, sam_u_specify, dreambooth
+    global torch, accelerate_dispatch, model_code_to_cuda, sam_u_specify, dreambooth, standins
     torch = pytest.importorskip("torch")
     if str(REBUILD) not in sys.path:
         sys.path.insert(0, str(REBUILD))
@@ -29,6 +29,7 @@ def _libraries():
     model_code_to_cuda = importlib.import_module("model_code_to_cuda")
     sam_u_specify = importlib.import_module("sam_u_specify")
     dreambooth = importlib.import_module("dreambooth")  # diffusers only where a run needs it
+    standins = importlib.import_module("standins")
 
 
 @pytest.mark.parametrize("height, width, fitted", [
@@ -172,7 +173,7 @@ def test_a_component_stand_in_has_the_dtypes_from_pretrained_gives(tmp_path, tor
     transformers.T5EncoderModel(tiny_t5()).save_pretrained(tmp_path)
     kwargs = {"torch_dtype": getattr(torch, torch_dtype)} if torch_dtype else {}
     real = transformers.T5EncoderModel.from_pretrained(tmp_path, **kwargs)
-    stand_in = dreambooth.built({"text_encoder_3": (lambda: transformers.T5EncoderModel(tiny_t5()), None)})
+    stand_in = standins.built({"text_encoder_3": (lambda: transformers.T5EncoderModel(tiny_t5()), None)})
     built = stand_in.__func__(transformers.T5EncoderModel, str(tmp_path), **kwargs)
     assert dtypes(built) == dtypes(real)
     if torch_dtype == "float16":
@@ -181,14 +182,14 @@ def test_a_component_stand_in_has_the_dtypes_from_pretrained_gives(tmp_path, tor
 
 def test_a_component_the_script_moves_with_a_dtype_is_built_in_that_dtype():
     make = (lambda: torch.nn.Linear(4, 4), torch.bfloat16)
-    stand_in = dreambooth.built({"vae": make}).__func__
+    stand_in = standins.built({"vae": make}).__func__
     assert {p.dtype for p in stand_in(object, "root", subfolder="vae").parameters()} == {torch.bfloat16}
     # a pipeline's load names its dtype: that one
     assert {p.dtype for p in stand_in(object, "root/vae", torch_dtype=torch.float16).parameters()} == {torch.float16}
 
 
 def test_two_components_of_one_class_are_told_apart_by_their_subfolder_or_path():
-    stand_in = dreambooth.built({"text_encoder": (lambda: torch.nn.Linear(2, 3), None),
+    stand_in = standins.built({"text_encoder": (lambda: torch.nn.Linear(2, 3), None),
                                  "text_encoder_2": (lambda: torch.nn.Linear(5, 7), None)}).__func__
     assert stand_in(object, "root", subfolder="text_encoder_2").weight.shape == (7, 5)
     assert stand_in(object, "root/text_encoder/").weight.shape == (3, 2)
@@ -198,7 +199,7 @@ def test_two_components_of_one_class_are_told_apart_by_their_subfolder_or_path()
 @pytest.mark.parametrize("args, mixed", [(["--mixed_precision=fp16", "--seed=0"], "fp16"),
                                          (["--seed=0", "--mixed_precision", "bf16"], "bf16"), (["--seed=0"], "no")])
 def test_the_scripts_mixed_precision_is_read_as_accelerate_reads_it(args, mixed):
-    assert dreambooth.mixed_precision(args) == mixed
+    assert standins.mixed_precision(args) == mixed
 
 
 def test_an_empty_nonzero_of_a_phantom_tensor_answers_index_0(monkeypatch):
@@ -221,7 +222,6 @@ def test_a_parameter_two_modules_share_stays_one_on_the_host(tie_word_embeddings
     """T5's encoder shares the model's embedding whatever tie_word_embeddings says (T5-XXL's says
     false): one tensor, as from_pretrained leaves it, not two."""
     import transformers
-    standins = importlib.import_module("standins")
 
     config = tiny_t5()
     config.tie_word_embeddings = tie_word_embeddings
@@ -232,3 +232,21 @@ def test_a_parameter_two_modules_share_stays_one_on_the_host(tie_word_embeddings
     assert (host.shared.weight is host.encoder.embed_tokens.weight) is shared
     assert host.shared.weight.device.type == "cpu" and host.shared.weight.dtype == torch.float16
     assert len(list(host.parameters())) == len({id(p) for p in host.parameters()})
+
+
+def test_the_sdxl_datasets_images_sit_in_a_split_folder_with_their_captions(tmp_path):
+    """datasets reads an image folder's metadata.jsonl only beside a split's files: the images
+    and their "text" captions go under train/, each image RGB of the size asked."""
+    from PIL import Image
+
+    sdxl_lora = importlib.import_module("sdxl_lora")
+    folder = sdxl_lora.image_folder(str(tmp_path), 3, 48)
+    train = os.path.join(folder, "train")
+    lines = [json.loads(line) for line in open(os.path.join(train, "metadata.jsonl"))]
+    assert [line["file_name"] for line in lines] == ["0.png", "1.png", "2.png"]
+    assert all(line["text"] for line in lines)
+    assert sorted(os.listdir(folder)) == ["train"]
+    for line in lines:
+        with Image.open(os.path.join(train, line["file_name"])) as image:
+            assert (image.mode, image.size) == ("RGB", (48, 48))
+

@@ -26,20 +26,18 @@ What stands in, at the libraries' own API, before the script starts:
 
     python dreambooth.py --model flux-dev --diffusers DIR --images 5 --size 512 -- --mixed_precision=bf16 ...
 """
-import argparse
 import json
 import os
 import runpy
 import shutil
 import sys
-import tempfile
 
 import numpy as np
 import torch
 import transformers
 
 from flux_configs import CLIP_TEXT, T5_XXL, TRANSFORMER, VAE, VARIANTS
-from standins import PaddedIds, on_host
+from standins import PaddedIds, built, mixed_precision, script_arguments
 
 # SD3-medium's published configs (stabilityai/stable-diffusion-3-medium-diffusers, its subfolders'
 # config.json, as copied in several public projects); CLIP-L as FLUX's, with its projection.
@@ -107,34 +105,6 @@ def sd3_medium():
 
 
 MODELS = {"flux-dev": flux_dev, "sd3-medium": sd3_medium}
-
-
-def built(makers):
-    """A from_pretrained that ignores the folder's files and returns, for the subfolder asked (`makers`:
-    subfolder -> (builder, dtype); one entry: whatever is asked), the builder's module, built on
-    the meta device, on uninitialised host memory: in the torch_dtype asked, else in the dtype the
-    script moves it with (its own loads, followed by .to(device, dtype)), else in fp32, what
-    from_pretrained gives without one."""
-    def from_pretrained(cls, *args, subfolder=None, **kwargs):
-        # a pipeline's from_pretrained names the subfolder in the path instead
-        subfolder = subfolder or (os.path.basename(os.path.normpath(str(args[0]))) if args else None)
-        make, dtype = makers[subfolder] if len(makers) > 1 else next(iter(makers.values()))
-        with torch.device("meta"):
-            module = make()
-        module = on_host(module, kwargs.get("torch_dtype") or dtype or torch.float32)
-        return kept_in_fp32(module) if kwargs.get("torch_dtype") == torch.float16 else module
-
-    return classmethod(from_pretrained)
-
-
-def kept_in_fp32(module):
-    """What transformers' from_pretrained does with torch_dtype=float16: the modules a class names
-    in _keep_in_fp32_modules (T5's feed-forward output, `wo`) stay fp32."""
-    keep = getattr(module, "_keep_in_fp32_modules", None) or ()
-    for name, sub in module.named_modules():
-        if any(k in name.split(".") for k in keep):
-            sub.float()
-    return module
 
 
 def stand_in(model, mixed):
@@ -208,25 +178,9 @@ def instance_images(root, count, size):
     return folder
 
 
-def mixed_precision(args):
-    """The script's --mixed_precision (accelerate's default, no, when not given)."""
-    for i, arg in enumerate(args):
-        if arg.startswith("--mixed_precision="):
-            return arg.split("=", 1)[1]
-        if arg == "--mixed_precision" and i + 1 < len(args):
-            return args[i + 1]
-    return "no"
-
-
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--model", choices=MODELS, required=True)
-    p.add_argument("--diffusers", required=True, help="a diffusers source folder (examples/ and src/)")
-    p.add_argument("--images", type=int, required=True, help="the instance images in the report's dataset")
-    p.add_argument("--size", type=int, required=True, help="their side, in pixels")
-    a, rest = p.parse_known_args()
-    rest = rest[1:] if rest[:1] == ["--"] else rest
-    root = os.environ.get("VRAMGUARD_DRYRUN_DIR") or tempfile.mkdtemp()
+    a, rest, root = script_arguments("the instance images in the report's dataset",
+                                     [("--model", dict(choices=MODELS, required=True))])
     model = MODELS[a.model]()
     stand_in(model, mixed_precision(rest))
     folder = model_folder(root, model)

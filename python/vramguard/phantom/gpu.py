@@ -102,7 +102,9 @@ def environ(gpu, memory=None, context=None):
     preset's name): its preload, and the device's name, compute capability,
     SM count, memory (`memory` bytes instead of the card's total, for a
     smaller device), the CUDA context's memory (`context` bytes instead of
-    the preset's), virtual memory support and the L2 cache size."""
+    the preset's), virtual memory support and the L2 cache size; the
+    library path that finds the driver and the runtime by their development
+    names, as a driver and a toolkit install them."""
     preset = find_preset(gpu)
     if preset is None:
         raise ValueError(f"unknown GPU {gpu!r}: one of {preset_names()}")
@@ -122,6 +124,10 @@ def environ(gpu, memory=None, context=None):
     driver = next((p for p in env["LD_PRELOAD"].split() if p.endswith("/libcuda.so.1")), None)
     if driver:
         env["TRITON_LIBCUDA_PATH"] = os.path.dirname(driver)
+        # libcuda.so and libcudart.so by name, as on a machine with a driver and a
+        # toolkit (csrc/phantom/build.py); the user's own path after them
+        env["LD_LIBRARY_PATH"] = ":".join(p for p in (os.path.dirname(driver), os.environ.get("LD_LIBRARY_PATH"))
+                                          if p)
     if not preset.vmm:
         env["VG_FAKECUDA_NO_VMM"] = "1"
     if preset.l2_cache_bytes:  # Inductor's benchmarks allocate a buffer of this size
