@@ -66,6 +66,7 @@ target "$DEPS/sdxl-lora-libraries-2023-09-02" transformers==4.32.1 accelerate==0
     attrs==23.1.0 async-timeout==4.0.3
 target "$DEPS/xformers-0.0.21" xformers==0.0.21
 target "$DEPS/opencv-headless-4.8" opencv-python-headless==4.8.0.76  # OpenCV of 2023, for NumPy 1 (torch 2.0.1)
+target "$DEPS/accelerate-1.8.1" accelerate==1.8.1  # FLUX#459's day (2025-07-03), under torch 2.7.1
 target "$DEPS/bitsandbytes-0.44.1" bitsandbytes==0.44.1  # under torch 2.5.1 only: it has no CUDA 13 library
 target "$DEPS/torchvision-0.20.1" torchvision==0.20.1  # each under its own torch only (day_pythonpath)
 target "$DEPS/torchvision-0.21.0" torchvision==0.21.0
