@@ -37,7 +37,7 @@ import torch
 import transformers
 
 from flux_configs import CLIP_TEXT, T5_XXL, TRANSFORMER, VAE, VARIANTS
-from standins import PaddedIds, built, mixed_precision, script_arguments
+from standins import MIXED, PaddedIds, built, mixed_precision, script_arguments
 
 # SD3-medium's published configs (stabilityai/stable-diffusion-3-medium-diffusers, its subfolders'
 # config.json, as copied in several public projects); CLIP-L as FLUX's, with its projection.
@@ -48,7 +48,6 @@ SD3_VAE = dict(VAE, scaling_factor=1.5305, shift_factor=0.0609)
 CLIP_G_TEXT = dict(vocab_size=49408, hidden_size=1280, intermediate_size=5120, projection_dim=1280,
                    num_hidden_layers=32, num_attention_heads=20, max_position_embeddings=77, hidden_act="gelu",
                    layer_norm_eps=1e-5)
-MIXED = {"fp16": torch.float16, "bf16": torch.bfloat16, "no": torch.float32}
 
 
 def clip(config, projection):

@@ -27,12 +27,11 @@ import runpy
 import sys
 
 import numpy as np
-import torch
 import transformers
 
 from dreambooth import CLIP_G_TEXT
 from flux_configs import CLIP_TEXT
-from standins import PaddedIds, built, mixed_precision, script_arguments
+from standins import MIXED, PaddedIds, built, mixed_precision, script_arguments
 
 # stabilityai/stable-diffusion-xl-base-1.0's unet/config.json (the values that differ from
 # UNet2DConditionModel's defaults), as copied in several public projects
@@ -52,8 +51,10 @@ VAE_FP16_FIX = dict(VAE, force_upcast=False)
 SCHEDULER = dict(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
                  clip_sample=False, prediction_type="epsilon", steps_offset=1, timestep_spacing="leading",
                  sample_max_value=1.0)
-MIXED = {"fp16": torch.float16, "bf16": torch.bfloat16, "no": torch.float32}
 SCRIPT = os.path.join("examples", "text_to_image", "train_text_to_image_lora_sdxl.py")
+# the text encoders: their subfolders, classes (the script picks them from the configs) and configs
+ENCODERS = {"text_encoder": (transformers.CLIPTextModel, CLIP_TEXT),
+            "text_encoder_2": (transformers.CLIPTextModelWithProjection, CLIP_G_TEXT)}
 
 
 def stand_in(mixed):
@@ -62,8 +63,7 @@ def stand_in(mixed):
     import diffusers
 
     dtype = MIXED[mixed]
-    encoders = {transformers.CLIPTextModel: CLIP_TEXT, transformers.CLIPTextModelWithProjection: CLIP_G_TEXT}
-    for cls, config in encoders.items():
+    for cls, config in ENCODERS.values():
         cls.from_pretrained = built({None: (lambda cls=cls, config=config: cls(transformers.CLIPTextConfig(**config)),
                                             dtype)})
     diffusers.UNet2DConditionModel.from_pretrained = built({None: (lambda: diffusers.UNet2DConditionModel(**UNET),
@@ -78,8 +78,7 @@ def model_folder(root):
     import diffusers
 
     folder = os.path.join(root, "model")
-    for sub, (cls, config) in {"text_encoder": (transformers.CLIPTextModel, CLIP_TEXT),
-                               "text_encoder_2": (transformers.CLIPTextModelWithProjection, CLIP_G_TEXT)}.items():
+    for sub, (cls, config) in ENCODERS.items():
         config = transformers.CLIPTextConfig(**config)
         config.architectures = [cls.__name__]
         config.save_pretrained(os.path.join(folder, sub))

@@ -76,6 +76,10 @@ def kept_in_fp32(module):
     return module
 
 
+#: the dtype of each of accelerate's --mixed_precision values: the scripts' weight_dtype
+MIXED = {"fp16": torch.float16, "bf16": torch.bfloat16, "no": torch.float32}
+
+
 def mixed_precision(args):
     """The script's --mixed_precision (accelerate's default, no, when not given)."""
     for i, arg in enumerate(args):
