@@ -254,6 +254,64 @@ def test_no_runtime_wheel_is_one_line(tmp_path):
     assert line.endswith("(pip install nvidia-cuda-runtime)")
 
 
+def c10_cuda(torch_site, needs):
+    """torch/lib/libc10_cuda.so under `torch_site`: a real shared library
+    built here that needs `needs` (libraries beside it, built empty), as
+    pip's PyTorch 1.13 (none of libcudart: its runtime is linked in) or 2.x
+    (libcudart.so.N) has it."""
+    lib = torch_site / "torch" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "c10.c").write_text("int c10_cuda_marker(void) { return 1; }\n")
+    for name in needs:
+        subprocess.run(["cc", "-shared", "-o", str(lib / name), "-Wl,-soname," + name, str(lib / "c10.c")],
+                       check=True)
+    link = ["-L" + str(lib)] + ["-l:" + n for n in needs]
+    subprocess.run(["cc", "-shared", "-o", str(lib / "libc10_cuda.so"), str(lib / "c10.c"), "-Wl,--no-as-needed"]
+                   + link, check=True)
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler to build a stand-in libc10_cuda.so")
+def test_a_torch_with_the_runtime_linked_in_is_one_line(tmp_path):
+    """pip's PyTorch 1.13.1: libc10_cuda.so needs no libcudart, the runtime is
+    linked into it, and the phantom cannot stand in for it: one line, which
+    names the library, before any build (no output folder)."""
+    site = fake_torch(tmp_path / "site", "11.7")
+    c10_cuda(site, ["libc10.so"])
+    line = run_builder(tmp_path, PYTHONPATH=str(site))
+    lib = site / "torch" / "lib" / "libc10_cuda.so"
+    assert line == ("build.py: PyTorch 9.9.0 has CUDA's runtime linked into %s (it loads no libcudart): the "
+                    "phantom GPU stands in for the runtime's shared library, so it cannot run this PyTorch; "
+                    "pip's PyTorch 2.0 and later load the shared one" % lib)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler to build a stand-in libc10_cuda.so")
+@pytest.mark.parametrize("c10", ["needs libcudart", "not ELF", "empty"])
+def test_a_torch_that_loads_the_shared_runtime_goes_on(tmp_path, c10):
+    """A libc10_cuda.so that needs libcudart.so.11.0 (pip's 2.0), or one that
+    cannot be read as ELF (nothing is concluded from it): the builder goes on
+    to look for the runtime's wheel."""
+    site = fake_torch(tmp_path / "site", "11.7")
+    if c10 == "needs libcudart":
+        c10_cuda(site, ["libc10.so", "libcudart.so.11.0"])
+    else:
+        (site / "torch" / "lib").mkdir()
+        (site / "torch" / "lib" / "libc10_cuda.so").write_bytes(b"" if c10 == "empty" else b"\x7fELF\x02\x01" + b"\xff" * 100)
+    line = run_builder(tmp_path, PYTHONPATH=str(site))
+    assert line.startswith("build.py: no CUDA 11 runtime wheel with headers under"), line
+
+
+def test_a_torch_for_cuda_10_is_one_line(tmp_path):
+    """pip's PyTorch 1.4 to 1.6 load a CUDA 10 runtime of their own, and no pip
+    wheel carries CUDA 10's headers: one line that says so, with no pip
+    command to try (there is no nvidia-cuda-runtime-cu10)."""
+    site = fake_torch(tmp_path / "site", "10.2")
+    line = run_builder(tmp_path, PYTHONPATH=str(site))
+    assert line == ("build.py: PyTorch 9.9.0 is built for CUDA 10, whose runtime has no pip wheel (NVIDIA's start "
+                    "at nvidia-cuda-runtime-cu11): the phantom GPU is built from such a wheel's headers, so it "
+                    "cannot run this PyTorch; pip's PyTorch 2.0 and later can")
+
+
 def dummy_runtime(folder):
     """VG_FAKECUDA_INCLUDE and VG_FAKECUDA_CUDART naming files that pass
     find_cuda()'s checks, so that the compiler is looked for next."""

@@ -37,6 +37,7 @@ import os
 import re
 import shlex
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -297,6 +298,55 @@ def torch_versions():
     return (version.group(1) if version else "unknown"), (cuda.group(1) if cuda else None)
 
 
+def _needed(path):
+    """The DT_NEEDED names of the 64-bit little-endian ELF file at `path`, or
+    None where it is not one or cannot be read (then nothing is concluded)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4:6] != b"\x02\x01":
+                return None
+            shoff, = struct.unpack_from("<Q", head, 0x28)
+            shentsize, shnum = struct.unpack_from("<HH", head, 0x3A)
+            f.seek(shoff)
+            table = f.read(shentsize * shnum)
+            # sh_name, sh_type, sh_flags, sh_addr, sh_offset, sh_size, sh_link, ...
+            sections = [struct.unpack_from("<IIQQQQI", table, i * shentsize) for i in range(shnum)]
+            for _, kind, _, _, offset, size, link in sections:
+                if kind != 6:  # SHT_DYNAMIC
+                    continue
+                f.seek(offset)
+                dynamic = f.read(size)
+                f.seek(sections[link][4])
+                strings = f.read(sections[link][5])
+                needed = []
+                for at in range(0, len(dynamic) - 15, 16):
+                    tag, value = struct.unpack_from("<qQ", dynamic, at)
+                    if tag == 0:  # DT_NULL
+                        break
+                    if tag == 1:  # DT_NEEDED
+                        needed.append(strings[value:strings.index(b"\0", value)].decode("ascii", "replace"))
+                return needed
+    except (OSError, struct.error, ValueError, IndexError):
+        return None
+    return None
+
+
+def _runtime_linked_in(torch):
+    """A BuildError where this PyTorch carries CUDA's runtime linked into
+    libc10_cuda.so (pip's builds before 2.0): that runtime reaches the driver
+    through tables no public header describes, and its functions are not
+    exported, so no stand-in for libcudart.so can answer them. None where the
+    library needs a libcudart, or cannot be read."""
+    lib = _torch_version_py().parent / "lib" / "libc10_cuda.so"
+    needed = _needed(lib) if lib.is_file() else None
+    if needed is None or any(n.startswith("libcudart") for n in needed):
+        return None
+    return BuildError("PyTorch %s has CUDA's runtime linked into %s (it loads no libcudart): the phantom GPU "
+                      "stands in for the runtime's shared library, so it cannot run this PyTorch; pip's "
+                      "PyTorch 2.0 and later load the shared one" % (torch, lib))
+
+
 def _nvidia_roots():
     spec = importlib.util.find_spec("nvidia")
     return tuple(Path(p) for p in spec.submodule_search_locations) if spec and spec.submodule_search_locations else ()
@@ -320,6 +370,13 @@ def find_cuda(environ=None):
         if major is None:
             raise BuildError("PyTorch %s is built without CUDA: the phantom GPU needs PyTorch's CUDA build "
                              "(its nvidia wheels carry the headers it is built from)" % torch)
+        linked_in = _runtime_linked_in(torch)
+        if linked_in is not None:
+            raise linked_in
+        if int(major) < 11:  # pip's PyTorch 1.4 to 1.12 for CUDA 10
+            raise BuildError("PyTorch %s is built for CUDA %s, whose runtime has no pip wheel (NVIDIA's start at "
+                             "nvidia-cuda-runtime-cu11): the phantom GPU is built from such a wheel's headers, so "
+                             "it cannot run this PyTorch; pip's PyTorch 2.0 and later can" % (torch, major))
         for root in roots:
             # CUDA 11's runtime is libcudart.so.11.0, 12's and 13's .so.12 and .so.13
             found = [p for p in sorted(root.glob("*/lib/libcudart.so.%s*" % major))
