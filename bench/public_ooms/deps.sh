@@ -4,7 +4,7 @@
 # its own on the path). PYTHON: the torch tier's interpreter.
 #   torchtune at eb2ba94a (main the day of torchtune#1603, the PR's parent), with what
 #   `import torchtune` needs; transformers 2.5.1, 3.0.2 and 3.1.0 (each in a folder of its
-#   own, with requests for their file_utils), 4.57.3 for a check of koalpaca#112's row;
+#   own, with requests for their file_utils), 4.57.3, 5.0.0rc1 and 5.0.0rc2 for checks of koalpaca#112's row;
 #   transformers 4.31.0 (July 2023, for InternLM's model code) and 4.53.1 with diffusers
 #   0.34.0 (July 2025, FLUX); einops 0.4.1, omegaconf 2.1.1 and open_clip 2.7.0 for latent
 #   diffusion (2022); segment-anything 1.0; the programs' sources at their commits: nanoGPT
@@ -35,6 +35,12 @@ target "$DEPS/requests-2.32" requests==2.32.3 certifi charset_normalizer idna ur
 for v in 2.5.1 3.0.2 3.1.0; do target "$DEPS/transformers-$v" "transformers==$v"; done
 target "$DEPS/segment-anything-1.0" segment-anything==1.0
 target "$DEPS/transformers-4.57.3" transformers==4.57.3 huggingface_hub==0.36.0 tokenizers==0.22.1
+# transformers 5.0's pre-releases around koalpaca#112's day, for the check in its row's cause
+for v in rc1 rc2; do
+    target "$DEPS/transformers-5.0.0$v" "transformers==5.0.0$v" huggingface_hub==1.2.3 tokenizers==0.22.1 \
+        typer-slim==0.20.0 httpx==0.28.1 httpcore==1.0.9 h11==0.16.0 anyio==4.12.0 sniffio==1.3.1 \
+        shellingham==1.5.4 hf-xet==1.2.0
+done
 target "$DEPS/transformers-4.20.1-accelerate-0.10.0" transformers==4.20.1 accelerate==0.10.0 huggingface_hub==0.8.1
 target "$DEPS/transformers-4.29.2" transformers==4.29.2 huggingface_hub==0.14.1 tokenizers==0.13.3
 target "$DEPS/transformers-4.31.0" transformers==4.31.0 huggingface_hub==0.16.4 tokenizers==0.13.3
