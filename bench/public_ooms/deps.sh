@@ -35,6 +35,8 @@ target "$DEPS/requests-2.32" requests==2.32.3 certifi charset_normalizer idna ur
 for v in 2.5.1 3.0.2 3.1.0; do target "$DEPS/transformers-$v" "transformers==$v"; done
 target "$DEPS/segment-anything-1.0" segment-anything==1.0
 target "$DEPS/transformers-4.57.3" transformers==4.57.3 huggingface_hub==0.36.0 tokenizers==0.22.1
+# koalpaca#112's day (2025-12-29) for torch 2.9.1, beside transformers-4.57.3: PyPI's releases of that day
+target "$DEPS/koalpaca-112-libraries-2025-12-29" bitsandbytes==0.49.0 accelerate==1.12.0 safetensors==0.7.0
 # transformers 5.0's pre-releases around koalpaca#112's day, for the check in its row's cause
 for v in rc1 rc2; do
     target "$DEPS/transformers-5.0.0$v" "transformers==5.0.0$v" huggingface_hub==1.2.3 tokenizers==0.22.1 \
@@ -52,6 +54,14 @@ target "$DEPS/llama2-4bit-python-coder-notebook-pins" transformers==4.31.0 peft=
     accelerate==0.21.0 tokenizers==0.13.3 safetensors==0.3.1 huggingface_hub==0.16.4 psutil==7.2.2 scipy==1.11.2
 target "$DEPS/alpaca-lora-329-libraries-2023-04-13" transformers==4.28.0 peft==0.2.0 bitsandbytes==0.38.1 \
     accelerate==0.18.0 tokenizers==0.13.3 safetensors==0.3.0 huggingface_hub==0.13.4
+# torchtune#1603's day (2024-09-16) for torch 2.4.1: what `import torchtune` at eb2ba94a needs, PyPI's
+# releases of that day (its pyproject pins numpy<=1.26.4)
+target "$DEPS/torchtune-1603-libraries-2024-09-16" torchao==0.5.0 datasets==3.0.0 huggingface_hub==0.24.7 \
+    safetensors==0.4.5 sentencepiece==0.2.0 tiktoken==0.7.0 blobfile==3.0.0 numpy==1.26.4 omegaconf==2.3.0 \
+    antlr4-python3-runtime==4.9.3 pyarrow==17.0.0 fsspec==2024.6.1 dill==0.3.8 multiprocess==0.70.16 \
+    xxhash==3.5.0 pandas==2.2.2 python-dateutil==2.9.0.post0 pytz==2024.2 tzdata==2024.1 six==1.16.0 \
+    pycryptodomex==3.20.0 lxml==5.3.0 urllib3==2.2.3 aiohttp==3.10.5 aiosignal==1.3.1 frozenlist==1.4.1 \
+    multidict==6.1.0 yarl==1.11.1 attrs==24.2.0 aiohappyeyeballs==2.4.0 idna==3.10
 # diffusers' DreamBooth scripts on the day of diffusers#10994 (FLUX.1-dev LoRA) and #10120 (SD3)
 target "$DEPS/flux-dreambooth-libraries-2025-03-07" transformers==4.49.0 accelerate==1.4.0 peft==0.14.0 \
     prodigyopt==1.1.2 huggingface_hub==0.29.2 tokenizers==0.21.0 safetensors==0.5.3 pillow==11.1.0 \
