@@ -37,6 +37,11 @@ target "$DEPS/segment-anything-1.0" segment-anything==1.0
 target "$DEPS/transformers-4.57.3" transformers==4.57.3 huggingface_hub==0.36.0 tokenizers==0.22.1
 # koalpaca#112's day (2025-12-29) for torch 2.9.1, beside transformers-4.57.3: PyPI's releases of that day
 target "$DEPS/koalpaca-112-libraries-2025-12-29" bitsandbytes==0.49.0 accelerate==1.12.0 safetensors==0.7.0
+# flux#10 (2024-08-01): what Black Forest Labs' reference code imports beside transformers, and for the
+# torch of its day (2.4.0) the transformers, tokenizers, hub and safetensors releases of that day
+target "$DEPS/flux-10-libraries-2024-08-01" einops==0.8.0 invisible-watermark==0.2.0 PyWavelets==1.6.0
+target "$DEPS/transformers-4.43.3" transformers==4.43.3 tokenizers==0.19.1 huggingface_hub==0.24.4 safetensors==0.4.3 \
+    sentencepiece==0.2.0
 # transformers 5.0's pre-releases around koalpaca#112's day, for the check in its row's cause
 for v in rc1 rc2; do
     target "$DEPS/transformers-5.0.0$v" "transformers==5.0.0$v" huggingface_hub==1.2.3 tokenizers==0.22.1 \
@@ -124,6 +129,7 @@ fetch huggingface/diffusers 2c45a53aef197c44d903ed5918d077d614888e14 "$DEPS/diff
     examples/text_to_image/train_text_to_image_lora_sdxl.py
 # peft's main on qlora#17's day, with the metadata transformers reads its version from
 fetch huggingface/peft 3714aa2fff158fdfa637b2b65952580801d890b2 "$DEPS/peft-3714aa2" src/peft
+fetch black-forest-labs/flux eae154e8a2a4aad791d52b34bcacb67ab6a9b8db "$DEPS/flux-eae154e" src
 if [ -d "$DEPS/peft-3714aa2/src/peft" ] && [ ! -d "$DEPS/peft-3714aa2/src/peft-0.4.0.dev0.dist-info" ]; then
     mkdir -p "$DEPS/peft-3714aa2/src/peft-0.4.0.dev0.dist-info"
     printf 'Metadata-Version: 2.1\nName: peft\nVersion: 0.4.0.dev0\n' \

@@ -250,3 +250,36 @@ def test_the_sdxl_datasets_images_sit_in_a_split_folder_with_their_captions(tmp_
         with Image.open(os.path.join(train, line["file_name"])) as image:
             assert (image.mode, image.size) == ("RGB", (48, 48))
 
+
+
+def test_a_sparse_flow_checkpoint_loads_as_the_published_file_does(tmp_path):
+    """flux_reference_load.py's stand-in for FLUX.1's checkpoint: laid out as
+    safetensors' save_file lays out a file (by dtype, then by name), so
+    load_file reads the module's own names, shapes and dtypes back in the order
+    it reads the real file's, all zeros, and load_state_dict takes them
+    strictly with assign=True, so every parameter is a tensor the load made."""
+    flux_reference_load = importlib.import_module("flux_reference_load")
+    from safetensors.torch import load_file, save_file
+
+    with torch.device("meta"):
+        module = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.LayerNorm(6), torch.nn.Linear(6, 2))
+    module = module.to(torch.bfloat16)
+    module[1].float()  # two dtypes: the writer's order is by dtype first
+    path = flux_reference_load.sparse_checkpoint(module, str(tmp_path / "flow.sft"))
+    sd = load_file(path)
+    want = {name: (t.shape, t.dtype) for name, t in module.state_dict().items()}
+    assert {name: (t.shape, t.dtype) for name, t in sd.items()} == want
+    written = tmp_path / "written.sft"
+    save_file({name: torch.zeros(t.shape, dtype=t.dtype) for name, t in module.state_dict().items()}, str(written))
+    assert list(sd) == list(load_file(str(written)))
+    assert all(not t.any() for t in sd.values())
+    module.load_state_dict(sd, strict=True, assign=True)
+    assert all(p.data_ptr() == sd[name].data_ptr() for name, p in module.state_dict().items())
+
+
+def test_the_reference_encoders_tokenizer_stand_in_pads_to_the_asked_length():
+    """HFEmbedder pads to max_length: the stand-in's ids have that length."""
+    flux_reference_load = importlib.import_module("flux_reference_load")
+    tok = flux_reference_load.tokenizer_standin(None, "google/t5-v1_1-xxl", max_length=256)
+    ids = tok(["a cat"], truncation=True, max_length=256, padding="max_length", return_tensors="pt")["input_ids"]
+    assert tuple(ids.shape) == (1, 256)
