@@ -285,20 +285,89 @@ def test_a_torch_with_the_runtime_linked_in_is_one_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def damaged(lib, kind):
+    """`lib` (a real shared library built here) made into a file that
+    _needed() must not read a conclusion from."""
+    data = bytearray(lib.read_bytes())
+    if kind == "32-bit ELF":
+        data[4] = 1  # EI_CLASS: ELFCLASS32
+    elif kind == "big-endian ELF":
+        data[5] = 2  # EI_DATA: ELFDATA2MSB
+    elif kind == "section table past the end":
+        data[0x28:0x30] = (len(data) + 1).to_bytes(8, "little")  # e_shoff
+    elif kind == "huge section sizes":
+        data[0x28:0x30] = (2**64 - 64).to_bytes(8, "little")
+    elif kind == "truncated":
+        data = data[: len(data) // 2]
+    lib.write_bytes(bytes(data))
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler to build libraries for the test")
+def test_the_needed_entries_are_read_from_a_real_library(tmp_path):
+    site = tmp_path / "site"
+    c10_cuda(site, ["libc10.so", "libcudart.so.11.0"])
+    assert builder._needed(site / "torch" / "lib" / "libc10_cuda.so") == ["libc10.so", "libcudart.so.11.0", "libc.so.6"]
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler to build libraries for the test")
+@pytest.mark.parametrize("kind", ["32-bit ELF", "big-endian ELF", "section table past the end",
+                                  "huge section sizes", "truncated"])
+def test_a_damaged_library_gives_no_needed_entries(tmp_path, kind):
+    site = tmp_path / "site"
+    c10_cuda(site, ["libc10.so"])
+    lib = site / "torch" / "lib" / "libc10_cuda.so"
+    damaged(lib, kind)
+    assert builder._needed(lib) is None
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler to build an object file")
+def test_an_object_file_has_no_dynamic_section_and_no_needed_entries(tmp_path):
+    (tmp_path / "x.c").write_text("int x(void) { return 1; }\n")
+    subprocess.run(["cc", "-c", "-o", str(tmp_path / "x.o"), str(tmp_path / "x.c")], check=True)
+    assert builder._needed(tmp_path / "x.o") is None
+
+
+def test_files_that_are_not_elf_give_no_needed_entries(tmp_path):
+    (tmp_path / "text").write_text("not a library\n")
+    (tmp_path / "empty").write_bytes(b"")
+    assert builder._needed(tmp_path / "text") is None
+    assert builder._needed(tmp_path / "empty") is None
+    assert builder._needed(tmp_path / "missing") is None
+
+
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler to build a stand-in libc10_cuda.so")
-@pytest.mark.parametrize("c10", ["needs libcudart", "not ELF", "empty"])
+@pytest.mark.parametrize("c10", ["needs libcudart", "not ELF", "damaged ELF", "no dynamic section"])
 def test_a_torch_that_loads_the_shared_runtime_goes_on(tmp_path, c10):
-    """A libc10_cuda.so that needs libcudart.so.11.0 (pip's 2.0), or one that
-    cannot be read as ELF (nothing is concluded from it): the builder goes on
-    to look for the runtime's wheel."""
+    """A libc10_cuda.so that needs libcudart.so.11.0 (pip's 2.0), or one from
+    which nothing can be concluded (not ELF, a damaged ELF, an object file): the
+    builder goes on to look for the runtime's wheel."""
     site = fake_torch(tmp_path / "site", "11.7")
+    lib = site / "torch" / "lib" / "libc10_cuda.so"
     if c10 == "needs libcudart":
         c10_cuda(site, ["libc10.so", "libcudart.so.11.0"])
+    elif c10 == "damaged ELF":
+        c10_cuda(site, ["libc10.so"])
+        damaged(lib, "section table past the end")
     else:
-        (site / "torch" / "lib").mkdir()
-        (site / "torch" / "lib" / "libc10_cuda.so").write_bytes(b"" if c10 == "empty" else b"\x7fELF\x02\x01" + b"\xff" * 100)
+        lib.parent.mkdir()
+        if c10 == "not ELF":
+            lib.write_text("not a library\n")
+        else:
+            (tmp_path / "x.c").write_text("int x(void) { return 1; }\n")
+            subprocess.run(["cc", "-c", "-o", str(lib), str(tmp_path / "x.c")], check=True)
     line = run_builder(tmp_path, PYTHONPATH=str(site))
     assert line.startswith("build.py: no CUDA 11 runtime wheel with headers under"), line
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler to build a stand-in libc10_cuda.so")
+def test_a_linked_in_runtime_is_refused_with_another_runtime_named_too(tmp_path):
+    """VG_FAKECUDA_INCLUDE and VG_FAKECUDA_CUDART name another runtime, but this
+    PyTorch would never load it: the same one line."""
+    site = fake_torch(tmp_path / "site", "11.7")
+    c10_cuda(site, ["libc10.so"])
+    env = dict(dummy_runtime(tmp_path / "cuda"), PYTHONPATH=str(site))
+    line = run_builder(tmp_path, **env)
+    assert line.startswith("build.py: PyTorch 9.9.0 has CUDA's runtime linked into "), line
 
 
 def test_a_torch_for_cuda_10_is_one_line(tmp_path):
@@ -310,6 +379,7 @@ def test_a_torch_for_cuda_10_is_one_line(tmp_path):
     assert line == ("build.py: PyTorch 9.9.0 is built for CUDA 10, whose runtime has no pip wheel (NVIDIA's start "
                     "at nvidia-cuda-runtime-cu11): the phantom GPU is built from such a wheel's headers, so it "
                     "cannot run this PyTorch; pip's PyTorch 2.0 and later can")
+    assert not (tmp_path / "out").exists()
 
 
 def dummy_runtime(folder):

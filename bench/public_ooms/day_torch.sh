@@ -33,8 +33,11 @@ venv torch-2.5.1 "$PY311" torch==2.5.1 numpy==2.1.3 $COMMON
 venv torch-2.6.0 "$PY311" torch==2.6.0 numpy==2.2.2 $COMMON
 venv torch-2.1.2 "$PY311" torch==2.1.2 torchvision==0.16.2 "numpy<2" $COMMON
 venv torch-2.7.1 "$PY311" torch==2.7.1 numpy==2.2.6 safetensors==0.5.3 pillow==11.2.1 fsspec==2025.5.1 $COMMON
+venv torch-2.4.0 "$PY311" torch==2.4.0 numpy==2.0.1 $COMMON
+venv torch-2.4.1 "$PY311" torch==2.4.1 numpy==2.1.1 $COMMON
+venv torch-2.9.1 "$PY311" torch==2.9.1 numpy==2.3.5 $COMMON
 
-for name in torch-2.0.0 torch-2.0.1 torch-2.1.2 torch-2.5.1 torch-2.6.0 torch-2.7.1; do
+for name in torch-2.0.0 torch-2.0.1 torch-2.1.2 torch-2.4.0 torch-2.4.1 torch-2.5.1 torch-2.6.0 torch-2.7.1 torch-2.9.1; do
     $RUN --python "$VENVS/$name/bin/python" --day-torch --update --out "$OUT"
 done
 # compiled under torch 2.0: Python 3.10

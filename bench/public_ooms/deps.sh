@@ -4,7 +4,8 @@
 # its own on the path). PYTHON: the torch tier's interpreter.
 #   torchtune at eb2ba94a (main the day of torchtune#1603, the PR's parent), with what
 #   `import torchtune` needs; transformers 2.5.1, 3.0.2 and 3.1.0 (each in a folder of its
-#   own, with requests for their file_utils), 4.57.3, 5.0.0rc1 and 5.0.0rc2 for checks of koalpaca#112's row;
+#   own, with requests for their file_utils), 4.57.3, 5.0.0rc1 and 5.0.0rc2 for checks of
+#   koalpaca#112's row;
 #   transformers 4.31.0 (July 2023, for InternLM's model code) and 4.53.1 with diffusers
 #   0.34.0 (July 2025, FLUX); einops 0.4.1, omegaconf 2.1.1 and open_clip 2.7.0 for latent
 #   diffusion (2022); segment-anything 1.0; the programs' sources at their commits: nanoGPT

@@ -300,25 +300,32 @@ def torch_versions():
 
 def _needed(path):
     """The DT_NEEDED names of the 64-bit little-endian ELF file at `path`, or
-    None where it is not one or cannot be read (then nothing is concluded)."""
+    None where it is not one, has no dynamic section, or cannot be read (then
+    nothing is concluded). Every offset and size is checked against the file's
+    length before it is read: a damaged file costs no more than its size."""
     try:
         with open(path, "rb") as f:
-            head = f.read(64)
-            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4:6] != b"\x02\x01":
+            length = os.fstat(f.fileno()).st_size
+
+            def read(offset, size):
+                if offset < 0 or size < 0 or offset + size > length:
+                    raise ValueError("outside the file")
+                f.seek(offset)
+                return f.read(size)
+
+            head = read(0, 64)
+            if head[:4] != b"\x7fELF" or head[4:6] != b"\x02\x01":
                 return None
             shoff, = struct.unpack_from("<Q", head, 0x28)
             shentsize, shnum = struct.unpack_from("<HH", head, 0x3A)
-            f.seek(shoff)
-            table = f.read(shentsize * shnum)
+            table = read(shoff, shentsize * shnum)
             # sh_name, sh_type, sh_flags, sh_addr, sh_offset, sh_size, sh_link, ...
             sections = [struct.unpack_from("<IIQQQQI", table, i * shentsize) for i in range(shnum)]
             for _, kind, _, _, offset, size, link in sections:
                 if kind != 6:  # SHT_DYNAMIC
                     continue
-                f.seek(offset)
-                dynamic = f.read(size)
-                f.seek(sections[link][4])
-                strings = f.read(sections[link][5])
+                dynamic = read(offset, size)
+                strings = read(sections[link][4], sections[link][5])
                 needed = []
                 for at in range(0, len(dynamic) - 15, 16):
                     tag, value = struct.unpack_from("<qQ", dynamic, at)
@@ -334,10 +341,11 @@ def _needed(path):
 
 def _runtime_linked_in(torch):
     """A BuildError where this PyTorch carries CUDA's runtime linked into
-    libc10_cuda.so (pip's builds before 2.0): that runtime reaches the driver
+    libc10_cuda.so (pip's 1.12 and 1.13): that runtime reaches the driver
     through tables no public header describes, and its functions are not
     exported, so no stand-in for libcudart.so can answer them. None where the
-    library needs a libcudart, or cannot be read."""
+    library needs a libcudart (the shared one, or a private copy, about which
+    nothing is concluded here), or cannot be read."""
     lib = _torch_version_py().parent / "lib" / "libc10_cuda.so"
     needed = _needed(lib) if lib.is_file() else None
     if needed is None or any(n.startswith("libcudart") for n in needed):
@@ -365,6 +373,9 @@ def find_cuda(environ=None):
             raise BuildError("set VG_FAKECUDA_INCLUDE and VG_FAKECUDA_CUDART together")
         inc, lib = Path(inc), Path(lib)
         torch = torch_versions()[0] if _torch_version_py() else ""
+        linked_in = _runtime_linked_in(torch) if torch else None
+        if linked_in is not None:  # another runtime named: this PyTorch would still not load it
+            raise linked_in
     else:
         torch, major = torch_versions()
         if major is None:
@@ -373,7 +384,7 @@ def find_cuda(environ=None):
         linked_in = _runtime_linked_in(torch)
         if linked_in is not None:
             raise linked_in
-        if int(major) < 11:  # pip's PyTorch 1.4 to 1.12 for CUDA 10
+        if int(major) < 11:  # pip's PyTorch 1.4 to 1.12 are CUDA 10's (1.12's is refused above)
             raise BuildError("PyTorch %s is built for CUDA %s, whose runtime has no pip wheel (NVIDIA's start at "
                              "nvidia-cuda-runtime-cu11): the phantom GPU is built from such a wheel's headers, so "
                              "it cannot run this PyTorch; pip's PyTorch 2.0 and later can" % (torch, major))

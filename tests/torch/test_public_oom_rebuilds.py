@@ -271,6 +271,12 @@ def test_a_sparse_flow_checkpoint_loads_as_the_published_file_does(tmp_path):
     assert {name: (t.shape, t.dtype) for name, t in sd.items()} == want
     written = tmp_path / "written.sft"
     save_file({name: torch.zeros(t.shape, dtype=t.dtype) for name, t in module.state_dict().items()}, str(written))
+    from vramguard.dryrun.features.weightless import read_safetensors_header
+
+    def layout(file):  # each tensor's place in the file
+        return {k: v["data_offsets"] for k, v in read_safetensors_header(file).items() if k != "__metadata__"}
+
+    assert layout(path) == layout(written)
     assert list(sd) == list(load_file(str(written)))
     assert all(not t.any() for t in sd.values())
     module.load_state_dict(sd, strict=True, assign=True)

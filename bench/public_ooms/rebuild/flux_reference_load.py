@@ -11,9 +11,10 @@ What stands in:
   uninitialised host memory in the dtype asked (standins.built), so .to(device) moves the
   same tensors; their tokenizers: ids of the real shapes (standins.PaddedIds);
 - the flow model's and the autoencoder's checkpoint files: sparse safetensors (a real
-  header with the names, shapes and bf16 dtype of the model's own state dict, no data),
-  given to flux.util as the FLUX_SCHNELL / FLUX_DEV and AE variables name them, so
-  load_file reads the same tensors in its own order (sorted by name).
+  header with the names, shapes and dtypes of the model's own state dict, no data: the
+  flow model's bf16, the autoencoder's fp32, as published), laid out as safetensors'
+  writer lays out a file, given to flux.util as the FLUX_SCHNELL / FLUX_DEV and AE
+  variables name them, so load_file reads the same tensors in the same order.
 
     python flux_reference_load.py --flux build/public-ooms-deps/flux-eae154e/src --variant schnell
 """
@@ -64,7 +65,7 @@ def main():
     folder = os.environ.get("VRAMGUARD_DRYRUN_DIR") or tempfile.mkdtemp()
     with torch.device("meta"):
         flow = Flux(spec.params).to(torch.bfloat16)
-        ae = AutoEncoder(spec.ae_params).to(torch.bfloat16)
+        ae = AutoEncoder(spec.ae_params)  # load_ae keeps the checkpoint's dtype (assign=True)
     # what FLUX_SCHNELL (FLUX_DEV) and AE name when set: util read them at import
     spec.ckpt_path = sparse_checkpoint(flow, os.path.join(folder, f"flux1-{a.variant}.sft"))
     spec.ae_path = sparse_checkpoint(ae, os.path.join(folder, "ae.sft"))
