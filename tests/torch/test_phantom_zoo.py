@@ -30,7 +30,10 @@ def _needs(model):
         pytest.importorskip("transformers", reason="GPT-2 needs transformers")
 
 
-@pytest.mark.parametrize("model", ["mlp", "gpt2", "resnet18", "vit_b_16"])
+# GPT-2 is not among them: the reduced zoo of `make test` (make check-zoo,
+# bench/zoo.py --check) runs it at this size on a T4 under each allocator and
+# holds it to the same goal, vramguard's smallest device not above the others'.
+@pytest.mark.parametrize("model", ["mlp", "resnet18", "vit_b_16"])
 def test_zoo_model_on_a_phantom_t4(model, tmp_path):
     _needs(model)
     from vramguard import dryrun
